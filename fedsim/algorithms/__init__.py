@@ -1,0 +1,50 @@
+"""Federated algorithms: one module per family; ``REGISTRY`` maps names to builders.
+
+Each entry is ``(config_class, default_overrides, builder)``: the algorithm's own
+defaults are the config class's (paper) defaults updated by the overrides, and
+``build(name, task, **hparams)`` makes the :class:`FederatedAlgorithm`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fedsim.algorithms.fedavg import FedAvgConfig, make_fedavg
+from fedsim.algorithms.fedzo import FedZOConfig, make_fedzo
+from fedsim.core.errors import ConfigError
+
+REGISTRY = {
+    "fedavg": (FedAvgConfig, {}, make_fedavg),
+    # Reddi et al. 2021 §5 / App. D: beta1 = 0.9, beta2 = 0.99, tau = 1e-3.
+    "fedadam": (FedAvgConfig, {"server_optimizer": "adam", "server_lr": 1e-2}, make_fedavg),
+    "fedyogi": (FedAvgConfig, {"server_optimizer": "yogi", "server_lr": 1e-2}, make_fedavg),
+    "fedadagrad": (FedAvgConfig, {"server_optimizer": "adagrad", "server_lr": 1e-1}, make_fedavg),
+    "fedzo": (FedZOConfig, {}, make_fedzo),
+}
+
+
+def config_fields(name: str) -> list[str]:
+  """Hyperparameter names of algorithm ``name``."""
+  return [f.name for f in dataclasses.fields(REGISTRY[name][0])]
+
+
+def default_config(name: str) -> dict:
+  """The algorithm's own defaults (paper defaults plus registry overrides)."""
+  cls, overrides, _ = REGISTRY[name]
+  out = {f.name: f.default for f in dataclasses.fields(cls)}
+  out.update(overrides)
+  return out
+
+
+def build(name: str, task, **hparams):
+  """Builds algorithm ``name`` on ``task``; unknown hyperparameters are ignored.
+
+  Raises:
+    ConfigError: unknown algorithm name.
+  """
+  if name not in REGISTRY:
+    raise ConfigError("algorithm", f"unknown {name!r}; accepted: {', '.join(REGISTRY)}")
+  cls, _, builder = REGISTRY[name]
+  cfg = default_config(name)
+  cfg.update({k: v for k, v in hparams.items() if k in cfg})
+  return builder(task, cls(**cfg), name=name)

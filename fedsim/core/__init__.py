@@ -1,0 +1,5 @@
+"""The round engine, contracts, sampling, key hierarchy, sharding and errors."""
+from fedsim.core.engine import simulate
+from fedsim.core.errors import ConfigError, DataError, DivergenceError
+from fedsim.core.sampling import sample_clients
+from fedsim.core.types import FederatedAlgorithm, RoundStats, Task, make_stats

@@ -1,0 +1,94 @@
+"""From a dataset and a partition to the padded per-client arrays of the Task contract.
+
+Every client is one row of a batch (see DESIGN.md, "Task"): leaves have a
+leading client axis N, padded to the largest client with a boolean ``mask``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedsim.core.errors import ConfigError
+from fedsim.data.dataset import Dataset
+from fedsim.data.digits import load_digits
+from fedsim.data.libsvm import load_libsvm
+from fedsim.data.mnist import load_mnist
+
+DATASETS = ("digits", "mnist", "libsvm")
+
+
+def to_client_arrays(x: np.ndarray, y: np.ndarray,
+                     parts: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+  """Gathers each client's samples into zero-padded rows.
+
+  Args:
+    x: (n, *feature_shape) features.
+    y: (n,) int labels.
+    parts: N index arrays into ``x`` / ``y`` (e.g. from
+      :func:`fedsim.data.partition.partition`); order within a part is kept.
+
+  Returns:
+    A dict with
+      ``"x"``: (N, n_max, *feature_shape) float32,
+      ``"y"``: (N, n_max) int32,
+      ``"mask"``: (N, n_max) bool, True on the first ``n[k]`` entries of row k,
+      ``"n"``: (N,) int32 client sizes,
+    where n_max = max(n). Padding entries are 0 in ``x`` and ``y``.
+
+  Raises:
+    ValueError: ``x`` and ``y`` disagree in length, ``parts`` is empty, or an
+      index is out of range.
+  """
+  x, y = np.asarray(x), np.asarray(y)
+  if x.shape[:1] != y.shape or y.ndim != 1:
+    raise ValueError(f"x {x.shape} and y {y.shape} must be (n, ...) and (n,)")
+  if len(parts) == 0:
+    raise ValueError("parts is empty; need at least one client")
+  parts = [np.asarray(p, np.int64).reshape(-1) for p in parts]
+  for k, p in enumerate(parts):
+    if p.size and (p.min() < 0 or p.max() >= y.shape[0]):
+      raise ValueError(f"client {k}: index out of range [0, {y.shape[0]})")
+  sizes = np.array([p.size for p in parts], np.int32)
+  n_max = int(sizes.max())
+  num = len(parts)
+  out_x = np.zeros((num, n_max) + x.shape[1:], np.float32)
+  out_y = np.zeros((num, n_max), np.int32)
+  mask = np.zeros((num, n_max), bool)
+  for k, p in enumerate(parts):
+    out_x[k, :p.size] = x[p]
+    out_y[k, :p.size] = y[p]
+    mask[k, :p.size] = True
+  return {"x": out_x, "y": out_y, "mask": mask, "n": sizes}
+
+
+def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int = 0) -> Dataset:
+  """Loads a dataset by its ``--dataset`` name.
+
+  Args:
+    name: ``digits`` (embedded, ignores ``data_dir``), ``mnist`` (``data_dir``
+      holds the IDX files) or ``libsvm`` (``data_dir`` is a LIBSVM file or a
+      folder with ``<name>`` and ``<name>.t``).
+    data_dir: the ``--data_dir`` flag.
+    seed: the split seed (see each loader).
+
+  Returns:
+    The :class:`Dataset`.
+
+  Raises:
+    ConfigError: unknown ``dataset``; ``data_dir`` missing for mnist/libsvm.
+    DataError: missing or corrupt data files.
+  """
+  if name == "digits":
+    return load_digits(seed=seed)
+  if name in ("mnist", "libsvm"):
+    if data_dir is None or str(data_dir) == "":
+      what = ("a folder with the MNIST IDX files" if name == "mnist"
+              else "a LIBSVM file or a folder with <name> and <name>.t")
+      raise ConfigError("data_dir", f"--dataset={name} needs --data_dir ({what})")
+    if name == "mnist":
+      return load_mnist(data_dir, seed=seed)
+    return load_libsvm(data_dir, seed=seed)
+  raise ConfigError("dataset", f"unknown {name!r}; accepted: {', '.join(DATASETS)}")

@@ -1,0 +1,2 @@
+"""Flax modules shared by tasks (and, later, weak learners)."""
+from fedsim.models.mlp import MLP, Softmax

@@ -1,0 +1,92 @@
+"""Supervised classification tasks: ``softmax`` and ``mlp`` on any dataset.
+
+f_i(theta) = (1/n_i) sum_{j in D_i} CE(model(theta, x_j), y_j) (cross-entropy,
+the FedZO softmax experiment, seed 001 §V-B; FedAvg, McMahan et al. 2017).
+The reported ``objective`` is the pooled training loss
+sum_i n_i f_i / sum_i n_i; ``test_accuracy`` and ``test_loss`` use the test split.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedsim.core.types import Task
+from fedsim.models import MLP, Softmax
+
+
+def _ce(logits, y):
+  return optax.softmax_cross_entropy_with_integer_labels(logits, y)
+
+
+def make_classification_task(name: str, dataset, clients: dict, *, hidden_width: int = 64,
+                             info: dict | None = None) -> Task:
+  """Builds a classification task.
+
+  Args:
+    name: ``softmax`` (multinomial logistic regression with bias) or ``mlp``
+      (one hidden ReLU layer of ``hidden_width`` units).
+    dataset: a ``fedsim.data.Dataset`` (x in [0,1], int labels).
+    clients: ``fedsim.data.to_client_arrays`` output: ``x`` (N, n_max, ...),
+      ``y`` (N, n_max), ``mask`` (N, n_max), ``n`` (N,).
+    hidden_width: MLP width.
+
+  Raises:
+    ValueError: unknown name.
+  """
+  feature_shape = tuple(dataset.x_train.shape[1:])
+  fnd = len(feature_shape)
+  if name == "softmax":
+    model = Softmax(dataset.num_classes, feature_ndim=fnd)
+  elif name == "mlp":
+    model = MLP(dataset.num_classes, (hidden_width,), feature_ndim=fnd)
+  else:
+    raise ValueError(f"unknown classification model {name!r}")
+
+  data = {
+      "clients": {"x": jnp.asarray(clients["x"], jnp.float32),
+                  "y": jnp.asarray(clients["y"], jnp.int32), "mask": jnp.asarray(clients["mask"])},
+      "sizes": jnp.asarray(clients["n"], jnp.int32),
+      "eval": {"x": jnp.asarray(dataset.x_test, jnp.float32), "y": jnp.asarray(dataset.y_test, jnp.int32)},
+  }
+
+  def init_params(key):
+    return model.init(key, jnp.zeros((1,) + feature_shape, jnp.float32))
+
+  def loss(params, batch):
+    ce = _ce(model.apply(params, batch["x"]), batch["y"])
+    m = batch["mask"].astype(ce.dtype)
+    return jnp.sum(ce * m) / jnp.maximum(jnp.sum(m), 1.0)
+
+  def per_example_loss(params, example):
+    return _ce(model.apply(params, example["x"][None]), example["y"][None])[0]
+
+  def sample_batch(client, key, batch_size):
+    # i.i.d. uniform over the client's n_i real samples (with replacement).
+    n = jnp.maximum(jnp.sum(client["mask"]), 1)
+    idx = jnp.minimum((jax.random.uniform(key, (batch_size,)) * n).astype(jnp.int32), n - 1)
+    return {"x": client["x"][idx], "y": client["y"][idx], "mask": jnp.ones((batch_size,), bool)}
+
+  def evaluate(params, data):
+    def client_sum(c):
+      ce = _ce(model.apply(params, c["x"]), c["y"])
+      return jnp.sum(ce * c["mask"])
+    total = jnp.sum(jax.vmap(client_sum)(data["clients"]))
+    test = data["eval"]
+    logits = model.apply(params, test["x"])
+    return {
+        "objective": total / jnp.sum(data["sizes"]),
+        "test_loss": jnp.mean(_ce(logits, test["y"])),
+        "test_accuracy": jnp.mean(jnp.argmax(logits, -1) == test["y"]),
+    }
+
+  meta = {"num_classes": dataset.num_classes, "feature_shape": list(feature_shape),
+          "n_train": int(np.sum(clients["n"])), "n_test": int(dataset.x_test.shape[0]),
+          "max_client_size": int(clients["x"].shape[1]), "min_client_size": int(np.min(clients["n"]))}
+  meta.update(info or {})
+  return Task(name=name, num_clients=int(data["sizes"].shape[0]), init_params=init_params,
+              data=data, loss=loss, sample_batch=sample_batch,
+              full_batch=lambda c: c, evaluate=evaluate, per_example_loss=per_example_loss,
+              has_accuracy=True, info=meta)
