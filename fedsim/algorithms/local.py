@@ -19,6 +19,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from fedsim.core import rng
+from fedsim.core.reduce import pairwise_sum
 from fedsim.core.sampling import sample_clients
 from fedsim.core.types import FederatedAlgorithm, Task, make_stats
 
@@ -128,7 +129,7 @@ def make_delta_averaging(name: str, task: Task, oracle: Oracle, *, local_opt: op
     else:
       sizes = jnp.take(data["sizes"], idx).astype(deltas.dtype)
       w = sizes / jnp.sum(sizes)
-    mean_delta = w @ deltas
+    mean_delta = pairwise_sum(w[:, None] * deltas)  # same bits on any device count
     updates, opt_state = server_opt.update(-mean_delta, state.opt_state, state.x)
     stats = make_stats(queries=M * local_steps * queries_per_step,
                        bytes_up=M * d * BYTES_PER_REAL, bytes_down=M * d * BYTES_PER_REAL,

@@ -5,7 +5,7 @@ from fedsim.data.digits import load_digits
 from fedsim.data.federated import DATASETS, load_dataset, to_client_arrays
 from fedsim.data.libsvm import load_libsvm, read_libsvm
 from fedsim.data.mnist import load_mnist, read_idx
-from fedsim.data.partition import (
+from fedsim.data.partitions import (
     METHODS,
     dirichlet,
     iid,

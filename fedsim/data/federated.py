@@ -28,7 +28,7 @@ def to_client_arrays(x: np.ndarray, y: np.ndarray,
     x: (n, *feature_shape) features.
     y: (n,) int labels.
     parts: N index arrays into ``x`` / ``y`` (e.g. from
-      :func:`fedsim.data.partition.partition`); order within a part is kept.
+      :func:`fedsim.data.partitions.partition`); order within a part is kept.
 
   Returns:
     A dict with

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from fedsim.core.reduce import pairwise_sum
 from fedsim.core.types import Task
 from fedsim.models import MLP, Softmax
 
@@ -70,16 +71,16 @@ def make_classification_task(name: str, dataset, clients: dict, *, hidden_width:
     return {"x": client["x"][idx], "y": client["y"][idx], "mask": jnp.ones((batch_size,), bool)}
 
   def evaluate(params, data):
-    def client_sum(c):
-      ce = _ce(model.apply(params, c["x"]), c["y"])
-      return jnp.sum(ce * c["mask"])
-    total = jnp.sum(jax.vmap(client_sum)(data["clients"]))
+    c = data["clients"]
+    ce = jax.vmap(lambda x, y: _ce(model.apply(params, x), y))(c["x"], c["y"])  # (N, n_max)
+    total = pairwise_sum(jnp.where(c["mask"], ce, 0.0).reshape(-1))
     test = data["eval"]
     logits = model.apply(params, test["x"])
+    n_test = test["y"].shape[0]
     return {
-        "objective": total / jnp.sum(data["sizes"]),
-        "test_loss": jnp.mean(_ce(logits, test["y"])),
-        "test_accuracy": jnp.mean(jnp.argmax(logits, -1) == test["y"]),
+        "objective": total / pairwise_sum(data["sizes"].astype(ce.dtype)),
+        "test_loss": pairwise_sum(_ce(logits, test["y"])) / n_test,
+        "test_accuracy": pairwise_sum((jnp.argmax(logits, -1) == test["y"]).astype(ce.dtype)) / n_test,
     }
 
   meta = {"num_classes": dataset.num_classes, "feature_shape": list(feature_shape),

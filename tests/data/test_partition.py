@@ -1,4 +1,4 @@
-"""Property tests for fedsim.data.partition."""
+"""Property tests for fedsim.data.partitions."""
 
 import importlib
 
@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedsim.core.errors import ConfigError
-# ``fedsim.data.partition`` the attribute is the dispatcher function; fetch the module.
-P = importlib.import_module("fedsim.data.partition")
+# ``fedsim.data.partitions`` the attribute is the dispatcher function; fetch the module.
+P = importlib.import_module("fedsim.data.partitions")
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

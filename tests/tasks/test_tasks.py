@@ -1,0 +1,63 @@
+"""Tasks: the quadratic's exact average, classification losses and batches."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from fedsim.tasks import make_task
+from fedsim.tasks.quadratic import to_z
+
+
+@pytest.mark.parametrize("c", [0.0, 0.5, 5.0, 50.0])
+def test_quadratic_client_average_equals_global(c):
+  task = make_task("quadratic", num_clients=5, dim=300, heterogeneity=c, seed=1)
+  xs = jax.random.uniform(jax.random.key(0), (8, 300))
+  for x in xs:
+    f_i = jax.vmap(lambda row: task.loss(x, row))(task.client_data)
+    f = task.evaluate(x, task.data)["objective"]
+    np.testing.assert_allclose(jnp.mean(f_i), f, rtol=2e-5)
+
+
+def test_quadratic_optimum_and_heterogeneity():
+  d = 300
+  task = make_task("quadratic", num_clients=5, dim=d, heterogeneity=5.0)
+  x_star = jnp.full((d,), 0.475)
+  np.testing.assert_allclose(to_z(x_star), -0.5, atol=1e-5)
+  ev = task.evaluate(x_star, task.data)
+  np.testing.assert_allclose(ev["objective"], 1 / (10 * d) - 0.025, atol=1e-6)
+  np.testing.assert_allclose(ev["optimality_gap"], 0.0, atol=1e-6)
+  # Clients disagree when C > 0: their minimisers differ.
+  f_i = jax.vmap(lambda row: task.loss(x_star, row))(task.client_data)
+  assert float(jnp.std(f_i)) > 1e-3
+
+
+def test_classification_objective_is_pooled_masked_loss(digits10):
+  task = digits10
+  params = jax.tree_util.tree_map(lambda p: 0.01 * jnp.ones_like(p), task.init_params(jax.random.key(0)))
+  ev = task.evaluate(params, task.data)
+  cd = task.client_data
+  x = np.asarray(cd["x"])[np.asarray(cd["mask"])]
+  y = np.asarray(cd["y"])[np.asarray(cd["mask"])]
+  logits = x.reshape(len(x), -1) @ np.asarray(params["params"]["Dense_0"]["kernel"]) + \
+      np.asarray(params["params"]["Dense_0"]["bias"])
+  expected = float(jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y)))
+  np.testing.assert_allclose(ev["objective"], expected, rtol=1e-5)
+  assert len(x) == int(jnp.sum(task.client_sizes))
+  zero = jax.tree_util.tree_map(jnp.zeros_like, params)
+  np.testing.assert_allclose(task.evaluate(zero, task.data)["objective"], np.log(10), rtol=1e-6)
+
+
+def test_sample_batch_draws_only_real_samples(digits10):
+  task = digits10
+  sizes = np.asarray(task.client_sizes)
+  i = int(np.argmin(sizes))
+  client = jax.tree_util.tree_map(lambda a: a[i], task.client_data)
+  batch = task.sample_batch(client, jax.random.key(0), 500)
+  real = np.asarray(client["x"])[: sizes[i]].reshape(sizes[i], -1)
+  got = np.asarray(batch["x"]).reshape(500, -1)
+  # Every drawn row is one of the client's n_i real rows (padding rows are zeros).
+  dists = ((got[:, None, :] - real[None]) ** 2).sum(-1).min(1)
+  assert np.all(dists == 0)
+  assert len({tuple(r) for r in got}) == len({tuple(r) for r in real}) or sizes[i] > 100
