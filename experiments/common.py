@@ -38,6 +38,24 @@ HPARAMS = {
     "beta1": (float, "server first-moment decay (FedOpt)"),
     "beta2": (float, "server second-moment decay (FedOpt)"),
     "tau": (float, "server adaptivity epsilon (FedOpt)"),
+    "aggregation": (str, "how deltas reach the server: mean, aircomp (FedZO)"),
+    "snr_db": (float, "AirComp transmit SNR P/sigma_w^2 in dB; inf = noise-free"),
+    "h_min": (float, "AirComp participation threshold on |h|"),
+    "channel_var": (float, "AirComp E|h|^2: 1.0 (paper), 0.5 (authors' code)"),
+    "noise_model": (str, "AirComp noise: real_full, complex_real_part, code_compat"),
+    "empty_round": (str, "AirComp round with no device: skip (keep model), resample (code)"),
+    "transceiver": (str, "AirComp simulation: shortcut (eq. 17), full (eqs. 14-17)"),
+}
+
+# Accepted values of the string hyperparameters.
+CHOICES = {
+    "direction": LAWS,
+    "local_optimizer": ("sgd", "adam"),
+    "weighting": ("uniform", "size"),
+    "aggregation": ("mean", "aircomp"),
+    "noise_model": ("real_full", "complex_real_part", "code_compat"),
+    "empty_round": ("skip", "resample"),
+    "transceiver": ("shortcut", "full"),
 }
 
 # This binary's per-algorithm defaults where the paper's value does not suit
@@ -146,12 +164,15 @@ def validate():
     for n in ("local_steps", "batch_size", "fd_directions"):
       if n in hp and hp[n] < 1:
         raise ConfigError(where(n), f"must be >= 1; got {hp[n]}")
-    if "direction" in hp and hp["direction"] not in LAWS:
-      raise ConfigError(where("direction"), f"unknown {hp['direction']!r}; accepted: {', '.join(LAWS)}")
-    if "local_optimizer" in hp and hp["local_optimizer"] not in ("sgd", "adam"):
-      raise ConfigError(where("local_optimizer"), f"unknown {hp['local_optimizer']!r}; accepted: sgd, adam")
-    if "weighting" in hp and hp["weighting"] not in ("uniform", "size"):
-      raise ConfigError(where("weighting"), f"unknown {hp['weighting']!r}; accepted: uniform, size")
+    for n, accepted in CHOICES.items():
+      if n in hp and hp[n] not in accepted:
+        raise ConfigError(where(n), f"unknown {hp[n]!r}; accepted: {', '.join(accepted)}")
+    if "h_min" in hp and not hp["h_min"] >= 0:
+      raise ConfigError(where("h_min"), f"must be >= 0; got {hp['h_min']}")
+    if "channel_var" in hp:
+      _positive(where("channel_var"), hp["channel_var"])
+    if "snr_db" in hp and math.isnan(hp["snr_db"]):
+      raise ConfigError(where("snr_db"), "must be a number of dB or inf")
     for n in ("beta1", "beta2"):
       if n in hp and not 0 <= hp[n] < 1:
         raise ConfigError(where(n), f"must be in [0, 1); got {hp[n]}")

@@ -16,9 +16,11 @@ from __future__ import annotations
 import functools
 
 import chex
+import jax
 
 from fedsim.algorithms.local import make_delta_averaging, local_optimizer
 from fedsim.algorithms.fedavg import FedAvgConfig, server_optimizer
+from fedsim.channels import aircomp
 from fedsim.core.types import FederatedAlgorithm, Task
 from fedsim.estimators import finite_difference
 
@@ -37,6 +39,12 @@ class FedZOConfig:
     direction: ``sphere`` (paper), ``gaussian`` or ``orthogonal`` (FZooS baselines).
     local_optimizer: ``sgd`` (paper eq. 6) or ``adam`` (FZooS baselines).
     weighting: ``uniform`` (paper eq. 1) or ``size``.
+    aggregation: ``mean`` (Alg. 1, exact average of the M sampled deltas) or
+      ``aircomp`` (§IV: every device computes, those with |h| >= h_min transmit
+      over the air; ``clients_per_round`` is then ignored).
+    snr_db, h_min, channel_var, noise_model, empty_round, transceiver: the
+      AirComp channel (fedsim.channels.aircomp.AirCompConfig; paper: h_min = 0.8,
+      h ~ CN(0, 1), SNR in {-10, -5, 0} dB).
   """
   lr: float = 1e-3
   smoothing: float = 1e-3
@@ -47,6 +55,38 @@ class FedZOConfig:
   direction: str = "sphere"
   local_optimizer: str = "sgd"
   weighting: str = "uniform"
+  aggregation: str = "mean"
+  snr_db: float = 0.0
+  h_min: float = 0.8
+  channel_var: float = 1.0
+  noise_model: str = "real_full"
+  empty_round: str = "skip"
+  transceiver: str = "shortcut"
+
+
+AGGREGATIONS = ("mean", "aircomp")
+
+
+def aircomp_config(cfg: FedZOConfig) -> aircomp.AirCompConfig:
+  """The channel settings carried by a FedZO config."""
+  return aircomp.AirCompConfig(snr_db=cfg.snr_db, h_min=cfg.h_min, channel_var=cfg.channel_var,
+                               noise_model=cfg.noise_model, empty_round=cfg.empty_round,
+                               transceiver=cfg.transceiver)
+
+
+def aircomp_aggregator(num_devices: int, ch: aircomp.AirCompConfig):
+  """AirComp aggregation (seed 001 §IV) as an ``Aggregator`` over all N devices:
+  channels from the server key (so noisy and noise-free runs share M_t and every
+  client's local randomness), M_t = {|h| >= h_min}, y = eq. 17."""
+
+  def aggregate(deltas, weights, key):
+    del weights  # eq. 17: equal weights 1/|M_t|
+    k_chan, k_noise = jax.random.split(key)
+    h, mask = aircomp.participating_channels(k_chan, num_devices, ch)
+    y, m_size, _ = aircomp.aggregate(deltas, h, mask, k_noise, ch)
+    return y, m_size
+
+  return aggregate
 
 
 def zo_oracle(direction: str, fd_directions: int, smoothing):
@@ -66,10 +106,16 @@ def make_fedzo(task: Task, cfg: FedZOConfig, name: str = "fedzo") -> FederatedAl
   """
   if cfg.direction not in finite_difference.LAWS:
     raise ValueError(f"unknown direction {cfg.direction!r}; accepted: {', '.join(finite_difference.LAWS)}")
+  if cfg.aggregation not in AGGREGATIONS:
+    raise ValueError(f"unknown aggregation {cfg.aggregation!r}; accepted: {', '.join(AGGREGATIONS)}")
+  aggregator, m = None, cfg.clients_per_round or task.num_clients
+  if cfg.aggregation == "aircomp":
+    ch = aircomp_config(cfg)
+    aircomp.validate(ch)
+    aggregator, m = aircomp_aggregator(task.num_clients, ch), task.num_clients
   return make_delta_averaging(
       name, task, zo_oracle(cfg.direction, cfg.fd_directions, cfg.smoothing),
       local_opt=local_optimizer(cfg.local_optimizer, cfg.lr),
       server_opt=server_optimizer(FedAvgConfig(server_lr=1.0)), local_steps=cfg.local_steps,
-      batch_size=cfg.batch_size, clients_per_round=cfg.clients_per_round or task.num_clients,
-      weighting=cfg.weighting, queries_per_step=(cfg.batch_size if task.stochastic else 1) * (cfg.fd_directions + 1),
+      batch_size=cfg.batch_size, clients_per_round=m, weighting=cfg.weighting, aggregator=aggregator, queries_per_step=(cfg.batch_size if task.stochastic else 1) * (cfg.fd_directions + 1),
       hparams=cfg)

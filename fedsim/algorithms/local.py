@@ -82,6 +82,17 @@ def make_local_update(loss_flat, task: Task, oracle: Oracle, opt: optax.Gradient
   return local_update
 
 
+# (deltas (M, d), weights (M,), server key) -> (aggregate (d,), participants int32)
+Aggregator = Callable[[jax.Array, jax.Array, jax.Array], tuple]
+
+
+def weighted_mean(deltas, weights, key):
+  """The exact aggregate sum_i w_i Delta_i, in a fixed pairwise order (same bits
+  on any device count); every sampled client participates."""
+  del key
+  return pairwise_sum(weights[:, None] * deltas), jnp.int32(deltas.shape[0])
+
+
 class ServerState(NamedTuple):
   """State of the delta-averaging algorithms: x (d,) and the server optimizer's state."""
   x: jax.Array
@@ -91,7 +102,7 @@ class ServerState(NamedTuple):
 def make_delta_averaging(name: str, task: Task, oracle: Oracle, *, local_opt: optax.GradientTransformation,
                          server_opt: optax.GradientTransformation, local_steps: int, batch_size: int,
                          clients_per_round: int, weighting: str, queries_per_step: int,
-                         hparams=None) -> FederatedAlgorithm:
+                         aggregator: Aggregator | None = None, hparams=None) -> FederatedAlgorithm:
   """A FedAvg-shaped algorithm: sample M clients, vmap the local update, average.
 
   Server step (Reddi et al. 2021, Alg. 1): pseudo-gradient = -mean_delta,
@@ -102,6 +113,8 @@ def make_delta_averaging(name: str, task: Task, oracle: Oracle, *, local_opt: op
     weighting: ``uniform`` (1/M, FedZO eq. 1) or ``size`` (n_i / sum n_j over
       the sampled clients, McMahan et al. 2017).
     queries_per_step: oracle queries one local step costs one client.
+    aggregator: how the deltas reach the server (default: the exact weighted
+      mean, ``weighted_mean``); e.g. AirComp's noisy over-the-air sum.
   """
   N = task.num_clients
   M = clients_per_round
@@ -119,7 +132,7 @@ def make_delta_averaging(name: str, task: Task, oracle: Oracle, *, local_opt: op
                                    local_opt, local_steps, batch_size)
 
   def round_fn(state: ServerState, key, data):
-    k_sample, k_clients, _ = rng.round_subkeys(key)
+    k_sample, k_clients, k_server = rng.round_subkeys(key)
     idx = sample_clients(k_sample, N, M)
     clients = jax.tree_util.tree_map(lambda a: jnp.take(a, idx, axis=0), data["clients"])
     keys = rng.client_keys(k_clients, idx)
@@ -129,11 +142,12 @@ def make_delta_averaging(name: str, task: Task, oracle: Oracle, *, local_opt: op
     else:
       sizes = jnp.take(data["sizes"], idx).astype(deltas.dtype)
       w = sizes / jnp.sum(sizes)
-    mean_delta = pairwise_sum(w[:, None] * deltas)  # same bits on any device count
+    mean_delta, participants = (aggregator or weighted_mean)(deltas, w, k_server)
     updates, opt_state = server_opt.update(-mean_delta, state.opt_state, state.x)
-    stats = make_stats(queries=M * local_steps * queries_per_step,
-                       bytes_up=M * d * BYTES_PER_REAL, bytes_down=M * d * BYTES_PER_REAL,
-                       participants=M)
+    stats = make_stats(queries=participants * (local_steps * queries_per_step),
+                       bytes_up=participants * (d * BYTES_PER_REAL),
+                       bytes_down=participants * (d * BYTES_PER_REAL), participants=participants,
+                       empty_rounds=participants == 0)
     return ServerState(x=optax.apply_updates(state.x, updates), opt_state=opt_state), stats
 
   return FederatedAlgorithm(name=name, init=init, round=round_fn,

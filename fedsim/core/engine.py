@@ -73,7 +73,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
   rounds_key = rng.stream(key, "rounds")
   chunk = make_chunk(algorithm)
   evaluate = jax.jit(lambda s, data: task.evaluate(algorithm.solution(s), data))
-  totals = dict(totals or {"queries": 0, "bytes_up": 0, "bytes_down": 0, "participants": 0})
+  totals = dict(totals or {"queries": 0, "bytes_up": 0, "bytes_down": 0, "participants": 0,
+                           "empty_rounds": 0})
   records = []
 
   def record(r):

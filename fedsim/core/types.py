@@ -30,6 +30,8 @@ class RoundStats:
     bytes_up: bytes sent client -> server (float32 payloads: 4 bytes a real).
     bytes_down: bytes sent server -> client.
     participants: number of clients whose update reached the server.
+    empty_rounds: 1 if no client update reached the server this round (e.g.
+      no AirComp device passed the channel threshold), else 0.
 
   Per-round values are int32 (exact up to 2**31 - 1); the engine accumulates
   totals on the host in Python integers, so totals never overflow.
@@ -38,13 +40,14 @@ class RoundStats:
   bytes_up: Array
   bytes_down: Array
   participants: Array
+  empty_rounds: Array
 
 
-def make_stats(queries, bytes_up, bytes_down, participants) -> RoundStats:
+def make_stats(queries, bytes_up, bytes_down, participants, empty_rounds=0) -> RoundStats:
   """Builds a :class:`RoundStats` casting each field to int32."""
   c = lambda v: jnp.asarray(v, jnp.int32)
-  return RoundStats(queries=c(queries), bytes_up=c(bytes_up),
-                    bytes_down=c(bytes_down), participants=c(participants))
+  return RoundStats(queries=c(queries), bytes_up=c(bytes_up), bytes_down=c(bytes_down),
+                    participants=c(participants), empty_rounds=c(empty_rounds))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
