@@ -62,6 +62,8 @@ class ProgressWriter:
 
 def main(argv):
   del argv
+  if not FLAGS["verbosity"].present:  # keep bad-input errors to one line (no backend INFO logs)
+    logging.set_verbosity(logging.WARNING)
   import jax
   from fedsim import algorithms
   from fedsim.core import simulate
