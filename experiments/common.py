@@ -68,7 +68,8 @@ ALGORITHM_DEFAULTS = {"fedzo": {"lr": 1e-2}}
 def define_flags():
   """Defines the core flags (DESIGN.md) and the hyperparameter flags."""
   flags.DEFINE_list("algorithm", ["fedavg", "fedzo"],
-                    f"comma-separated algorithms run side by side: {', '.join(algorithms.REGISTRY)}")
+                    "comma-separated algorithms run side by side, each NAME or NAME:HP=VALUE[:HP=VALUE] "
+                    f"(e.g. fedzo:local_steps=20); NAME in: {', '.join(algorithms.REGISTRY)}")
   flags.DEFINE_string("task", "softmax", f"task: {', '.join(TASKS)}")
   flags.DEFINE_string("dataset", "digits", f"dataset (supervised tasks): {', '.join(DATASETS)}")
   flags.DEFINE_string("data_dir", None, "folder (or LIBSVM file) with the dataset's files")
@@ -83,6 +84,10 @@ def define_flags():
   flags.DEFINE_float("heterogeneity", 5.0, "C, heterogeneity of the synthetic tasks")
   flags.DEFINE_integer("dim", 300, "d, dimension of the synthetic tasks")
   flags.DEFINE_integer("hidden_width", 64, "hidden units of --task=mlp")
+  flags.DEFINE_integer("target_class", 4, "attacked class (--task=attack_cw)")
+  flags.DEFINE_float("attack_c", 1.0, "distortion weight c of the attack loss (FedZO eq. 21)")
+  flags.DEFINE_string("classifier", "mlp", "attacked classifier (--task=attack_cw): mlp, softmax")
+  flags.DEFINE_string("cache_dir", None, "where trained classifiers are cached (default ~/.cache/fedsim)")
   flags.DEFINE_integer("seed", 0, "root seed (data partition, initialisation, all randomness)")
   flags.DEFINE_integer("eval_every", 10, "rounds per compiled chunk / between evaluations")
   flags.DEFINE_string("output_dir", "runs/main", "where config.json, metrics and curves.png go")
@@ -98,8 +103,41 @@ def _define(name, typ, default, help_):
   {float: flags.DEFINE_float, int: flags.DEFINE_integer, str: flags.DEFINE_string}[typ](name, default, help_)
 
 
-def hparams_for(alg: str) -> dict:
-  """The hyperparameters algorithm ``alg`` runs with (see module docstring for precedence)."""
+def parse_spec(spec: str):
+  """Splits an ``--algorithm`` entry ``NAME[:HP=VALUE...]`` into (NAME, overrides).
+
+  ``fedzo:local_steps=20:lr=0.001`` runs FedZO with H = 20 and eta = 1e-3 next to
+  other entries (e.g. ``fedzo:local_steps=5``), each in its own output folder.
+
+  Raises:
+    ConfigError: unknown algorithm, hyperparameter, or a value of the wrong type.
+  """
+  name, *items = spec.split(":")
+  if name not in algorithms.REGISTRY:
+    raise ConfigError("algorithm", f"unknown {name!r}; accepted: {', '.join(algorithms.REGISTRY)}")
+  fields, out = algorithms.config_fields(name), {}
+  for item in items:
+    key, eq, value = item.partition("=")
+    if not eq or key not in fields or key not in HPARAMS:
+      accepted = ", ".join(f for f in fields if f in HPARAMS)
+      raise ConfigError("algorithm", f"bad override {item!r} in {spec!r}; accepted NAME=VALUE "
+                        f"with NAME in: {accepted}")
+    try:
+      out[key] = HPARAMS[key][0](value)
+    except ValueError:
+      raise ConfigError("algorithm", f"{key}={value!r} in {spec!r} is not a {HPARAMS[key][0].__name__}")
+  return name, out
+
+
+def run_label(spec: str) -> str:
+  """The output-folder name of an ``--algorithm`` entry (':' -> '-')."""
+  return spec.replace(":", "-").replace("/", "_")
+
+
+def hparams_for(spec: str) -> dict:
+  """The hyperparameters an ``--algorithm`` entry runs with (see module docstring
+  for precedence; ``NAME:HP=VALUE`` overrides come last)."""
+  alg, overrides = parse_spec(spec)
   cfg = algorithms.default_config(alg)
   cfg.update(ALGORITHM_DEFAULTS.get(alg, {}))
   for name in HPARAMS:
@@ -111,6 +149,7 @@ def hparams_for(alg: str) -> dict:
       cfg[name] = FLAGS[name].value
   if "clients_per_round" in cfg:
     cfg["clients_per_round"] = FLAGS.clients_per_round
+  cfg.update(overrides)
   return cfg
 
 
@@ -128,9 +167,10 @@ def validate():
   Raises:
     ConfigError: naming the flag and the accepted values.
   """
-  for alg in FLAGS.algorithm:
-    if alg not in algorithms.REGISTRY:
-      raise ConfigError("algorithm", f"unknown {alg!r}; accepted: {', '.join(algorithms.REGISTRY)}")
+  for spec in FLAGS.algorithm:
+    parse_spec(spec)
+  if len({run_label(s) for s in FLAGS.algorithm}) != len(FLAGS.algorithm):
+    raise ConfigError("algorithm", "an entry is repeated; give repeated algorithms different overrides")
   if not FLAGS.algorithm:
     raise ConfigError("algorithm", f"empty; accepted: {', '.join(algorithms.REGISTRY)}")
   if FLAGS.task not in TASKS:
@@ -155,9 +195,11 @@ def validate():
   import jax
   if not 0 <= FLAGS.num_devices <= jax.device_count():
     raise ConfigError("num_devices", f"must be in [0, {jax.device_count()}]; got {FLAGS.num_devices}")
-  for alg in FLAGS.algorithm:
-    hp = hparams_for(alg)
-    where = lambda n: f"{alg}_{n}" if FLAGS[f"{alg}_{n}"].present else n
+  for spec in FLAGS.algorithm:
+    alg, overrides = parse_spec(spec)
+    hp = hparams_for(spec)
+    where = lambda n: ("algorithm" if n in overrides else
+                       f"{alg}_{n}" if FLAGS[f"{alg}_{n}"].present else n)
     for n in ("lr", "smoothing", "server_lr", "tau"):
       if n in hp:
         _positive(where(n), hp[n])
@@ -187,7 +229,9 @@ def build_task():
                    data_dir=FLAGS.data_dir, partition=FLAGS.partition,
                    dirichlet_alpha=FLAGS.dirichlet_alpha, shards_per_client=FLAGS.shards_per_client,
                    quantity_law=FLAGS.quantity_law, quantity_sigma=FLAGS.quantity_sigma,
-                   hidden_width=FLAGS.hidden_width, dim=FLAGS.dim, heterogeneity=FLAGS.heterogeneity)
+                   hidden_width=FLAGS.hidden_width, dim=FLAGS.dim, heterogeneity=FLAGS.heterogeneity,
+                   target_class=FLAGS.target_class, attack_c=FLAGS.attack_c,
+                   classifier=FLAGS.classifier, cache_dir=FLAGS.cache_dir)
 
 
 def parse_flags_or_exit(argv):

@@ -16,7 +16,7 @@ def plot_curves(histories: dict[str, list[dict]], path: str, title: str = ""):
     histories: algorithm name -> list of metrics records (``round``,
       ``queries``, ``objective``, optional ``test_accuracy``).
   """
-  extra = next((k for k in ("test_accuracy", "optimality_gap")
+  extra = next((k for k in ("test_accuracy", "attack_accuracy", "optimality_gap")
                 if any(k in r for h in histories.values() for r in h)), None)
   ncol = 3 if extra else 2
   fig, axes = plt.subplots(1, ncol, figsize=(5 * ncol, 4))

@@ -38,6 +38,10 @@ def _version():
     return "unknown"
 
 
+# Task metrics shown on the progress line, with their short names.
+HEADLINE = (("test_accuracy", "acc"), ("attack_accuracy", "attack_acc"), ("optimality_gap", "gap"))
+
+
 class ProgressWriter:
   """Writes metrics.jsonl as records arrive and prints one progress line each."""
 
@@ -51,10 +55,10 @@ class ProgressWriter:
     self.f.flush()
     self.history.append(rec)
     r, el = rec["round"], rec["wall_time_s"]
-    eta = el / r * (self.total - r) if r else float("nan")
-    acc = f" acc {rec['test_accuracy']:.4f}" if "test_accuracy" in rec else ""
-    print(f"[{self.alg}] round {r}/{self.total} objective {rec['objective']:.5g}{acc} "
-          f"queries {rec['queries']:.3e} elapsed {el:.1f}s ETA {eta:.1f}s", flush=True)
+    eta = f"{el / r * (self.total - r):.1f}s" if r else "-"
+    extra = "".join(f" {short} {rec[key]:.4g}" for key, short in HEADLINE if key in rec)
+    print(f"[{self.alg}] round {r}/{self.total} objective {rec['objective']:.5g}{extra} "
+          f"queries {rec['queries']:.3e} elapsed {el:.1f}s ETA {eta}", flush=True)
 
   def close(self):
     self.f.close()
@@ -72,8 +76,15 @@ def main(argv):
   try:
     common.validate()
     task = common.build_task()
-    hps = {alg: common.hparams_for(alg) for alg in FLAGS.algorithm}
-    algs = {alg: algorithms.build(alg, task, **hps[alg]) for alg in FLAGS.algorithm}
+    hps = {common.run_label(spec): common.hparams_for(spec) for spec in FLAGS.algorithm}
+    names = {common.run_label(spec): common.parse_spec(spec)[0] for spec in FLAGS.algorithm}
+    for label in hps:
+      try:  # builders check their own settings (shapes, laws) without compiling
+        algorithms.build(names[label], task, **hps[label])
+      except ValueError as e:
+        if isinstance(e, ConfigError):
+          raise
+        raise ConfigError("algorithm", f"{label}: {e}") from None
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
@@ -84,14 +95,16 @@ def main(argv):
   config = {"flags": {k: v for k, v in FLAGS.flag_values_dict().items() if k in _own_flags()},
             "version": _version(), "jax_version": jax.__version__, "backend": jax.default_backend(),
             "devices": mesh.devices.size, "task": {"name": task.name, "dim": task.dim, **task.info},
-            "algorithms": hps}
+            "algorithms": {label: {"algorithm": names[label], **hp} for label, hp in hps.items()}}
   with open(os.path.join(FLAGS.output_dir, "config.json"), "w") as f:
     json.dump(config, f, indent=2, default=str)
   print(f"task {task.name}: d = {task.dim}, N = {task.num_clients}; "
         f"algorithms {', '.join(FLAGS.algorithm)}; output {FLAGS.output_dir}", flush=True)
 
   histories, diverged = {}, []
-  for alg_name, alg in _rebuild(algs, task, hps).items():
+  for alg_name in hps:
+    # Built on the sharded task (cheap: builders only close over functions).
+    alg = algorithms.build(names[alg_name], task, **hps[alg_name])
     os.makedirs(os.path.join(FLAGS.output_dir, alg_name), exist_ok=True)
     writer = ProgressWriter(alg_name, os.path.join(FLAGS.output_dir, alg_name, "metrics.jsonl"),
                             FLAGS.rounds)
@@ -108,12 +121,6 @@ def main(argv):
   print(f"wrote {FLAGS.output_dir}/config.json, */metrics.jsonl, curves.png", flush=True)
   if diverged:
     sys.exit(1)
-
-
-def _rebuild(algs, task, hps):
-  """Re-binds the algorithms to the sharded task (cheap: builders only close over functions)."""
-  from fedsim import algorithms
-  return {name: algorithms.build(name, task, **hps[name]) for name in algs}
 
 
 def _own_flags():

@@ -175,7 +175,7 @@ def make_attack_cw_task(dataset: Dataset | str, num_clients: int, *, seed: int =
     raise ConfigError("classifier", f"unknown {classifier!r}; accepted: {', '.join(CLASSIFIERS)}")
   c = float(c)
   if not (math.isfinite(c) and c >= 0):
-    raise ConfigError("c", f"must be finite and >= 0; got {c}")
+    raise ConfigError("attack_c", f"must be finite and >= 0; got {c}")
   num_classes = int(dataset.num_classes)
   if int(target_class) != target_class or not 0 <= target_class < num_classes:
     raise ConfigError("target_class", f"must be an integer in [0, {num_classes}); got {target_class}")
