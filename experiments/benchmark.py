@@ -173,7 +173,11 @@ def time_calls(fn: Callable[[], object], repeats: int, min_time: float, warmup: 
   repeat lasts about ``min_time`` (k = 1 without a warm-up).
 
   Returns:
-    (seconds per call of each repeat, warm-up seconds or None, k).
+    A dict: ``seconds`` (per call, one per repeat), ``best``, ``median``,
+    ``warmup_s`` (None without a warm-up), ``calls_per_repeat`` (k) and
+    ``cpu_per_wall``: this process's CPU seconds / wall seconds over the
+    repeats (about 1 for one busy thread; well below 1 when other processes
+    took the CPU, a sign of a disturbed measurement).
   """
   warm, k = None, 1
   if warmup:
@@ -183,16 +187,15 @@ def time_calls(fn: Callable[[], object], repeats: int, min_time: float, warmup: 
     if min_time > 0:
       k = max(1, math.ceil(min_time / max(warm, 1e-6)))
   out = []
+  wall0, cpu0 = time.perf_counter(), time.process_time()
   for _ in range(repeats):
     t = time.perf_counter()
     for _ in range(k):
       fn()
     out.append((time.perf_counter() - t) / k)
-  return out, warm, k
-
-
-def _summary(times: Sequence[float]) -> dict:
-  return {"best": min(times), "median": statistics.median(times), "all": list(times)}
+  cpu_per_wall = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
+  return {"seconds": out, "best": min(out), "median": statistics.median(out), "warmup_s": warm,
+          "calls_per_repeat": k, "cpu_per_wall": cpu_per_wall}
 
 
 # ----------------------------------------------------------------------------- measurements
@@ -202,9 +205,9 @@ def measure_vmapped(alg, task, settings: Settings) -> dict:
   """Compiles one chunk of ``rounds_per_chunk`` rounds, warms it up and times it.
 
   Returns:
-    ``compile_s``, ``seconds_per_round`` (best/median/all), the compiled
-    executable's ``memory_analysis`` and the final state's first leaf (for a
-    finiteness check).
+    ``compile_s``, ``timing`` (:func:`time_calls` of one chunk), the compiled
+    executable's ``memory`` analysis and ``state_finite`` (the final state is
+    finite).
   """
   import jax
   import jax.numpy as jnp
@@ -225,12 +228,10 @@ def measure_vmapped(alg, task, settings: Settings) -> dict:
     jax.block_until_ready((s, stats))
     box["state"], box["round"] = s, box["round"] + length
 
-  times, warm, k = time_calls(run_chunk, settings.repeats, settings.min_time)
-  per_round = [t / length for t in times]
+  timing = time_calls(run_chunk, settings.repeats, settings.min_time)
   leaves = jax.tree_util.tree_leaves(box["state"])
   finite = bool(all(jnp.all(jnp.isfinite(l)) for l in leaves if jnp.issubdtype(l.dtype, jnp.floating)))
-  return {"compile_s": compile_s, "first_call_s": warm, "chunks_per_repeat": k,
-          "seconds_per_round": _summary(per_round), "memory": compiled_memory(compiled),
+  return {"compile_s": compile_s, "timing": timing, "memory": compiled_memory(compiled),
           "state_finite": finite}
 
 
@@ -243,7 +244,7 @@ def measure_sequential(alg, task, settings: Settings) -> dict:
   on the device, averaged and applied, then the result is blocked on.
 
   Returns:
-    ``clients_timed``, ``seconds_per_round`` over those clients (best/median/all).
+    ``clients_timed`` and ``timing`` (:func:`time_calls` of one pass over them).
   """
   import jax
   import jax.numpy as jnp
@@ -268,9 +269,7 @@ def measure_sequential(alg, task, settings: Settings) -> dict:
       total = total + update(x0, row, k)
     jax.block_until_ready(x0 + total / s)
 
-  times, warm, k = time_calls(one_round, settings.repeats, settings.min_time)
-  return {"clients_timed": s, "first_call_s": warm, "calls_per_repeat": k,
-          "seconds_per_round": _summary(times)}
+  return {"clients_timed": s, "timing": time_calls(one_round, settings.repeats, settings.min_time)}
 
 
 def compiled_memory(compiled) -> dict:
@@ -344,11 +343,10 @@ def measure_normal_rates(count: int, dim: int, b2: int, law: str, settings: Sett
   # With several pieces a repeat already lasts long (and the compiled piece has
   # run): no warm-up pass over the whole count.
   warm = pieces == 1
-  raw_times, _, _ = time_calls(run(raw), settings.repeats, settings.min_time, warmup=warm)
-  law_times, _, _ = time_calls(run(law_fn), settings.repeats, settings.min_time, warmup=warm)
-  return {"count": drawn, "pieces": pieces, "raw_seconds": _summary(raw_times),
-          "law_seconds": _summary(law_times), "raw_per_s": drawn / min(raw_times),
-          "law_per_s": drawn / min(law_times)}
+  raw_t = time_calls(run(raw), settings.repeats, settings.min_time, warmup=warm)
+  law_t = time_calls(run(law_fn), settings.repeats, settings.min_time, warmup=warm)
+  return {"count": drawn, "pieces": pieces, "raw_timing": raw_t, "law_timing": law_t,
+          "raw_per_s": drawn / raw_t["best"], "law_per_s": drawn / law_t["best"]}
 
 
 def benchmark_one(name: str, num_clients: int, settings: Settings,
@@ -370,18 +368,19 @@ def benchmark_one(name: str, num_clients: int, settings: Settings,
   tag = f"[{name} N={n}]"
 
   vm = measure_vmapped(alg, task, settings)
-  spr = vm["seconds_per_round"]["best"]
+  length = settings.rounds_per_chunk
+  vt = vm["timing"]
+  spr = vt["best"] / length
   vm_rate = n * h / spr
-  log(f"{tag} vmapped: {spr:.4g} s/round (median {vm['seconds_per_round']['median']:.4g}), "
-      f"{vm_rate:,.0f} client steps/s; compile {vm['compile_s']:.2f} s")
+  log(f"{tag} vmapped: {spr:.4g} s/round (median {vt['median'] / length:.4g}), "
+      f"{vm_rate:,.0f} client steps/s; compile {vm['compile_s']:.2f} s; cpu/wall {vt['cpu_per_wall']:.2f}")
 
   sq = measure_sequential(alg, task, settings)
-  s = sq["clients_timed"]
-  sq_spr = sq["seconds_per_round"]["best"]
-  sq_rate = s * h / sq_spr
+  s, st = sq["clients_timed"], sq["timing"]
+  sq_rate = s * h / st["best"]
   speedup = vm_rate / sq_rate
-  log(f"{tag} sequential ({s} of {n} clients timed): {sq_spr / s * 1e3:.3g} ms/client, "
-      f"{sq_rate:,.0f} client steps/s; speedup {speedup:.2f}x")
+  log(f"{tag} sequential ({s} of {n} clients timed): {st['best'] / s * 1e3:.3g} ms/client, "
+      f"{sq_rate:,.0f} client steps/s; speedup {speedup:.2f}x; cpu/wall {st['cpu_per_wall']:.2f}")
 
   mem = dict(vm["memory"], **process_memory())
   log(f"{tag} memory: compiled temp {_mib(mem['temp_bytes'])} + args {_mib(mem['argument_bytes'])} "
@@ -392,13 +391,15 @@ def benchmark_one(name: str, num_clients: int, settings: Settings,
       "algorithm": name, "num_clients": n, "dim": d, "local_steps": h,
       "batch_size": cfg.batch_size, "hparams": {k: _jsonable(v) for k, v in dataclasses.asdict(cfg).items()},
       "samples_per_client": settings.samples_per_client, "rounds_per_chunk": settings.rounds_per_chunk,
-      "repeats": settings.repeats, "compile_s": vm["compile_s"], "first_chunk_s": vm["first_call_s"],
-      "seconds_per_round": spr, "seconds_per_round_median": vm["seconds_per_round"]["median"],
-      "seconds_per_round_all": vm["seconds_per_round"]["all"],
+      "repeats": settings.repeats, "compile_s": vm["compile_s"], "first_chunk_s": vt["warmup_s"],
+      "seconds_per_round": spr, "seconds_per_round_median": vt["median"] / length,
+      "seconds_per_round_all": [t / length for t in vt["seconds"]],
+      "chunks_per_repeat": vt["calls_per_repeat"], "vmapped_cpu_per_wall": vt["cpu_per_wall"],
       "vmapped_steps_per_s": vm_rate, "state_finite": vm["state_finite"],
       "sequential_clients_timed": s, "sequential_subset": s < n,
-      "sequential_seconds_per_client": sq_spr / s,
-      "sequential_seconds_per_client_median": sq["seconds_per_round"]["median"] / s,
+      "sequential_seconds_per_client": st["best"] / s,
+      "sequential_seconds_per_client_median": st["median"] / s,
+      "sequential_passes_per_repeat": st["calls_per_repeat"], "sequential_cpu_per_wall": st["cpu_per_wall"],
       "sequential_steps_per_s": sq_rate,
       "sequential_note": ("python loop over clients of a per-client jitted make_local_update; "
                           f"{s} of {n} clients timed, rate per client local step"),
@@ -416,7 +417,8 @@ def benchmark_one(name: str, num_clients: int, settings: Settings,
         "raw_normal_count": nr["count"], "raw_normal_pieces": nr["pieces"],
         "law_per_s": nr["law_per_s"], "ratio": engine_rate / nr["raw_per_s"],
         "law_ratio": nr["law_per_s"] / nr["raw_per_s"],
-        "raw_normal_seconds": nr["raw_seconds"], "law_seconds": nr["law_seconds"],
+        "raw_normal_seconds": nr["raw_timing"]["seconds"], "law_seconds": nr["law_timing"]["seconds"],
+        "raw_normal_cpu_per_wall": nr["raw_timing"]["cpu_per_wall"],
     }
     dr = record["directions"]
     log(f"{tag} directions: engine {engine_rate / 1e6:,.1f} M/s, raw normal {dr['raw_normal_per_s'] / 1e6:,.1f} M/s "

@@ -26,6 +26,7 @@ FLAGS = flags.FLAGS
 
 # Hyperparameters settable for all algorithms (--NAME) or one (--ALG_NAME).
 HPARAMS = {
+    "clients_per_round": (int, "clients sampled per round (M)"),
     "lr": (float, "client learning rate (eta)"),
     "local_steps": (int, "local steps per round (H)"),
     "batch_size": (int, "samples per local step (b1 / B)"),
@@ -45,7 +46,15 @@ HPARAMS = {
     "noise_model": (str, "AirComp noise: real_full, complex_real_part, code_compat"),
     "empty_round": (str, "AirComp round with no device: skip (keep model), resample (code)"),
     "transceiver": (str, "AirComp simulation: shortcut (eq. 17), full (eqs. 14-17)"),
+    "variant": (str, "DZOPA / ZONE-S form: paper, code (the authors' code)"),
+    "consensus_weight": (float, "DZOPA code variant: consensus weight gamma_c"),
+    "alpha": (float, "DZOPA consensus weight alpha / ZONE-S alpha (default 1/N)"),
+    "beta": (float, "DZOPA dual step beta"),
+    "rho": (float, "ZONE-S penalty rho (paper 500; code 1/lr = 5e5)"),
 }
+
+# Hyperparameters that are core flags (always given, no per-algorithm default).
+CORE_HPARAMS = ("clients_per_round",)
 
 # Accepted values of the string hyperparameters.
 CHOICES = {
@@ -56,6 +65,7 @@ CHOICES = {
     "noise_model": ("real_full", "complex_real_part", "code_compat"),
     "empty_round": ("skip", "resample"),
     "transceiver": ("shortcut", "full"),
+    "variant": ("paper", "code"),
 }
 
 # This binary's per-algorithm defaults where the paper's value does not suit
@@ -93,7 +103,8 @@ def define_flags():
   flags.DEFINE_string("output_dir", "runs/main", "where config.json, metrics and curves.png go")
   flags.DEFINE_integer("num_devices", 0, "devices of the 'clients' mesh axis (0 = all)")
   for name, (typ, help_) in HPARAMS.items():
-    _define(name, typ, None, f"{help_}; sets it for every algorithm (default: each algorithm's own)")
+    if name not in CORE_HPARAMS:
+      _define(name, typ, None, f"{help_}; sets it for every algorithm (default: each algorithm's own)")
     for alg in algorithms.REGISTRY:
       if name in algorithms.config_fields(alg):
         _define(f"{alg}_{name}", typ, None, f"{help_}, for {alg} only")
@@ -141,14 +152,15 @@ def hparams_for(spec: str) -> dict:
   cfg = algorithms.default_config(alg)
   cfg.update(ALGORITHM_DEFAULTS.get(alg, {}))
   for name in HPARAMS:
-    if name not in cfg:
+    if name not in cfg or name in CORE_HPARAMS:
       continue
     if FLAGS[f"{alg}_{name}"].present:
       cfg[name] = FLAGS[f"{alg}_{name}"].value
     elif FLAGS[name].present:
       cfg[name] = FLAGS[name].value
   if "clients_per_round" in cfg:
-    cfg["clients_per_round"] = FLAGS.clients_per_round
+    flag = FLAGS[f"{alg}_clients_per_round"]
+    cfg["clients_per_round"] = flag.value if flag.present else FLAGS.clients_per_round
   cfg.update(overrides)
   return cfg
 
@@ -200,14 +212,17 @@ def validate():
     hp = hparams_for(spec)
     where = lambda n: ("algorithm" if n in overrides else
                        f"{alg}_{n}" if FLAGS[f"{alg}_{n}"].present else n)
-    for n in ("lr", "smoothing", "server_lr", "tau"):
+    for n in ("lr", "smoothing", "server_lr", "tau", "rho", "consensus_weight"):
       if n in hp:
         _positive(where(n), hp[n])
+    if "clients_per_round" in hp and not 1 <= hp["clients_per_round"] <= FLAGS.num_clients:
+      raise ConfigError(where("clients_per_round"), f"must be in [1, num_clients={FLAGS.num_clients}]; "
+                        f"got {hp['clients_per_round']}")
     for n in ("local_steps", "batch_size", "fd_directions"):
-      if n in hp and hp[n] < 1:
+      if hp.get(n) is not None and hp[n] < 1:
         raise ConfigError(where(n), f"must be >= 1; got {hp[n]}")
     for n, accepted in CHOICES.items():
-      if n in hp and hp[n] not in accepted:
+      if hp.get(n) is not None and hp[n] not in accepted:
         raise ConfigError(where(n), f"unknown {hp[n]!r}; accepted: {', '.join(accepted)}")
     if "h_min" in hp and not hp["h_min"] >= 0:
       raise ConfigError(where("h_min"), f"must be >= 0; got {hp['h_min']}")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 
 from fedsim.algorithms.fedavg import FedAvgConfig, make_fedavg
+from fedsim.algorithms.dzopa import DZOPAConfig, make_dzopa
 from fedsim.algorithms.fedzo import FedZOConfig, make_fedzo
+from fedsim.algorithms.zone_s import ZONESConfig, make_zone_s
 from fedsim.core.errors import ConfigError
 
 REGISTRY = {
@@ -20,6 +22,9 @@ REGISTRY = {
     "fedyogi": (FedAvgConfig, {"server_optimizer": "yogi", "server_lr": 1e-2}, make_fedavg),
     "fedadagrad": (FedAvgConfig, {"server_optimizer": "adagrad", "server_lr": 1e-1}, make_fedavg),
     "fedzo": (FedZOConfig, {}, make_fedzo),
+    # The FedZO paper's attack baselines (seed 001 §V-A); variant=code for the authors' code.
+    "dzopa": (DZOPAConfig, {}, make_dzopa),
+    "zone_s": (ZONESConfig, {}, make_zone_s),
 }
 
 

@@ -29,8 +29,10 @@ Two forms (``variant``):
 
       x_i <- x_i - gamma_c (L x)_i - eta G_i.
 
-  With ``alpha = gamma_c / eta`` and ``beta = 0`` the paper form is the code
-  form (up to rounding of eta * alpha).
+  With ``alpha = gamma_c / eta``, ``beta = 0`` and sphere directions the paper
+  form is the code form (up to rounding of eta * alpha). The code's estimator
+  (``GradEst``) scales by d whatever the direction law, so under ``code`` a
+  Gaussian law is multiplied by d (sphere, the default, is unchanged).
 
 Estimate h (h = 0..local_steps-1) of client i uses ``fold_in(k_i, h)`` split
 into a data key (the b1-sample mini-batch shared by all b2 + 1 queries) and a
