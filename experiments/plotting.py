@@ -6,6 +6,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 
 def plot_curves(histories: dict[str, list[dict]], path: str, title: str = ""):
@@ -35,6 +36,7 @@ def plot_curves(histories: dict[str, list[dict]], path: str, title: str = ""):
   axes[1].set_xlabel("queries (summed over clients)")
   axes[1].set_ylabel("objective")
   axes[1].set_xscale("log")
+  axes[1].xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # no overlapping labels
   if extra:
     axes[2].set_xlabel("round")
     axes[2].set_ylabel(extra.replace("_", " "))
