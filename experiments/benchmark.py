@@ -30,7 +30,8 @@ list) on the digits softmax task (d = 650) it measures:
 4. For zeroth-order algorithms: directions generated per second in the engine,
    N * H * b2 * d normals per round / seconds per round, against the raw
    ``jax.random.normal`` rate measured in the same run on the same total count
-   (jitted, in pieces of at most 2**25 numbers when larger) and against the
+   (jitted, one call per local step of all N clients, as the engine draws them,
+   split further into calls of at most 2**25 numbers) and against the
    direction law alone (``fedsim.estimators.directions``, one key per client
    step as in the engine); ``ratio`` = engine rate / raw rate.
 
@@ -40,9 +41,15 @@ replacement (``numpy.random.default_rng(--seed)``) and
 ``fedsim.data.to_client_arrays`` pads them into the Task layout. The numbers
 measure the simulator, not learning.
 
-Timings are the best of ``--repeats`` repeats (each repeat runs the measured
-call enough times to last ``--min_time`` seconds); the medians are in the JSON
-too. The best is the least disturbed by other processes on a shared machine.
+The workloads of one (algorithm, N) (engine chunk, sequential loop, raw
+normals, direction law) are timed in alternation, ``--repeats`` times, each
+repeat running a workload enough times to last ``--min_time`` seconds. Rates
+come from the best repeat (the least disturbed by other processes on a shared
+machine; medians are in the JSON too); ``speedup`` and the direction ``ratio``
+are medians over repeats of side-by-side ratios, so a load change between
+workloads does not bias them. ``*_cpu_per_wall`` (process CPU time / wall
+time) flags disturbed measurements: about 1 for one busy thread, below 1 when
+other processes took the CPU.
 
 Writes --output_dir/benchmark.json (environment, settings and one record per
 (algorithm, N)) and benchmark.md (a markdown table), rewritten after every
@@ -72,7 +79,9 @@ from fedsim.core.errors import ConfigError
 
 FLAGS = flags.FLAGS
 
-PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+# jax.random key implementations --prng_impl accepts (the philox / threefry4x32
+# ones need a recent JAX).
+PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg", "philox2x32", "philox4x32", "threefry4x32")
 # Per-algorithm hyperparameters of the benchmark (FedAvgConfig algorithms);
 # FedZO keeps its paper defaults.
 FIRST_ORDER_HPARAMS = {"lr": 0.1, "local_steps": 5, "batch_size": 20}
@@ -165,49 +174,68 @@ def _client_update_parts(cfg):
 # ----------------------------------------------------------------------------- timing
 
 
-def time_calls(fn: Callable[[], object], repeats: int, min_time: float, warmup: bool = True):
-  """Times ``fn`` (which must block until its work is done).
+def time_interleaved(fns: dict, repeats: int, min_time: float) -> dict:
+  """Times several workloads in alternation, so slow drifts in machine load hit all alike.
 
-  One untimed warm-up call (unless ``warmup`` is False), then ``repeats``
-  repeats; each repeat calls ``fn`` k times, k chosen from the warm-up so a
-  repeat lasts about ``min_time`` (k = 1 without a warm-up).
+  Every function must block until its work is done. Each gets one untimed
+  warm-up call (unless its ``warmup`` is False), which fixes k, the number of
+  calls that makes one of its repeats last about ``min_time`` (k = 1 without
+  a warm-up or with ``min_time`` 0). Then ``repeats`` rounds run: in each, every
+  function is called k times in turn and timed.
+
+  Args:
+    fns: name -> (function, warmup).
+    repeats: timed repeats.
+    min_time: seconds one repeat of one function lasts at least.
 
   Returns:
-    A dict: ``seconds`` (per call, one per repeat), ``best``, ``median``,
-    ``warmup_s`` (None without a warm-up), ``calls_per_repeat`` (k) and
-    ``cpu_per_wall``: this process's CPU seconds / wall seconds over the
-    repeats (about 1 for one busy thread; well below 1 when other processes
+    name -> dict: ``seconds`` (wall, per call, one per repeat), ``best``,
+    ``median``, ``warmup_s`` (None without a warm-up), ``calls_per_repeat``
+    (k), ``cpu_seconds`` (this process's CPU time per call, one per repeat)
+    and ``cpu_per_wall`` over the repeats (about 1 for one busy thread, up to
+    the core count when XLA uses several; well below 1 when other processes
     took the CPU, a sign of a disturbed measurement).
   """
-  warm, k = None, 1
-  if warmup:
-    t = time.perf_counter()
-    fn()
-    warm = time.perf_counter() - t
-    if min_time > 0:
-      k = max(1, math.ceil(min_time / max(warm, 1e-6)))
-  out = []
-  wall0, cpu0 = time.perf_counter(), time.process_time()
-  for _ in range(repeats):
-    t = time.perf_counter()
-    for _ in range(k):
+  out = {}
+  for name, (fn, warmup) in fns.items():
+    warm, k = None, 1
+    if warmup:
+      t = time.perf_counter()
       fn()
-    out.append((time.perf_counter() - t) / k)
-  cpu_per_wall = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
-  return {"seconds": out, "best": min(out), "median": statistics.median(out), "warmup_s": warm,
-          "calls_per_repeat": k, "cpu_per_wall": cpu_per_wall}
+      warm = time.perf_counter() - t
+      if min_time > 0:
+        k = max(1, math.ceil(min_time / max(warm, 1e-6)))
+    out[name] = {"warmup_s": warm, "calls_per_repeat": k, "seconds": [], "cpu_seconds": []}
+  for _ in range(repeats):
+    for name, (fn, _) in fns.items():
+      k = out[name]["calls_per_repeat"]
+      t, c = time.perf_counter(), time.process_time()
+      for _ in range(k):
+        fn()
+      out[name]["seconds"].append((time.perf_counter() - t) / k)
+      out[name]["cpu_seconds"].append((time.process_time() - c) / k)
+  for r in out.values():
+    r.update(best=min(r["seconds"]), median=statistics.median(r["seconds"]),
+             cpu_per_wall=sum(r["cpu_seconds"]) / max(sum(r["seconds"]), 1e-12))
+  return out
 
 
-# ----------------------------------------------------------------------------- measurements
+def _paired_median(num: Sequence[float], den: Sequence[float]) -> float:
+  """Median over repeats of num[i] / den[i] (times taken side by side)."""
+  return statistics.median(a / b for a, b in zip(num, den))
 
 
-def measure_vmapped(alg, task, settings: Settings) -> dict:
-  """Compiles one chunk of ``rounds_per_chunk`` rounds, warms it up and times it.
+# ----------------------------------------------------------------------------- workloads
+
+
+def prepare_vmapped(alg, task, settings: Settings):
+  """Compiles one chunk of ``rounds_per_chunk`` rounds of the engine.
 
   Returns:
-    ``compile_s``, ``timing`` (:func:`time_calls` of one chunk), the compiled
-    executable's ``memory`` analysis and ``state_finite`` (the final state is
-    finite).
+    (run_chunk, info): ``run_chunk()`` runs the compiled chunk once on the
+    current state and blocks (successive calls chain the state and the round
+    index); ``info`` has ``compile_s``, ``memory`` (:func:`compiled_memory`)
+    and ``state_finite()`` (whether the current state is finite).
   """
   import jax
   import jax.numpy as jnp
@@ -228,23 +256,26 @@ def measure_vmapped(alg, task, settings: Settings) -> dict:
     jax.block_until_ready((s, stats))
     box["state"], box["round"] = s, box["round"] + length
 
-  timing = time_calls(run_chunk, settings.repeats, settings.min_time)
-  leaves = jax.tree_util.tree_leaves(box["state"])
-  finite = bool(all(jnp.all(jnp.isfinite(l)) for l in leaves if jnp.issubdtype(l.dtype, jnp.floating)))
-  return {"compile_s": compile_s, "timing": timing, "memory": compiled_memory(compiled),
-          "state_finite": finite}
+  def state_finite():
+    leaves = jax.tree_util.tree_leaves(box["state"])
+    return bool(all(jnp.all(jnp.isfinite(l)) for l in leaves if jnp.issubdtype(l.dtype, jnp.floating)))
+
+  return run_chunk, {"compile_s": compile_s, "memory": compiled_memory(compiled),
+                     "state_finite": state_finite}
 
 
-def measure_sequential(alg, task, settings: Settings) -> dict:
-  """Times one round of a Python loop over clients calling a per-client jitted update.
+def prepare_sequential(alg, task, settings: Settings):
+  """The sequential baseline: a Python loop over clients of a per-client jitted update.
 
-  Clients 0..S-1 (S = min(N, sequential_clients)) run
-  ``make_local_update(...)`` (jitted once, one client at a time) from the
-  initial point with their own data row and round key; the deltas are summed
-  on the device, averaged and applied, then the result is blocked on.
+  Clients 0..S-1 (S = min(N, sequential_clients)) run ``make_local_update``
+  (the algorithm's oracle and local optimizer, jitted once, one client per
+  call) from the initial point with their own data row and round key; the
+  deltas are summed on the device, averaged and applied, then the result is
+  blocked on. Rows and keys are split beforehand (what a sequential simulator
+  holds: one dataset and one key per client).
 
   Returns:
-    ``clients_timed`` and ``timing`` (:func:`time_calls` of one pass over them).
+    (one_round, S): ``one_round()`` runs that loop once.
   """
   import jax
   import jax.numpy as jnp
@@ -257,7 +288,6 @@ def measure_sequential(alg, task, settings: Settings) -> dict:
   x0, loss_flat = flat_problem(task, rng.stream(key, "init"))
   update = jax.jit(make_local_update(loss_flat, task, oracle, opt, cfg.local_steps, cfg.batch_size))
   s = min(task.num_clients, settings.sequential_clients)
-  # What a sequential simulator holds: one data row and one key per client.
   rows = [jax.tree_util.tree_map(lambda a, i=i: a[i], task.client_data) for i in range(s)]
   _, k_clients, _ = rng.round_subkeys(rng.round_key(rng.stream(key, "rounds"), 0))
   keys = [rng.client_key(k_clients, i) for i in range(s)]
@@ -269,7 +299,51 @@ def measure_sequential(alg, task, settings: Settings) -> dict:
       total = total + update(x0, row, k)
     jax.block_until_ready(x0 + total / s)
 
-  return {"clients_timed": s, "timing": time_calls(one_round, settings.repeats, settings.min_time)}
+  return one_round, s
+
+
+def prepare_normals(count: int, dim: int, b2: int, law: str, settings: Settings,
+                    steps_per_call: int | None = None):
+  """Raw ``jax.random.normal`` and direction-law workloads of ``count`` numbers of width ``dim``.
+
+  The count (capped by ``settings.max_normals``) is generated as ``pieces``
+  jitted calls of one shape, each from its own key: ``steps_per_call`` client
+  steps' worth (b2 * dim numbers each; the engine draws one local step of all
+  N clients at once, so N is the natural value), at most 2**25 numbers, so
+  large counts neither exhaust memory nor compile more than once. The raw
+  workload draws (rows, dim) normals per call; the law workload draws ``b2``
+  directions per key with ``fedsim.estimators.directions`` under ``vmap`` over
+  keys, as one client step of the engine does. Both are compiled (and run
+  once) here.
+
+  Returns:
+    (raw, law, info): two blocking workloads and ``count`` (numbers one call
+    of either draws, the requested count rounded up to whole pieces) and
+    ``pieces``.
+  """
+  import jax
+  from fedsim.estimators import directions
+
+  if settings.max_normals is not None:
+    count = min(count, settings.max_normals)
+  steps_total = max(1, math.ceil(count / (b2 * dim)))           # client steps' worth
+  steps_piece = max(1, min(steps_total, steps_per_call or steps_total, MAX_PIECE // (b2 * dim)))
+  pieces = math.ceil(steps_total / steps_piece)
+  root = jax.random.key(settings.seed + 1)
+  raw = jax.jit(lambda k, i: jax.random.normal(jax.random.fold_in(k, i), (steps_piece * b2, dim)))
+  law_fn = jax.jit(lambda k, i: jax.vmap(lambda kk: directions(kk, b2, dim, law))(
+      jax.random.split(jax.random.fold_in(k, i), steps_piece)))
+
+  def workload(fn):
+    jax.block_until_ready(fn(root, 0))  # compiles outside the timing
+
+    def go():
+      for i in range(pieces):
+        out = fn(root, i)
+      jax.block_until_ready(out)
+    return go
+
+  return workload(raw), workload(law_fn), {"count": pieces * steps_piece * b2 * dim, "pieces": pieces}
 
 
 def compiled_memory(compiled) -> dict:
@@ -304,54 +378,18 @@ def process_memory() -> dict:
   return {"peak_rss_bytes": int(rss), "device_peak_bytes": device_peak}
 
 
-def measure_normal_rates(count: int, dim: int, b2: int, law: str, settings: Settings) -> dict:
-  """Raw ``jax.random.normal`` and direction-law rates on ``count`` numbers of width ``dim``.
-
-  The count is generated as ``pieces`` jitted calls of the same shape
-  (rows, dim), rows * dim <= 2**25 (each piece from its own key), so large
-  counts neither exhaust memory nor compile more than once. The law rate draws
-  ``b2`` directions per key with ``fedsim.estimators.directions`` under
-  ``vmap`` over keys, as one client step of the engine does.
-
-  Returns:
-    ``count`` (numbers actually drawn, >= the requested count rounded to
-    pieces), ``raw_per_s``, ``law_per_s`` and the timings.
-  """
-  import jax
-  from fedsim.estimators import directions
-
-  if settings.max_normals is not None:
-    count = min(count, settings.max_normals)
-  steps_total = max(1, math.ceil(count / (b2 * dim)))           # client steps' worth
-  steps_piece = max(1, min(steps_total, MAX_PIECE // (b2 * dim)))
-  pieces = math.ceil(steps_total / steps_piece)
-  drawn = pieces * steps_piece * b2 * dim
-  root = jax.random.key(settings.seed + 1)
-
-  raw = jax.jit(lambda k, i: jax.random.normal(jax.random.fold_in(k, i), (steps_piece * b2, dim)))
-  law_fn = jax.jit(lambda k, i: jax.vmap(lambda kk: directions(kk, b2, dim, law))(
-      jax.random.split(jax.random.fold_in(k, i), steps_piece)))
-
-  def run(fn):
-    def go():
-      for i in range(pieces):
-        out = fn(root, i)
-      jax.block_until_ready(out)
-    jax.block_until_ready(fn(root, 0))  # compile outside the timing
-    return go
-
-  # With several pieces a repeat already lasts long (and the compiled piece has
-  # run): no warm-up pass over the whole count.
-  warm = pieces == 1
-  raw_t = time_calls(run(raw), settings.repeats, settings.min_time, warmup=warm)
-  law_t = time_calls(run(law_fn), settings.repeats, settings.min_time, warmup=warm)
-  return {"count": drawn, "pieces": pieces, "raw_timing": raw_t, "law_timing": law_t,
-          "raw_per_s": drawn / raw_t["best"], "law_per_s": drawn / law_t["best"]}
+# ----------------------------------------------------------------------------- one record
 
 
 def benchmark_one(name: str, num_clients: int, settings: Settings,
                   log: Callable[[str], None] = print) -> dict:
   """Every measurement for one (algorithm, N); one ``log`` line per measurement.
+
+  The engine chunk, the sequential loop and (zeroth-order algorithms) the raw
+  normal and direction-law workloads are timed in alternation
+  (:func:`time_interleaved`). Rates use the best repeat of each; ``speedup``
+  and the direction ``ratio`` are medians of the ratios of side-by-side
+  repeats (``speedup_of_best`` and ``ratio_of_best`` divide the best rates).
 
   Returns:
     The JSON record (see the module docstring).
@@ -364,66 +402,77 @@ def benchmark_one(name: str, num_clients: int, settings: Settings,
   alg = algorithms.build(name, task, **hp)
   cfg = alg.hparams
   _, _, zeroth_order = _client_update_parts(cfg)
-  d, n, h = task.dim, num_clients, cfg.local_steps
+  d, n, h, length = task.dim, num_clients, cfg.local_steps, settings.rounds_per_chunk
   tag = f"[{name} N={n}]"
 
-  vm = measure_vmapped(alg, task, settings)
-  length = settings.rounds_per_chunk
-  vt = vm["timing"]
-  spr = vt["best"] / length
-  vm_rate = n * h / spr
-  log(f"{tag} vmapped: {spr:.4g} s/round (median {vt['median'] / length:.4g}), "
-      f"{vm_rate:,.0f} client steps/s; compile {vm['compile_s']:.2f} s; cpu/wall {vt['cpu_per_wall']:.2f}")
+  run_chunk, vinfo = prepare_vmapped(alg, task, settings)
+  one_round, s = prepare_sequential(alg, task, settings)
+  fns = {"vmapped": (run_chunk, True), "sequential": (one_round, True)}
+  if zeroth_order:
+    b2 = cfg.fd_directions
+    per_round = n * h * b2 * d
+    raw, law, ninfo = prepare_normals(per_round, d, b2, cfg.direction, settings, steps_per_call=n)
+    # A large count makes a long repeat (and one piece has run): no warm-up pass.
+    warm = ninfo["count"] <= MAX_PIECE * 4
+    fns.update(raw=(raw, warm), law=(law, warm))
+  timing = time_interleaved(fns, settings.repeats, settings.min_time)
 
-  sq = measure_sequential(alg, task, settings)
-  s, st = sq["clients_timed"], sq["timing"]
+  vt, st = timing["vmapped"], timing["sequential"]
+  round_s = [t / length for t in vt["seconds"]]
+  spr = min(round_s)
+  vm_rate = n * h / spr
+  log(f"{tag} vmapped: {spr:.4g} s/round (median {statistics.median(round_s):.4g}), "
+      f"{vm_rate:,.0f} client steps/s; compile {vinfo['compile_s']:.2f} s; cpu/wall {vt['cpu_per_wall']:.2f}")
+
   sq_rate = s * h / st["best"]
-  speedup = vm_rate / sq_rate
+  # Client steps per second of each, repeat by repeat.
+  speedup = _paired_median([n * h * length / t for t in vt["seconds"]], [s * h / t for t in st["seconds"]])
   log(f"{tag} sequential ({s} of {n} clients timed): {st['best'] / s * 1e3:.3g} ms/client, "
       f"{sq_rate:,.0f} client steps/s; speedup {speedup:.2f}x; cpu/wall {st['cpu_per_wall']:.2f}")
 
-  mem = dict(vm["memory"], **process_memory())
+  mem = dict(vinfo["memory"], **process_memory())
   log(f"{tag} memory: compiled temp {_mib(mem['temp_bytes'])} + args {_mib(mem['argument_bytes'])} "
       f"+ out {_mib(mem['output_bytes'])} MiB; peak RSS {_mib(mem['peak_rss_bytes'])} MiB"
       + (f"; device peak {_mib(mem['device_peak_bytes'])} MiB" if mem["device_peak_bytes"] else ""))
 
   record = {
-      "algorithm": name, "num_clients": n, "dim": d, "local_steps": h,
-      "batch_size": cfg.batch_size, "hparams": {k: _jsonable(v) for k, v in dataclasses.asdict(cfg).items()},
-      "samples_per_client": settings.samples_per_client, "rounds_per_chunk": settings.rounds_per_chunk,
-      "repeats": settings.repeats, "compile_s": vm["compile_s"], "first_chunk_s": vt["warmup_s"],
-      "seconds_per_round": spr, "seconds_per_round_median": vt["median"] / length,
-      "seconds_per_round_all": [t / length for t in vt["seconds"]],
-      "chunks_per_repeat": vt["calls_per_repeat"], "vmapped_cpu_per_wall": vt["cpu_per_wall"],
-      "vmapped_steps_per_s": vm_rate, "state_finite": vm["state_finite"],
+      "algorithm": name, "num_clients": n, "dim": d, "local_steps": h, "batch_size": cfg.batch_size,
+      "hparams": {k: _jsonable(v) for k, v in dataclasses.asdict(cfg).items()},
+      "samples_per_client": settings.samples_per_client, "rounds_per_chunk": length,
+      "repeats": settings.repeats, "compile_s": vinfo["compile_s"], "first_chunk_s": vt["warmup_s"],
+      "seconds_per_round": spr, "seconds_per_round_median": statistics.median(round_s),
+      "seconds_per_round_all": round_s, "chunks_per_repeat": vt["calls_per_repeat"],
+      "cpu_seconds_per_round": min(vt["cpu_seconds"]) / length,
+      "vmapped_cpu_per_wall": vt["cpu_per_wall"], "vmapped_steps_per_s": vm_rate,
+      "state_finite": vinfo["state_finite"](),
       "sequential_clients_timed": s, "sequential_subset": s < n,
       "sequential_seconds_per_client": st["best"] / s,
       "sequential_seconds_per_client_median": st["median"] / s,
+      "sequential_cpu_seconds_per_client": min(st["cpu_seconds"]) / s,
       "sequential_passes_per_repeat": st["calls_per_repeat"], "sequential_cpu_per_wall": st["cpu_per_wall"],
       "sequential_steps_per_s": sq_rate,
       "sequential_note": ("python loop over clients of a per-client jitted make_local_update; "
-                          f"{s} of {n} clients timed, rate per client local step"),
-      "speedup": speedup, "memory": mem, "directions": None,
+                          f"{s} of {n} clients timed; rates per client local step"),
+      "speedup": speedup, "speedup_of_best": vm_rate / sq_rate, "memory": mem, "directions": None,
   }
 
   if zeroth_order:
-    b2 = cfg.fd_directions
-    per_round = n * h * b2 * d
+    rt, lt = timing["raw"], timing["law"]
+    count = ninfo["count"]
     engine_rate = per_round / spr
-    nr = measure_normal_rates(per_round, d, b2, cfg.direction, settings)
+    raw_rate, law_rate = count / rt["best"], count / lt["best"]
+    # Per repeat: (numbers per second in the engine) / (raw numbers per second).
+    ratio = _paired_median([per_round * length / t for t in vt["seconds"]], [count / t for t in rt["seconds"]])
     record["directions"] = {
         "law": cfg.direction, "fd_directions": b2, "per_round": per_round,
-        "engine_per_s": engine_rate, "raw_normal_per_s": nr["raw_per_s"],
-        "raw_normal_count": nr["count"], "raw_normal_pieces": nr["pieces"],
-        "law_per_s": nr["law_per_s"], "ratio": engine_rate / nr["raw_per_s"],
-        "law_ratio": nr["law_per_s"] / nr["raw_per_s"],
-        "raw_normal_seconds": nr["raw_timing"]["seconds"], "law_seconds": nr["law_timing"]["seconds"],
-        "raw_normal_cpu_per_wall": nr["raw_timing"]["cpu_per_wall"],
+        "engine_per_s": engine_rate, "raw_normal_per_s": raw_rate, "law_per_s": law_rate,
+        "ratio": ratio, "ratio_of_best": engine_rate / raw_rate, "law_ratio": law_rate / raw_rate,
+        "raw_normal_count": count, "raw_normal_pieces": ninfo["pieces"],
+        "raw_normal_seconds": rt["seconds"], "law_seconds": lt["seconds"],
+        "raw_normal_cpu_per_wall": rt["cpu_per_wall"],
     }
-    dr = record["directions"]
-    log(f"{tag} directions: engine {engine_rate / 1e6:,.1f} M/s, raw normal {dr['raw_normal_per_s'] / 1e6:,.1f} M/s "
-        f"({dr['raw_normal_count']:,} numbers), {cfg.direction} law alone {dr['law_per_s'] / 1e6:,.1f} M/s; "
-        f"ratio {dr['ratio']:.2f}")
+    log(f"{tag} directions: engine {engine_rate / 1e6:,.1f} M/s, raw normal {raw_rate / 1e6:,.1f} M/s "
+        f"({count:,} numbers), {cfg.direction} law alone {law_rate / 1e6:,.1f} M/s; ratio {ratio:.2f}")
   return record
 
 
@@ -530,8 +579,9 @@ def write_outputs(output_dir: str, records: Sequence[dict], env: dict, settings:
   with open(os.path.join(output_dir, "benchmark.md"), "w") as f:
     f.write(f"# fedsim engine benchmark\n\n{env['device']} ({env['backend']}, jax {env['jax_version']}, "
             f"{env['cpu_count']} CPUs, PRNG {env['prng_impl']}); digits softmax, d = "
-            f"{records[0]['dim'] if records else '?'}; full participation; best of "
-            f"{settings.repeats} repeats; rates in client local steps per second.\n\n")
+            f"{records[0]['dim'] if records else '?'}; full participation; rates in client local "
+            f"steps per second, best of {settings.repeats} interleaved repeats; speedup and ratio: "
+            "medians of side-by-side ratios.\n\n")
     if command:
       f.write(f"`{command}`\n\n")
     f.write(markdown_table(records))
@@ -622,7 +672,13 @@ def main(argv):
     sys.exit(2)
   import jax
   if FLAGS.prng_impl:
-    jax.config.update("jax_default_prng_impl", FLAGS.prng_impl)
+    try:
+      jax.config.update("jax_default_prng_impl", FLAGS.prng_impl)
+      jax.random.key(0)
+    except Exception:  # pylint: disable=broad-except  # an older JAX without this implementation
+      print(f"error: --prng_impl: {FLAGS.prng_impl!r} is not available in jax {jax.__version__}",
+            file=sys.stderr)
+      sys.exit(2)
   settings = Settings.make(FLAGS.quick, repeats=FLAGS.repeats, min_time=FLAGS.min_time,
                            rounds_per_chunk=FLAGS.rounds_per_chunk,
                            sequential_clients=FLAGS.sequential_clients,

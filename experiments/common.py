@@ -51,6 +51,31 @@ HPARAMS = {
     "alpha": (float, "DZOPA consensus weight alpha / ZONE-S alpha (default 1/N)"),
     "beta": (float, "DZOPA dual step beta"),
     "rho": (float, "ZONE-S penalty rho (paper 500; code 1/lr = 5e5)"),
+    "num_perturbations": (int, "DeComFL/HiSo shared perturbations per local step (P)"),
+    "fd_scheme": (str, "DeComFL/HiSo finite difference: forward (paper), central (code's DeComFL)"),
+    "client_state": (str, "DeComFL/HiSo client state: none (fast), replay (protocol: replay from scalars)"),
+    "replay_history": (int, "DeComFL/HiSo rounds of scalars kept for replay (client_state=replay)"),
+    "nu": (float, "HiSo EMA weight nu of H (code 0.05)"),
+    "eps": (float, "HiSo epsilon floor in the H update (paper eq. 12; code 0)"),
+    "h0": (float, "HiSo initial H_0 = h0 * 1 (code 1)"),
+    "k_update": (str, "HiSo H update per round: last (code), all (eq. 12), all_code"),
+    "h_signal": (str, "HiSo H signal: delta_x (code, eq. 12), round_displacement (App. C)"),
+    "clip_lo": (float, "HiSo lower clip of H (Assumption 4; default off)"),
+    "clip_hi": (float, "HiSo upper clip of H (Assumption 4; default off)"),
+    "preconditioner": (str, "HiSo directions: diagonal (paper), scalar (ablation: mean(H) 1)"),
+    # FedLRGD / FedAve / GD (seed 004; specs/fedlrgd.md).
+    "phi": (float, "communication-to-computation ratio phi of the oracle-complexity ledger (Definition 1)"),
+    "step_size": (float, "FedLRGD / GD step (default 1/L1 of the task)"),
+    "weights_solver": (str, "FedLRGD weight solve: solve (LU), inverse (paper-literal), pinv, ridge"),
+    "rcond": (float, "FedLRGD pinv relative singular-value cut-off"),
+    "ridge_lambda": (float, "FedLRGD ridge (Tikhonov) weight, relative to sigma_max(G)^2"),
+    "anchor_dist": (str, "FedLRGD parameter anchors: uniform (U[-a,a]^p), gaussian (theta0 + a N(0,I))"),
+    "anchor_scale": (float, "FedLRGD anchor scale a"),
+    "project_box": (float, "FedLRGD: clip theta to [-b,b]^p after each step (default off: Alg. 1)"),
+    "lr_schedule": (str, "FedAve step: fedpaq (4/(mu((t+T0)b+1))), constant (--lr)"),
+    "schedule_offset": (int, "FedAve fedpaq schedule offset T0 (default ceil(4 kappa))"),
+    "quantizer": (str, "FedAve upload quantizer: none (seed 004), qsgd (FedPAQ)"),
+    "qsgd_levels": (int, "FedAve QSGD levels s"),
 }
 
 # Hyperparameters that are core flags (always given, no per-algorithm default).
@@ -66,6 +91,15 @@ CHOICES = {
     "empty_round": ("skip", "resample"),
     "transceiver": ("shortcut", "full"),
     "variant": ("paper", "code"),
+    "fd_scheme": ("forward", "central"),
+    "client_state": ("none", "replay"),
+    "k_update": ("last", "all", "all_code"),
+    "h_signal": ("delta_x", "round_displacement"),
+    "preconditioner": ("diagonal", "scalar"),
+    "weights_solver": ("solve", "inverse", "pinv", "ridge"),
+    "anchor_dist": ("uniform", "gaussian"),
+    "lr_schedule": ("fedpaq", "constant"),
+    "quantizer": ("none", "qsgd"),
 }
 
 # This binary's per-algorithm defaults where the paper's value does not suit
@@ -98,6 +132,21 @@ def define_flags():
   flags.DEFINE_float("attack_c", 1.0, "distortion weight c of the attack loss (FedZO eq. 21)")
   flags.DEFINE_string("classifier", "mlp", "attacked classifier (--task=attack_cw): mlp, softmax")
   flags.DEFINE_string("cache_dir", None, "where trained classifiers are cached (default ~/.cache/fedsim)")
+  flags.DEFINE_float("spectrum_sigma", 3 ** 0.5, "std of log lambda (--task=illcond_quadratic; seed 003 §5.1)")
+  flags.DEFINE_bool("isotropic", False, "all eigenvalues equal, same trace (--task=illcond_quadratic control)")
+  flags.DEFINE_string("finetune_shift", "flip", "target shift of --task=finetune: flip, relabel, none")
+  # --task=logistic_soft / ridge (seed 004 App. A; specs/fedlrgd.md §3.3).
+  flags.DEFINE_integer("rank", 8, "r: the server's samples = FedLRGD's approximate rank (logistic_soft, ridge)")
+  flags.DEFINE_integer("max_rank", 32, "R >= r: static padding of the server data (same R: no recompilation)")
+  flags.DEFINE_integer("num_features", 2, "p: features of logistic_soft / ridge")
+  flags.DEFINE_integer("samples_per_client", 40, "s: samples per client (logistic_soft, ridge)")
+  flags.DEFINE_float("l2_penalty", 0.1, "mu: L2 weight / strong convexity (logistic_soft, ridge)")
+  flags.DEFINE_float("data_heterogeneity", 0.0, "h in [0,1): client c's data on the box [a_c, a_c+1-h], a_c ~ U[0,h]")
+  flags.DEFINE_float("server_shift", 0.0, "delta in [0,1): server data on [0,1-delta], clients on [delta,1]")
+  flags.DEFINE_string("feature_map", "identity", "logistic_soft / ridge features: identity, holder")
+  flags.DEFINE_float("holder_eta", 2.5, "Hölder order eta of --feature_map=holder (||u - c_j||^eta)")
+  flags.DEFINE_integer("raw_dim", 1, "D: dimension of the raw points of --feature_map=holder")
+  flags.DEFINE_bool("x64", False, "enable float64 (jax_enable_x64) before anything is built (FedLRGD r > 12)")
   flags.DEFINE_integer("seed", 0, "root seed (data partition, initialisation, all randomness)")
   flags.DEFINE_integer("eval_every", 10, "rounds per compiled chunk / between evaluations")
   flags.DEFINE_string("output_dir", "runs/main", "where config.json, metrics and curves.png go")
@@ -218,6 +267,16 @@ def validate():
     if "clients_per_round" in hp and not 1 <= hp["clients_per_round"] <= FLAGS.num_clients:
       raise ConfigError(where("clients_per_round"), f"must be in [1, num_clients={FLAGS.num_clients}]; "
                         f"got {hp['clients_per_round']}")
+    for n in ("num_perturbations", "replay_history"):
+      if hp.get(n) is not None and hp[n] < 1:
+        raise ConfigError(where(n), f"must be >= 1; got {hp[n]}")
+    if "nu" in hp and not 0 <= hp["nu"] <= 1:
+      raise ConfigError(where("nu"), f"must be in [0, 1]; got {hp['nu']}")
+    if "eps" in hp and not hp["eps"] >= 0:
+      raise ConfigError(where("eps"), f"must be >= 0; got {hp['eps']}")
+    for n in ("h0", "clip_lo", "clip_hi"):
+      if n in hp:
+        _positive(where(n), hp[n])
     for n in ("local_steps", "batch_size", "fd_directions"):
       if hp.get(n) is not None and hp[n] < 1:
         raise ConfigError(where(n), f"must be >= 1; got {hp[n]}")
@@ -235,6 +294,15 @@ def validate():
         raise ConfigError(where(n), f"must be in [0, 1); got {hp[n]}")
     if hp.get("direction") == "orthogonal" and FLAGS.task == "quadratic" and hp["fd_directions"] > FLAGS.dim:
       raise ConfigError(where("fd_directions"), f"orthogonal directions need <= dim={FLAGS.dim}")
+    if "phi" in hp and not hp["phi"] >= 0:
+      raise ConfigError(where("phi"), f"must be >= 0; got {hp['phi']}")
+    for n in ("step_size", "rcond", "ridge_lambda", "anchor_scale", "project_box"):
+      if n in hp:
+        _positive(where(n), hp[n])
+    if hp.get("qsgd_levels") is not None and hp["qsgd_levels"] < 1:
+      raise ConfigError(where("qsgd_levels"), f"must be >= 1; got {hp['qsgd_levels']}")
+    if hp.get("schedule_offset") is not None and hp["schedule_offset"] < 0:
+      raise ConfigError(where("schedule_offset"), f"must be >= 0; got {hp['schedule_offset']}")
 
 
 def build_task():
@@ -246,13 +314,27 @@ def build_task():
                    quantity_law=FLAGS.quantity_law, quantity_sigma=FLAGS.quantity_sigma,
                    hidden_width=FLAGS.hidden_width, dim=FLAGS.dim, heterogeneity=FLAGS.heterogeneity,
                    target_class=FLAGS.target_class, attack_c=FLAGS.attack_c,
-                   classifier=FLAGS.classifier, cache_dir=FLAGS.cache_dir)
+                   classifier=FLAGS.classifier, cache_dir=FLAGS.cache_dir,
+                   spectrum_sigma=FLAGS.spectrum_sigma, isotropic=FLAGS.isotropic,
+                   finetune_shift=FLAGS.finetune_shift, **smooth_erm_kwargs())
+
+
+def smooth_erm_kwargs() -> dict:
+  """The logistic_soft / ridge arguments of ``make_task`` from the flags (seed 004)."""
+  return dict(samples_per_client=FLAGS.samples_per_client, num_features=FLAGS.num_features,
+              server_samples=FLAGS.rank, max_rank=FLAGS.max_rank, mu=FLAGS.l2_penalty,
+              data_heterogeneity=FLAGS.data_heterogeneity, server_shift=FLAGS.server_shift,
+              feature_map=FLAGS.feature_map, holder_eta=FLAGS.holder_eta, raw_dim=FLAGS.raw_dim)
 
 
 def parse_flags_or_exit(argv):
   """absl flags parser that turns a flag error into one line and exit status 2."""
   try:
-    return FLAGS(argv)
+    argv = FLAGS(argv)
   except flags.Error as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  if "x64" in FLAGS and FLAGS.x64:  # before any array exists (specs/fedlrgd.md §6.3)
+    import jax
+    jax.config.update("jax_enable_x64", True)
+  return argv

@@ -12,6 +12,9 @@ import dataclasses
 from fedsim.algorithms.fedavg import FedAvgConfig, make_fedavg
 from fedsim.algorithms.dzopa import DZOPAConfig, make_dzopa
 from fedsim.algorithms.fedzo import FedZOConfig, make_fedzo
+from fedsim.algorithms.fedave import FedAveConfig, GDConfig, make_fedave, make_gd
+from fedsim.algorithms.fedlrgd import FedLRGDConfig, make_fedlrgd
+from fedsim.algorithms.hiso import DeComFLConfig, HiSoConfig, make_decomfl, make_hiso
 from fedsim.algorithms.zone_s import ZONESConfig, make_zone_s
 from fedsim.core.errors import ConfigError
 
@@ -25,6 +28,14 @@ REGISTRY = {
     # The FedZO paper's attack baselines (seed 001 §V-A); variant=code for the authors' code.
     "dzopa": (DZOPAConfig, {}, make_dzopa),
     "zone_s": (ZONESConfig, {}, make_zone_s),
+    # Scalar-only ZO from shared seeds (seed 003); DeComFL is HiSo with H = I.
+    "decomfl": (DeComFLConfig, {}, make_decomfl),
+    "hiso": (HiSoConfig, {}, make_hiso),
+    # Low-rank gradient approximation (seed 004 Alg. 1), its FedPAQ baseline (App. D)
+    # and exact GD on the pooled data (the reference); specs/fedlrgd.md.
+    "fedlrgd": (FedLRGDConfig, {}, make_fedlrgd),
+    "fedave": (FedAveConfig, {}, make_fedave),
+    "gd": (GDConfig, {}, make_gd),
 }
 
 

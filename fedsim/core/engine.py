@@ -53,8 +53,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       with ``fold_in(stream, r)``.
     on_eval: called with each record (a dict of Python scalars) as soon as it is
       measured; records have ``round``, cumulative ``queries``, ``bytes_up``,
-      ``bytes_down``, ``participants``, ``wall_time_s`` and every key of
-      ``task.evaluate``.
+      ``bytes_down``, ``participants``, ``empty_rounds``, ``wall_time_s``,
+      every key of ``task.evaluate`` and of ``algorithm.metrics``.
     state, start_round, totals: resume from a saved state after ``start_round``
       rounds with the given cumulative ledgers.
 
@@ -72,7 +72,13 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     state = jax.jit(algorithm.init)(rng.stream(key, "init"))
   rounds_key = rng.stream(key, "rounds")
   chunk = make_chunk(algorithm)
-  evaluate = jax.jit(lambda s, data: task.evaluate(algorithm.solution(s), data))
+  def evaluate_fn(s, data):
+    out = dict(task.evaluate(algorithm.solution(s), data))
+    if algorithm.metrics is not None:
+      out.update(algorithm.metrics(s))
+    return out
+
+  evaluate = jax.jit(evaluate_fn)
   totals = dict(totals or {"queries": 0, "bytes_up": 0, "bytes_down": 0, "participants": 0,
                            "empty_rounds": 0})
   records = []

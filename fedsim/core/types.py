@@ -131,9 +131,13 @@ class FederatedAlgorithm(NamedTuple):
       does not embed the dataset as a constant).
     solution: ``state -> params`` scored by ``task.evaluate``.
     hparams: the frozen hyperparameter dataclass (for config.json).
+    metrics: optional ``state -> dict[str, scalar]`` of algorithm-specific
+      measurements merged into every evaluation record (e.g. FedLRGD's
+      oracle-complexity ledger, Definition 1 of seed 004).
   """
   name: str
   init: Callable[[Array], PyTree]
   round: Callable[[PyTree, Array], tuple]
   solution: Callable[[PyTree], PyTree]
   hparams: Any = None
+  metrics: Callable[[PyTree], dict] | None = None

@@ -10,7 +10,8 @@ from fedsim.core.errors import ConfigError
 from fedsim.tasks.classification import make_classification_task
 from fedsim.tasks.quadratic import make_quadratic_task
 
-TASKS = ("softmax", "mlp", "quadratic", "attack_cw")
+TASKS = ("softmax", "mlp", "quadratic", "attack_cw", "illcond_quadratic", "cnn", "finetune")
+TASKS += ("logistic_soft", "ridge")  # seed 004 (FedLRGD): smooth ERM with a server dataset
 SUPERVISED = ("softmax", "mlp")
 
 
@@ -19,7 +20,8 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
               shards_per_client: int = 2, quantity_law: str = "lognormal", quantity_sigma: float = 1.0,
               hidden_width: int = 64, dim: int = 300, heterogeneity: float = 5.0,
               target_class: int = 4, attack_c: float = 1.0, classifier: str = "mlp",
-              cache_dir: str | None = None):
+              cache_dir: str | None = None, spectrum_sigma: float = 3 ** 0.5,
+              isotropic: bool = False, finetune_shift: str = "flip", **smooth_erm):
   """Builds task ``name``.
 
   Supervised tasks load ``dataset`` (fedsim.data.load_dataset), split its
@@ -29,7 +31,17 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
   trains (or loads from ``cache_dir``) a ``classifier`` on ``dataset`` and splits
   its correctly classified ``target_class`` training images over the clients
   with quantity skew (``quantity_law``, ``quantity_sigma``); ``attack_c`` is the
-  distortion weight c.
+  distortion weight c. ``illcond_quadratic`` (seed 003 §5.1 toy) uses ``dim``,
+  ``heterogeneity`` (spread of the client optima), ``spectrum_sigma`` (std of
+  log lambda) and ``isotropic`` (all eigenvalues equal, same trace); ``cnn`` is
+  the small CNN of seed 003 §6 on ``dataset``; ``finetune`` pre-trains an MLP
+  on ``dataset`` and fine-tunes it on its ``finetune_shift`` (flip, relabel, none).
+  ``logistic_soft`` (seed 004 App. A) and ``ridge`` (the exact-rank case) take
+  ``num_clients``, ``seed`` and the keyword arguments of
+  ``fedsim.tasks.logistic_soft.make_smooth_erm_task`` in ``smooth_erm``
+  (``samples_per_client``, ``num_features``, ``server_samples`` (the rank r),
+  ``max_rank``, ``mu``, ``data_heterogeneity``, ``server_shift``, ``feature_map``,
+  ``holder_eta``, ``raw_dim``); errors name the flag.
 
   Raises:
     ConfigError: unknown task, or a dataset / partition error (naming the flag
@@ -41,6 +53,26 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
     if heterogeneity < 0:
       raise ConfigError("heterogeneity", f"must be >= 0; got {heterogeneity}")
     return make_quadratic_task(dim, num_clients, heterogeneity, seed=seed)
+  if name in ("logistic_soft", "ridge"):
+    from fedsim.tasks.logistic_soft import make_smooth_erm_task
+    kw = dict(smooth_erm)
+    if "data_heterogeneity" in kw:  # ``heterogeneity`` is the synthetic tasks' C
+      kw["heterogeneity"] = kw.pop("data_heterogeneity")
+    try:
+      return make_smooth_erm_task(name, num_clients=num_clients, seed=seed, **kw)
+    except ValueError as e:  # the message starts with the flag's name
+      flag, _, msg = str(e).partition(" ")
+      raise ConfigError(flag, msg) from None
+  if name == "illcond_quadratic":
+    if dim < 1:
+      raise ConfigError("dim", f"must be >= 1; got {dim}")
+    if not heterogeneity >= 0:
+      raise ConfigError("heterogeneity", f"must be >= 0; got {heterogeneity}")
+    if not spectrum_sigma >= 0:
+      raise ConfigError("spectrum_sigma", f"must be >= 0; got {spectrum_sigma}")
+    from fedsim.tasks.illcond_quadratic import make_illcond_quadratic_task
+    return make_illcond_quadratic_task(dim, num_clients, heterogeneity, sigma=spectrum_sigma,
+                                       isotropic=isotropic, seed=seed)
   if name not in TASKS:
     raise ConfigError("task", f"unknown {name!r}; accepted: {', '.join(TASKS)}")
   from fedsim import data as fdata
@@ -50,10 +82,27 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
     return make_attack_cw_task(ds, num_clients, seed=seed, target_class=target_class, c=attack_c,
                                classifier=classifier, cache_dir=cache_dir, quantity_law=quantity_law,
                                quantity_sigma=quantity_sigma, dirichlet_alpha=dirichlet_alpha)
+  if name == "finetune":
+    from fedsim.tasks.finetune import SHIFTS, make_finetune_task
+    if finetune_shift not in SHIFTS:
+      raise ConfigError("finetune_shift", f"unknown {finetune_shift!r}; accepted: {', '.join(SHIFTS)}")
+    if finetune_shift == "flip" and len(ds.feature_shape) < 2:
+      raise ConfigError("finetune_shift", f"'flip' needs image data; {ds.name} is not")
+    return make_finetune_task(ds, num_clients, seed=seed, shift=finetune_shift,
+                              hidden_width=hidden_width, partition=partition,
+                              dirichlet_alpha=dirichlet_alpha, cache_dir=cache_dir,
+                              shards_per_client=shards_per_client, quantity_law=quantity_law,
+                              quantity_sigma=quantity_sigma)
   parts = fdata.partition(ds.y_train, num_clients, partition, seed, dirichlet_alpha=dirichlet_alpha,
                           shards_per_client=shards_per_client, quantity_law=quantity_law,
                           quantity_sigma=quantity_sigma)
   clients = fdata.to_client_arrays(ds.x_train, ds.y_train, parts)
   info = {"dataset": ds.name, "dataset_info": ds.info, "partition": partition,
           "label_skew": float(fdata.label_skew(ds.y_train, parts, ds.num_classes))}
+  if name == "cnn":
+    if len(ds.feature_shape) < 2:
+      raise ConfigError("task", f"cnn needs image data; {ds.name} is not")
+    from fedsim.models.cnn import CNN
+    from fedsim.tasks.finetune import make_model_task
+    return make_model_task(name, CNN(ds.num_classes), ds, clients, info=info)
   return make_classification_task(name, ds, clients, hidden_width=hidden_width, info=info)

@@ -33,7 +33,9 @@ def test_quick_measurement_fields_and_outputs(tmp_path):
       assert _positive(r[k]), (k, r[k])
     assert r["vmapped_steps_per_s"] == pytest.approx(4 * 5 / r["seconds_per_round"])
     assert r["sequential_clients_timed"] == 4 and not r["sequential_subset"]
+    # One repeat: the paired median is the ratio of the (only) rates.
     assert r["speedup"] == pytest.approx(r["vmapped_steps_per_s"] / r["sequential_steps_per_s"])
+    assert r["speedup"] == pytest.approx(r["speedup_of_best"])
     mem = r["memory"]
     for k in ("temp_bytes", "argument_bytes", "output_bytes", "total_bytes", "peak_rss_bytes"):
       assert isinstance(mem[k], int) and mem[k] >= 0, (k, mem[k])
@@ -42,7 +44,7 @@ def test_quick_measurement_fields_and_outputs(tmp_path):
   assert records[0]["directions"] is None
   zo = records[1]["directions"]
   assert zo["per_round"] == 4 * 5 * 20 * 650 and zo["fd_directions"] == 20 and zo["law"] == "sphere"
-  for k in ("engine_per_s", "raw_normal_per_s", "law_per_s", "ratio", "law_ratio"):
+  for k in ("engine_per_s", "raw_normal_per_s", "law_per_s", "ratio", "ratio_of_best", "law_ratio"):
     assert _positive(zo[k]), (k, zo[k])
   assert zo["raw_normal_count"] >= zo["per_round"]
 

@@ -1,0 +1,583 @@
+r"""FedLRGD, federated low-rank gradient descent (seed 004, Algorithm 1; specs/fedlrgd.md §2.1).
+
+The server's r samples x^(0,1..r) are the pivots; it picks r parameter anchors
+vartheta^(1..r) and, per coordinate i, the r x r matrix
+
+    G^(i)[j, k] = g_i(x^(0,j); vartheta^(k)),   g_i = df/dtheta_i                     (34)
+
+Each client c solves, per coordinate, (G^(i))^T v^(i,c) = h^(i,c) with
+h^(i,c)_k = sum_j g_i(x^(c,j); vartheta^(k))                                          (35)
+and uploads its r x p weights over r epochs. The server then runs S steps of
+inexact GD with step 1/L1 on
+
+    grad^F_i(theta) = (1/n) sum_k g_i(x^(0,k); theta) (1 + sum_c v_k^(i,c))            (41)
+    theta <- theta - (1/L1) grad^F(theta)                                             (42)
+
+with n = m s + r. After the set-up the clients never compute again.
+
+**Epochs of Algorithm 1 and engine rounds.** ``--rounds`` is S, the server's GD
+iterations: engine round t (t = 0..S-1) is GD iteration t+1 (Alg. 1 line 11).
+The set-up epochs 1..r+1 (line 1-9: the server's r^2 anchor gradients and
+factorisations, the clients' r s gradients and solves, the r upload epochs)
+run inside the *first* engine round, behind a ``lax.cond`` on ``state.ready``
+(the set-up needs the client data, which only ``round`` receives). The first
+round's :class:`RoundStats` therefore carries the set-up's ledgers: queries
+r^2 + sum_c r s_c (plus the round's r), bytes_up = m r p reals (m uploads of p
+reals in each of the r communication epochs), participants = m r (uploads:
+client-epochs), bytes_down = the broadcast of the anchors and the p r x r
+factors (free in the paper's Definition 1; counted here). Every later round
+costs r queries (the server's gradients at theta, line 11) and no bytes.
+
+**The oracle-complexity ledger (Definition 1).** ``state.ledger`` counts the
+epochs exactly: ``compute`` = sum_t b_t (r^2 in epoch 1, r s in epoch 2, 0 in
+epochs 3..r+1, r per GD step in epoch r+2), ``uploads`` = sum over
+communication epochs of the number of uploading clients (tau m = m per epoch,
+r epochs), ``comm_epochs`` = r, ``epochs`` = r + 2 once the GD epoch has
+started. Gamma = compute + phi * uploads = r^2 + r s + r S + phi m r (Theorem 2).
+The engine's records cannot carry an algorithm's own counters (RoundStats
+has fixed int32 fields, and the records hold only those totals and
+``task.evaluate``), so :func:`with_ledger_metrics` wraps an algorithm and its
+task for ``fedsim.core.simulate`` and :func:`ledger_on_eval` adds
+``oracle_complexity`` (Gamma) to every record (used by
+``experiments.fedlrgd_suite``). :func:`attach_metrics` sets a ``metrics``
+field if ``FederatedAlgorithm`` ever gains one (the requested engine hook), so
+``experiments.run`` records would then carry Gamma too.
+
+**Padding (sweeping r does not recompile; specs/fedlrgd.md §6.2).** Everything
+is shaped by the static R = the task's server pool size (``max_rank``); r is the
+number of True entries of the server mask, a value in the data. Padded anchors
+and server rows are masked: G_pad = [[G, 0], [0, c I]] per coordinate (c =
+sigma_max(G^(i)), so cond(G_pad) = cond(G) and pinv's relative cut-off is the
+unpadded one), h_pad = [h, 0] so v_pad = [v, 0], and padded server gradients
+are zero in (41).
+
+**Precision.** The weights are computed in the task's float dtype. cond(G^(i))
+explodes with r (~1e7 at r = 8-10, 1e11 at r = 20; §6.3): run with x64
+enabled (``jax.enable_x64(True)`` or ``--x64``) for r > ~12; float32 works only
+for small r. ``weights_solver`` picks the solve: ``solve`` (LU of G^T on the
+server, ``lu_solve`` on the clients; default), ``inverse`` (the paper-literal
+(G^(i))^{-1} of line 4 and eq. (35)), ``pinv`` (``rcond``-truncated
+pseudo-inverse; a deviation for singular G) or ``ridge`` (Tikhonov
+(A^T A + lam I)^{-1} A^T with A = G^T and lam = ridge_lambda sigma_max^2; a
+deviation). Per-coordinate cond(G^(i)) and sigma_min are kept in the state and
+reported by :func:`diagnostics` against assumption (8), ||G^-1|| <= r^alpha.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from fedsim.core.reduce import pairwise_sum
+from fedsim.core.types import FederatedAlgorithm, Task, make_stats
+
+BYTES_PER_REAL = 4
+WEIGHT_SOLVERS = ("solve", "inverse", "pinv", "ridge")
+ANCHOR_DISTS = ("uniform", "gaussian")
+_INT32_MAX = 2 ** 31 - 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Definition 1: the federated oracle-complexity ledger (shared by fedlrgd, fedave, gd).
+# ----------------------------------------------------------------------------------------------
+
+class OracleLedger(NamedTuple):
+  """Exact per-epoch counts of Definition 1 (int32 scalars, cumulative).
+
+  Attributes:
+    epochs: T, the epochs so far (Definition 1's t = 1..T).
+    compute: sum_t b_t, gradients computed in epoch t by each active client
+      (or by the server in a server-only epoch).
+    comm_epochs: epochs in which clients communicate.
+    uploads: sum over communication epochs of the active clients tau m.
+  """
+  epochs: jax.Array
+  compute: jax.Array
+  comm_epochs: jax.Array
+  uploads: jax.Array
+
+
+def zero_ledger() -> OracleLedger:
+  z = jnp.zeros((), jnp.int32)
+  return OracleLedger(z, z, z, z)
+
+
+def add_epochs(ledger: OracleLedger, epochs=0, compute=0, comm_epochs=0, uploads=0) -> OracleLedger:
+  """The ledger plus one or more epochs' counts (each cast to int32)."""
+  c = lambda v: jnp.asarray(v, jnp.int32)
+  return OracleLedger(ledger.epochs + c(epochs), ledger.compute + c(compute),
+                      ledger.comm_epochs + c(comm_epochs), ledger.uploads + c(uploads))
+
+
+def oracle_complexity(ledger, phi: float) -> float:
+  """Gamma = sum_t [b_t + 1{comm} phi tau m] = compute + phi * uploads (Definition 1).
+
+  Args:
+    ledger: an :class:`OracleLedger` (device or host values).
+    phi: the communication-to-computation ratio phi >= 0.
+
+  Returns:
+    Gamma as a Python float (exact for integer phi below 2**53).
+  """
+  led = jax.device_get(ledger)
+  return float(int(led.compute) + phi * int(led.uploads))
+
+
+def ledger_record(ledger, phi: float) -> dict:
+  """Host dict of the ledger: oracle_complexity (Gamma), compute, uploads, epochs, comm_epochs."""
+  led = jax.device_get(ledger)
+  return {"oracle_complexity": oracle_complexity(led, phi), "oracle_compute": int(led.compute),
+          "oracle_uploads": int(led.uploads), "epochs": int(led.epochs),
+          "comm_epochs": int(led.comm_epochs)}
+
+
+def with_ledger_metrics(algorithm: FederatedAlgorithm, task: Task, phi: float):
+  """Wraps an algorithm with a ``state.ledger`` so engine records carry Definition 1.
+
+  ``fedsim.core.simulate`` scores ``task.evaluate(algorithm.solution(state))``;
+  the wrapped solution also returns the ledger, and the wrapped task's
+  evaluate adds ``oracle_compute``, ``oracle_uploads``, ``epochs``,
+  ``comm_epochs`` to the task's metrics. Wrap ``on_eval`` with
+  :func:`ledger_on_eval` to add ``oracle_complexity`` = Gamma (computed on the
+  host, exactly).
+
+  Returns:
+    (algorithm', task') for ``simulate(algorithm', task', ...)``.
+  """
+  alg = algorithm._replace(solution=lambda s: (algorithm.solution(s), s.ledger))
+
+  def evaluate(solution, data):
+    params, led = solution
+    out = dict(task.evaluate(params, data))
+    out.update(oracle_compute=led.compute, oracle_uploads=led.uploads, epochs=led.epochs,
+               comm_epochs=led.comm_epochs)
+    return out
+
+  return alg, dataclasses.replace(task, evaluate=evaluate)
+
+
+def ledger_metrics(ledger: OracleLedger, phi: float) -> dict:
+  """Traced scalars of the ledger for a record: the counts and Gamma = compute + phi uploads
+  (Gamma in the state's float dtype: exact below 2**24 in float32, 2**53 in float64)."""
+  gamma = ledger.compute + phi * ledger.uploads      # int32 + weak float -> the default float dtype
+  return {"oracle_complexity": gamma, "oracle_compute": ledger.compute, "oracle_uploads": ledger.uploads,
+          "epochs": ledger.epochs, "comm_epochs": ledger.comm_epochs}
+
+
+def attach_metrics(algorithm: FederatedAlgorithm, phi: float) -> FederatedAlgorithm:
+  """Sets ``algorithm.metrics`` so the engine merges the oracle-complexity ledger
+  (Definition 1) into every evaluation record."""
+  return algorithm._replace(metrics=lambda s: ledger_metrics(s.ledger, phi))
+
+
+def ledger_on_eval(phi: float, on_eval: Callable[[dict], None] | None = None):
+  """An ``on_eval`` that adds Gamma = oracle_compute + phi * oracle_uploads to each record."""
+
+  def hook(rec):
+    rec["oracle_complexity"] = float(int(rec["oracle_compute"]) + phi * int(rec["oracle_uploads"]))
+    if on_eval is not None:
+      on_eval(rec)
+
+  return hook
+
+
+# ----------------------------------------------------------------------------------------------
+# Hyperparameters.
+# ----------------------------------------------------------------------------------------------
+
+@chex.dataclass(frozen=True)
+class FedLRGDConfig:
+  """FedLRGD hyperparameters (Algorithm 1). The rank r is the task's server
+  dataset size (``--rank``; the paper's r = |server data|, §III-B), and S is
+  the number of engine rounds (``--rounds``).
+
+  Attributes:
+    phi: communication-to-computation ratio of Definition 1 (eq. (24); the
+      paper assumes phi >> 1 and fixes no value). Accounting only.
+    step_size: GD step; None = 1/L1 (Alg. 1 line 11, eq. (42)) with the task's
+      ``info["L1"]``.
+    weights_solver: ``solve`` | ``inverse`` | ``pinv`` | ``ridge`` (module doc).
+    rcond: relative singular-value cut-off of ``pinv``.
+    ridge_lambda: relative Tikhonov weight of ``ridge`` (lam = ridge_lambda * sigma_max^2).
+    anchor_dist: ``uniform`` (U[-a, a]^p, App. A's parameter box for a = 1) or
+      ``gaussian`` (theta^(0) + a N(0, I)); the paper: "arbitrary", a.e.
+      distinct (footnotes 2-3).
+    anchor_scale: a.
+    project_box: None (Algorithm 1, unprojected) or b > 0: clip theta to
+      [-b, b]^p after each step (projected inexact GD, §II-C; a deviation).
+  """
+  phi: float = 100.0
+  step_size: float | None = None
+  weights_solver: str = "solve"
+  rcond: float = 1e-10
+  ridge_lambda: float = 1e-10
+  anchor_dist: str = "uniform"
+  anchor_scale: float = 1.0
+  project_box: float | None = None
+
+
+# ----------------------------------------------------------------------------------------------
+# Pure kernels (vmapped in the algorithm; loop references in the tests).
+# ----------------------------------------------------------------------------------------------
+
+def examples(tree):
+  """The per-example leaves of a client/server data dict (drops ``mask``)."""
+  return {k: v for k, v in tree.items() if k != "mask"}
+
+
+def flat_grad_fn(task: Task):
+  """(grad_f, unravel): grad_f(theta (p,), example) -> (p,), the gradient of the task's
+  per-example loss in the flat parameters; unravel maps (p,) to the task's params.
+
+  Raises:
+    ValueError: the task has no ``per_example_loss``.
+  """
+  if task.per_example_loss is None:
+    raise ValueError(f"task {task.name!r} has no per_example_loss; FedLRGD needs per-sample gradients")
+  params = jax.eval_shape(task.init_params, jax.random.key(0))
+  zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), params)
+  _, unravel = ravel_pytree(zeros)
+  f = lambda theta, ex: task.per_example_loss(unravel(theta), ex)
+  return jax.grad(f), unravel
+
+
+def server_matrices(grad_f, server, anchors):
+  """G^(i) of eq. (34) for every coordinate, zero-padded: (p, R, R), G[i, j, k] =
+  g_i(x^(0,j); vartheta^(k)) for real j, k and 0 where either is padding (Alg. 1 lines 2-3).
+
+  Args:
+    grad_f: ``(theta (p,), example) -> (p,)``.
+    server: ``{"x": (R, ...), "y": (R,), "mask": (R,) bool}``.
+    anchors: (R, p).
+  """
+  ex = examples(server)
+  full = jax.vmap(lambda e: jax.vmap(lambda th: grad_f(th, e))(anchors))(ex)   # (R_j, R_k, p)
+  msk = server["mask"]
+  valid = (msk[:, None] & msk[None, :]).astype(full.dtype)
+  return jnp.moveaxis(full * valid[..., None], -1, 0)
+
+
+class ServerFactors(NamedTuple):
+  """What the server broadcasts after epoch 1 (Alg. 1 lines 4-5) for ``weights_solver``.
+
+  ``lu``/``piv``: LU factors of G_pad^T (``solve``); ``op``: (p, R, R) matrix M
+  with v^(i) = M_i h^(i) (``inverse``: (G^-1)^T; ``pinv``: pinv(G^T); ``ridge``:
+  (G G^T + lam I)^{-1} G). Unused fields are zeros of shape (1, 1, 1).
+  """
+  lu: jax.Array
+  piv: jax.Array
+  op: jax.Array
+
+
+def singular_values(G):
+  """(p, R) singular values of the zero-padded G^(i), descending."""
+  return jnp.linalg.svd(G, compute_uv=False)
+
+
+def conditioning(G, r):
+  """(sigma_max (p,), sigma_min (p,), cond (p,)) of each r x r block G^(i) (r traced int)."""
+  sv = singular_values(G)
+  smax = sv[:, 0]
+  smin = jnp.take(sv, jnp.maximum(r - 1, 0), axis=1)
+  return smax, smin, smax / smin
+
+
+def server_factors(G, mask, solver: str, rcond: float = 1e-10, ridge_lambda: float = 1e-10):
+  """Epoch 1 line 4: the server's factorisation of every G^(i), padded (module doc).
+
+  Args:
+    G: (p, R, R) zero-padded server matrices.
+    mask: (R,) bool, the real server samples / anchors.
+    solver: one of :data:`WEIGHT_SOLVERS`.
+
+  Returns:
+    (:class:`ServerFactors`, sigma_max (p,), sigma_min (p,), cond (p,)).
+  """
+  r = jnp.sum(mask.astype(jnp.int32))
+  smax, smin, cond = conditioning(G, r)
+  scale = jnp.where(smax > 0, smax, jnp.ones_like(smax))
+  pad = jnp.diag((~mask).astype(G.dtype))
+  Gp = G + scale[:, None, None] * pad                         # [[G, 0], [0, c I]]
+  A = jnp.swapaxes(Gp, -1, -2)                                # A_i = G_pad^(i)T: A v = h
+  dummy = jnp.zeros((1, 1, 1), G.dtype)
+  if solver == "solve":
+    lu, piv = jax.scipy.linalg.lu_factor(A)
+    return ServerFactors(lu, piv, dummy), smax, smin, cond
+  none = ServerFactors(dummy, jnp.zeros((1, 1), jnp.int32), dummy)
+  if solver == "inverse":
+    op = jnp.swapaxes(jnp.linalg.inv(Gp), -1, -2)             # v^T = h^T G^{-1}  (35)
+  elif solver == "pinv":
+    op = jnp.linalg.pinv(A, rtol=rcond)
+  elif solver == "ridge":
+    lam = ridge_lambda * scale ** 2
+    eye = jnp.eye(A.shape[-1], dtype=A.dtype)
+    AtA = jnp.swapaxes(A, -1, -2) @ A
+    op = jnp.linalg.solve(AtA + lam[:, None, None] * eye, jnp.swapaxes(A, -1, -2))
+  else:
+    raise ValueError(f"unknown weights_solver {solver!r}; accepted: {', '.join(WEIGHT_SOLVERS)}")
+  return none._replace(op=op), smax, smin, cond
+
+
+def apply_factors(factors: ServerFactors, hT, solver: str):
+  """v (p, R) from h^T (p, R): v^(i) solves G^(i)T v = h^(i) (eq. (35))."""
+  if solver == "solve":
+    return jax.vmap(lambda lu, piv, b: jax.scipy.linalg.lu_solve((lu, piv), b))(factors.lu, factors.piv, hT)
+  return jnp.einsum("ikl,il->ik", factors.op, hT)
+
+
+def client_anchor_gradients(grad_f, client, anchors, anchor_mask):
+  """Alg. 1 line 6: h (R, p), h[k, i] = sum_j g_i(x^(c,j); vartheta^(k)) over the client's
+  real samples (r s gradient evaluations); rows of padded anchors are 0."""
+  ex = examples(client)
+  cm = client["mask"]
+
+  def at(theta):
+    g = jax.vmap(lambda e: grad_f(theta, e))(ex)                # (s, p)
+    return pairwise_sum(g * cm[:, None].astype(g.dtype))
+
+  h = jax.vmap(at)(anchors)
+  return h * anchor_mask[:, None].astype(h.dtype)
+
+
+def client_weights(grad_f, client, anchors, anchor_mask, factors: ServerFactors, solver: str):
+  """The pure per-client kernel of epoch 2 (Alg. 1 lines 6-7): v^(c) (p, R),
+  v^(c)[i, k] = v_k^(i,c) with (G^(i))^T v^(i,c) = h^(i,c) (eq. (35))."""
+  h = client_anchor_gradients(grad_f, client, anchors, anchor_mask)
+  return apply_factors(factors, h.T, solver)
+
+
+def per_sample_weights(grad_f, client, anchors, anchor_mask, factors: ServerFactors, solver: str):
+  """Eq. (38) for every client sample: w (s, p, R), w[j, i, k] = w_{j,k}^(i,c); masked
+  samples give 0. Their sum over j is :func:`client_weights` (eq. (39))."""
+  ex = examples(client)
+
+  def one(e, msk):
+    g = jax.vmap(lambda th: grad_f(th, e))(anchors) * anchor_mask[:, None]   # (R, p)
+    return apply_factors(factors, g.T, solver) * msk
+
+  return jax.vmap(one)(ex, client["mask"].astype(anchors.dtype))
+
+
+class Setup(NamedTuple):
+  """Result of Algorithm 1's epochs 1..r+1.
+
+  Attributes:
+    weights: W (p, R), W[i, k] = 1 + sum_c v_k^(i,c) for real k, 0 for padding (line 10).
+    sigma_max, sigma_min, cond: (p,) of each G^(i).
+  """
+  weights: jax.Array
+  sigma_max: jax.Array
+  sigma_min: jax.Array
+  cond: jax.Array
+
+
+def setup(grad_f, data, anchors, solver: str = "solve", rcond: float = 1e-10,
+          ridge_lambda: float = 1e-10) -> Setup:
+  """Algorithm 1, lines 1-10, vmapped over clients and coordinates.
+
+  Args:
+    grad_f: ``(theta (p,), example) -> (p,)``.
+    data: a task's data with ``server`` (R samples, mask) and ``clients``.
+    anchors: (R, p); the first r (mask) are used.
+    solver, rcond, ridge_lambda: see :func:`server_factors`.
+
+  Returns:
+    :class:`Setup`.
+  """
+  server = data["server"]
+  mask = server["mask"]
+  G = server_matrices(grad_f, server, anchors)                                       # (34)
+  factors, smax, smin, cond = server_factors(G, mask, solver, rcond, ridge_lambda)   # line 4
+  V = jax.vmap(lambda c: client_weights(grad_f, c, anchors, mask, factors, solver))(data["clients"])
+  W = (1.0 + pairwise_sum(V)) * mask[None, :].astype(V.dtype)                       # line 10
+  return Setup(W, smax, smin, cond)
+
+
+def num_samples(data):
+  """n = sum of client masks + r (the 1/n of eq. (41))."""
+  return (jnp.sum(data["clients"]["mask"].astype(jnp.int32)) +
+          jnp.sum(data["server"]["mask"].astype(jnp.int32)))
+
+
+def approx_grad(grad_f, theta, server, W, n):
+  """Eq. (41): grad^F(theta) (p,) = (1/n) sum_k g(x^(0,k); theta) * W[:, k] (r server gradients)."""
+  J = jax.vmap(lambda e: grad_f(theta, e))(examples(server))                     # (R, p)
+  J = J * server["mask"][:, None].astype(J.dtype)
+  return jnp.einsum("kp,pk->p", J, W) / n.astype(J.dtype)
+
+
+def exact_grad(grad_f, theta, data):
+  """grad F(theta) (p,) of eq. (3): pooled server (masked) and client samples."""
+  c, s = data["clients"], data["server"]
+  gc = jax.vmap(jax.vmap(lambda e: grad_f(theta, e)))(examples(c))              # (m, s, p)
+  gc = gc * c["mask"][..., None].astype(gc.dtype)
+  gs = jax.vmap(lambda e: grad_f(theta, e))(examples(s)) * s["mask"][:, None].astype(gc.dtype)
+  total = pairwise_sum(gc.reshape(-1, gc.shape[-1])) + pairwise_sum(gs)
+  return total / num_samples(data).astype(gc.dtype)
+
+
+def draw_anchors(key, theta0, num: int, dist: str, scale: float):
+  """num anchors (num, p): ``uniform`` U[-scale, scale]^p or ``gaussian`` theta0 + scale N(0, I)."""
+  p = theta0.shape[0]
+  if dist == "uniform":
+    return jax.random.uniform(key, (num, p), theta0.dtype, -scale, scale)
+  if dist == "gaussian":
+    return theta0[None] + scale * jax.random.normal(key, (num, p), theta0.dtype)
+  raise ValueError(f"unknown anchor_dist {dist!r}; accepted: {', '.join(ANCHOR_DISTS)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# The algorithm.
+# ----------------------------------------------------------------------------------------------
+
+class FedLRGDState(NamedTuple):
+  """theta (p,); anchors (R, p); weights W (p, R); ready (set-up done); sigma_min,
+  cond (p,) of each G^(i); ledger (Definition 1)."""
+  theta: jax.Array
+  anchors: jax.Array
+  weights: jax.Array
+  ready: jax.Array
+  sigma_min: jax.Array
+  cond: jax.Array
+  ledger: OracleLedger
+
+
+def check_config(cfg: FedLRGDConfig):
+  """Raises ValueError naming the hyperparameter on a bad value."""
+  if cfg.weights_solver not in WEIGHT_SOLVERS:
+    raise ValueError(f"weights_solver: unknown {cfg.weights_solver!r}; accepted: {', '.join(WEIGHT_SOLVERS)}")
+  if cfg.anchor_dist not in ANCHOR_DISTS:
+    raise ValueError(f"anchor_dist: unknown {cfg.anchor_dist!r}; accepted: {', '.join(ANCHOR_DISTS)}")
+  if not cfg.phi >= 0:
+    raise ValueError(f"phi must be >= 0; got {cfg.phi}")
+  for name in ("anchor_scale", "rcond", "ridge_lambda"):
+    if not getattr(cfg, name) > 0:
+      raise ValueError(f"{name} must be > 0; got {getattr(cfg, name)}")
+  if cfg.step_size is not None and not cfg.step_size > 0:
+    raise ValueError(f"step_size must be > 0; got {cfg.step_size}")
+  if cfg.project_box is not None and not cfg.project_box > 0:
+    raise ValueError(f"project_box must be > 0; got {cfg.project_box}")
+
+
+def step_size_of(task: Task, cfg) -> float:
+  """cfg.step_size, or 1/L1 from ``task.info["L1"]`` (Alg. 1 line 11).
+
+  Raises:
+    ValueError: no step size and the task has no L1.
+  """
+  if cfg.step_size is not None:
+    return float(cfg.step_size)
+  if "L1" not in task.info:
+    raise ValueError(f"task {task.name!r} reports no L1; give step_size")
+  return 1.0 / float(task.info["L1"])
+
+
+def make_fedlrgd(task: Task, cfg: FedLRGDConfig, name: str = "fedlrgd") -> FederatedAlgorithm:
+  """Builds FedLRGD on a task with a server dataset (``data["server"]``).
+
+  Raises:
+    ValueError: bad hyperparameters, a task without server data or per-example
+      loss, or a set-up whose per-round byte ledger would overflow int32.
+  """
+  check_config(cfg)
+  if "server" not in task.data:
+    raise ValueError(f"fedlrgd needs a task with server data (logistic_soft, ridge); {task.name!r} has none")
+  grad_f, unravel = flat_grad_fn(task)
+  step = step_size_of(task, cfg)
+  R = int(task.data["server"]["mask"].shape[0])
+  m = task.num_clients
+  s_max = int(task.data["clients"]["mask"].shape[1])
+  p = int(jax.eval_shape(lambda k: ravel_pytree(task.init_params(k))[0], jax.random.key(0)).shape[0])
+  if m * (R * p + p * R * R) * BYTES_PER_REAL > _INT32_MAX or m * R * p * BYTES_PER_REAL > _INT32_MAX:
+    raise ValueError(f"the set-up round's byte ledger (m={m}, R={R}, p={p}) exceeds int32; "
+                     "use fewer clients or a smaller max_rank")
+
+  def init(key):
+    # theta^(0) from the same key as every other algorithm (same start); anchors
+    # from their own sub-stream.
+    theta0, _ = ravel_pytree(task.init_params(key))
+    k_anchor = jax.random.fold_in(key, 0x4A4E)
+    anchors = draw_anchors(k_anchor, theta0, R, cfg.anchor_dist, cfg.anchor_scale)   # line 1
+    zp = jnp.zeros((p,), theta0.dtype)
+    return FedLRGDState(theta=theta0, anchors=anchors, weights=jnp.zeros((p, R), theta0.dtype),
+                        ready=jnp.asarray(False), sigma_min=zp, cond=zp, ledger=zero_ledger())
+
+  def do_setup(state, data):
+    res = setup(grad_f, data, state.anchors, cfg.weights_solver, cfg.rcond, cfg.ridge_lambda)
+    return state._replace(weights=res.weights, sigma_min=res.sigma_min, cond=res.cond,
+                          ready=jnp.asarray(True))
+
+  def round_fn(state: FedLRGDState, key, data):
+    del key  # FedLRGD is deterministic once the anchors are drawn
+    first = ~state.ready
+    state = jax.lax.cond(state.ready, lambda s, d: s, do_setup, state, data)
+    r = jnp.sum(data["server"]["mask"].astype(jnp.int32))
+    n = num_samples(data)
+    ghat = approx_grad(grad_f, state.theta, data["server"], state.weights, n)      # (41)
+    theta = state.theta - step * ghat                                              # (42)
+    if cfg.project_box is not None:
+      theta = jnp.clip(theta, -cfg.project_box, cfg.project_box)
+    f = first.astype(jnp.int32)
+    s_counts = jnp.sum(data["clients"]["mask"].astype(jnp.int32))
+    ledger = add_epochs(state.ledger, epochs=f * (r + 2),       # epochs 1..r+1, then r+2 opens
+                        compute=f * (r * r + r * s_max) + r,   # b_1 = r^2, b_2 = r s; r per GD step
+                        comm_epochs=f * r, uploads=f * m * r)
+    stats = make_stats(queries=f * (r * r + r * s_counts) + r,
+                       bytes_up=f * m * r * p * BYTES_PER_REAL,
+                       bytes_down=f * m * (r * p + p * r * r) * BYTES_PER_REAL,
+                       participants=f * m * r)
+    return state._replace(theta=theta, ledger=ledger), stats
+
+  return attach_metrics(FederatedAlgorithm(name=name, init=init, round=round_fn,
+                                           solution=lambda s: unravel(s.theta), hparams=cfg), cfg.phi)
+
+
+def diagnostics(state: FedLRGDState, r: int) -> dict:
+  """Host dict: cond(G^(i)) (max, median), min sigma_min, and the smallest alpha with
+  ||G^(i)^-1||_op = 1/sigma_min <= r^alpha for every i (assumption (8))."""
+  cond = np.asarray(state.cond, np.float64)
+  smin = np.asarray(state.sigma_min, np.float64)
+  alpha = float(np.max(np.log(1.0 / smin)) / np.log(r)) if r > 1 and np.all(smin > 0) else float("nan")
+  return {"cond_max": float(np.max(cond)), "cond_median": float(np.median(cond)),
+          "sigma_min": float(np.min(smin)), "alpha_hat": alpha}
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurement helpers (specs/fedlrgd.md §3.3 S2-S3, §7 items 1, 6, 7): pure, vmappable.
+# ----------------------------------------------------------------------------------------------
+
+def relative_errors(grad_f, data, W, thetas):
+  """||grad^F(theta) - grad F(theta)|| / ||grad F(theta)|| for each row of thetas (K, p) -> (K,)."""
+  n = num_samples(data)
+
+  def one(theta):
+    g = exact_grad(grad_f, theta, data)
+    return jnp.linalg.norm(approx_grad(grad_f, theta, data["server"], W, n) - g) / jnp.linalg.norm(g)
+
+  return jax.vmap(one)(thetas)
+
+
+def inexact_gd(grad_f, data, W, theta0, step, num_steps: int, project_box=None):
+  """S steps of eqs. (41)-(42) from theta0, logging the gradient error along the path.
+
+  Returns:
+    (thetas (S+1, p) = theta^(0..S), err_sq (S,) = ||grad^F - grad F||^2 at theta^(0..S-1)).
+  """
+  n = num_samples(data)
+
+  def body(theta, _):
+    ghat = approx_grad(grad_f, theta, data["server"], W, n)
+    err = ghat - exact_grad(grad_f, theta, data)
+    new = theta - step * ghat
+    if project_box is not None:
+      new = jnp.clip(new, -project_box, project_box)
+    return new, (new, jnp.sum(err * err))
+
+  _, (path, err_sq) = jax.lax.scan(body, theta0, None, length=num_steps)
+  return jnp.concatenate([theta0[None], path]), err_sq
