@@ -22,6 +22,8 @@ list) on the digits softmax task (d = 650) it measures:
    case). For large N only the first ``--sequential_clients`` clients are timed;
    the per-step rate is what is compared (``sequential_clients_timed`` in the
    JSON says how many). speedup = vmapped rate / sequential rate.
+   ``speedup_vs_inloop`` compares with a naive loop that slices each client's
+   row out of the stacked arrays and derives its key inside the loop.
 3. Memory: the compiled chunk's ``memory_analysis()`` (temp, argument, output
    bytes), the process peak RSS so far (``resource.getrusage``; monotone over
    the run, so it is the peak of every measurement up to this one) and, where
@@ -47,9 +49,9 @@ repeat running a workload enough times to last ``--min_time`` seconds. Rates
 come from the best repeat (the least disturbed by other processes on a shared
 machine; medians are in the JSON too); ``speedup`` and the direction ``ratio``
 are medians over repeats of side-by-side ratios, so a load change between
-workloads does not bias them. ``*_cpu_per_wall`` (process CPU time / wall
-time) flags disturbed measurements: about 1 for one busy thread, below 1 when
-other processes took the CPU.
+workloads does not bias them. On CPU, ``*_cpu_per_wall`` (process CPU time /
+wall time) flags disturbed measurements: about 1 for one busy thread, below 1
+when other processes took the CPU.
 
 Writes --output_dir/benchmark.json (environment, settings and one record per
 (algorithm, N)) and benchmark.md (a markdown table), rewritten after every
@@ -271,11 +273,14 @@ def prepare_sequential(alg, task, settings: Settings):
   (the algorithm's oracle and local optimizer, jitted once, one client per
   call) from the initial point with their own data row and round key; the
   deltas are summed on the device, averaged and applied, then the result is
-  blocked on. Rows and keys are split beforehand (what a sequential simulator
-  holds: one dataset and one key per client).
+  blocked on. ``one_round`` splits rows and keys beforehand (what a sequential
+  simulator holds: one dataset and one key per client; the baseline's best
+  case); ``one_round_inloop`` slices each client's row out of the stacked
+  arrays and derives its key inside the loop (a naive port of the vmapped
+  layout: three more dispatches per client).
 
   Returns:
-    (one_round, S): ``one_round()`` runs that loop once.
+    (one_round, one_round_inloop, S).
   """
   import jax
   import jax.numpy as jnp
@@ -299,7 +304,14 @@ def prepare_sequential(alg, task, settings: Settings):
       total = total + update(x0, row, k)
     jax.block_until_ready(x0 + total / s)
 
-  return one_round, s
+  def one_round_inloop():
+    total = jnp.zeros_like(x0)
+    for i in range(s):
+      row = jax.tree_util.tree_map(lambda a: a[i], task.client_data)
+      total = total + update(x0, row, rng.client_key(k_clients, i))
+    jax.block_until_ready(x0 + total / s)
+
+  return one_round, one_round_inloop, s
 
 
 def prepare_normals(count: int, dim: int, b2: int, law: str, settings: Settings,
@@ -406,8 +418,9 @@ def benchmark_one(name: str, num_clients: int, settings: Settings,
   tag = f"[{name} N={n}]"
 
   run_chunk, vinfo = prepare_vmapped(alg, task, settings)
-  one_round, s = prepare_sequential(alg, task, settings)
-  fns = {"vmapped": (run_chunk, True), "sequential": (one_round, True)}
+  one_round, one_round_inloop, s = prepare_sequential(alg, task, settings)
+  fns = {"vmapped": (run_chunk, True), "sequential": (one_round, True),
+         "sequential_inloop": (one_round_inloop, True)}
   if zeroth_order:
     b2 = cfg.fd_directions
     per_round = n * h * b2 * d
@@ -427,8 +440,11 @@ def benchmark_one(name: str, num_clients: int, settings: Settings,
   sq_rate = s * h / st["best"]
   # Client steps per second of each, repeat by repeat.
   speedup = _paired_median([n * h * length / t for t in vt["seconds"]], [s * h / t for t in st["seconds"]])
+  it = timing["sequential_inloop"]
+  speedup_inloop = _paired_median([n * h * length / t for t in vt["seconds"]], [s * h / t for t in it["seconds"]])
   log(f"{tag} sequential ({s} of {n} clients timed): {st['best'] / s * 1e3:.3g} ms/client, "
-      f"{sq_rate:,.0f} client steps/s; speedup {speedup:.2f}x; cpu/wall {st['cpu_per_wall']:.2f}")
+      f"{sq_rate:,.0f} client steps/s; speedup {speedup:.2f}x; cpu/wall {st['cpu_per_wall']:.2f} "
+      f"(slicing rows and keys in the loop: {it['best'] / s * 1e3:.3g} ms/client, speedup {speedup_inloop:.2f}x)")
 
   mem = dict(vinfo["memory"], **process_memory())
   log(f"{tag} memory: compiled temp {_mib(mem['temp_bytes'])} + args {_mib(mem['argument_bytes'])} "
@@ -453,7 +469,10 @@ def benchmark_one(name: str, num_clients: int, settings: Settings,
       "sequential_steps_per_s": sq_rate,
       "sequential_note": ("python loop over clients of a per-client jitted make_local_update; "
                           f"{s} of {n} clients timed; rates per client local step"),
-      "speedup": speedup, "speedup_of_best": vm_rate / sq_rate, "memory": mem, "directions": None,
+      "speedup": speedup, "speedup_of_best": vm_rate / sq_rate,
+      "sequential_inloop_seconds_per_client": it["best"] / s,
+      "sequential_inloop_steps_per_s": s * h / it["best"], "speedup_vs_inloop": speedup_inloop,
+      "memory": mem, "directions": None,
   }
 
   if zeroth_order:

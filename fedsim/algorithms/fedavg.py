@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import chex
 import jax
+import jax.numpy as jnp
 import optax
 
 from fedsim.algorithms.local import make_delta_averaging, local_optimizer
@@ -57,42 +58,45 @@ def server_optimizer(cfg: FedAvgConfig) -> optax.GradientTransformation:
   """The optax server optimizer applied to the pseudo-gradient -mean_delta.
 
   ``adam`` is ``optax.adam(server_lr, b1, b2, eps=tau)`` (optax bias-corrects the
-  moments; Reddi et al.'s Alg. 2 does not, which only rescales early steps);
-  ``yogi`` is ``optax.yogi`` with v_{-1} = tau^2 (Reddi et al. Alg. 2 requires
-  v_{-1} >= tau^2); ``adagrad`` is Reddi et al.'s FedAdagrad: momentum beta1 on
-  the pseudo-gradient, v_t = v_{t-1} + Delta_t^2, step m_t / (sqrt(v_t) + tau).
+  moments; Reddi et al.'s Alg. 2 does not, which only rescales early steps).
+  ``yogi`` and ``adagrad`` follow Reddi et al. 2021 Alg. 2 exactly (no bias
+  correction; Yogi's v_{-1} = tau^2, Adagrad's v_{-1} = 0): m_t = b1 m + (1 - b1) Delta,
+  Yogi v_t = v - (1 - b2) Delta^2 sign(v - Delta^2), Adagrad v_t = v + Delta^2,
+  x <- x + eta m_t / (sqrt(v_t) + tau). (optax.yogi bias-corrects and starts m
+  at its accumulator value, so it is not FedYogi.)
   """
   name, lr = cfg.server_optimizer, cfg.server_lr
   if name == "sgd":
     return optax.sgd(lr)
   if name == "adam":
     return optax.adam(lr, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.tau)
-  if name == "yogi":
-    return optax.yogi(lr, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.tau,
-                      initial_accumulator_value=cfg.tau ** 2)
-  if name == "adagrad":
-    return _fedadagrad(lr, cfg.beta1, cfg.tau)
+  if name in ("yogi", "adagrad"):
+    return optax.chain(_scale_by_reddi(name, cfg.beta1, cfg.beta2, cfg.tau), optax.scale(-lr))
   raise ValueError(f"unknown server optimizer {name!r}; accepted: {', '.join(SERVER_OPTIMIZERS)}")
 
 
-def _fedadagrad(lr, beta1, tau) -> optax.GradientTransformation:
-  """Reddi et al. 2021 Alg. 2 (FedAdagrad) from optax parts: m_t / (sqrt(v_t) + tau)."""
+def _scale_by_reddi(kind: str, beta1, beta2, tau) -> optax.GradientTransformation:
+  """m_t / (sqrt(v_t) + tau) of Reddi et al. 2021 Alg. 2 for FedYogi / FedAdagrad.
 
-  def scale_by_fedadagrad():
-    def init(params):
-      z = jax.tree_util.tree_map(lambda p: p * 0, params)
-      return (z, z)
+  Receives the pseudo-gradient g = -Delta; m, v track g (v depends on g^2 only).
+  """
+  tmap = jax.tree_util.tree_map
 
-    def update(g, state, params=None):
-      m, v = state
-      m = jax.tree_util.tree_map(lambda a, b: beta1 * a + (1 - beta1) * b, m, g)
-      v = jax.tree_util.tree_map(lambda a, b: a + b * b, v, g)
-      out = jax.tree_util.tree_map(lambda a, b: a / (jax.numpy.sqrt(b) + tau), m, v)
-      return out, (m, v)
+  def init(params):
+    v0 = tau ** 2 if kind == "yogi" else 0.0
+    return (tmap(jnp.zeros_like, params), tmap(lambda p: jnp.full_like(p, v0), params))
 
-    return optax.GradientTransformation(init, update)
+  def update(g, state, params=None):
+    del params
+    m, v = state
+    m = tmap(lambda a, b: beta1 * a + (1 - beta1) * b, m, g)
+    if kind == "yogi":
+      v = tmap(lambda a, b: a - (1 - beta2) * b * b * jnp.sign(a - b * b), v, g)
+    else:
+      v = tmap(lambda a, b: a + b * b, v, g)
+    return tmap(lambda a, b: a / (jnp.sqrt(b) + tau), m, v), (m, v)
 
-  return optax.chain(scale_by_fedadagrad(), optax.scale(-lr))
+  return optax.GradientTransformation(init, update)
 
 
 def first_order_oracle(f, x, key):

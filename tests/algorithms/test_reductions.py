@@ -121,3 +121,20 @@ def test_sampling_is_uniform_without_replacement():
   # Each client is selected with probability M/N = 0.25; binomial sd = 0.0043.
   np.testing.assert_allclose(freq, 0.25, atol=0.02)
   assert np.array_equal(np.asarray(sample_clients(keys[0], 7, 7)), np.arange(7))
+
+
+def test_fedyogi_and_fedadagrad_first_server_step_match_reddi_alg2(digits10):
+  """Reddi et al. 2021 Alg. 2, first step from m_{-1} = 0 (v_{-1} = tau^2 for Yogi, 0 for
+  Adagrad): m = (1 - b1) Delta; Yogi v = v_{-1} - (1 - b2) Delta^2 sign(v_{-1} - Delta^2);
+  Adagrad v = Delta^2; x <- x + eta m / (sqrt(v) + tau)."""
+  task = digits10
+  common = dict(lr=0.1, local_steps=3, batch_size=5, clients_per_round=4)
+  state, avg_state, _ = _one_round(algorithms.build("fedavg", task, **common), task)
+  delta = np.asarray(avg_state.x - state.x, np.float64)
+  b1, b2, tau, eta = 0.9, 0.99, 1e-3, 0.05
+  m = (1 - b1) * delta
+  v_yogi = tau ** 2 - (1 - b2) * delta ** 2 * np.sign(tau ** 2 - delta ** 2)
+  for name, v in (("fedyogi", v_yogi), ("fedadagrad", delta ** 2)):
+    _, new_state, _ = _one_round(algorithms.build(name, task, server_lr=eta, **common), task)
+    expected = np.asarray(state.x, np.float64) + eta * m / (np.sqrt(v) + tau)
+    assert_close(new_state.x, expected, rtol=2e-5, atol=1e-7)

@@ -29,6 +29,7 @@ def test_quick_measurement_fields_and_outputs(tmp_path):
     assert r["num_clients"] == 4 and r["dim"] == 650 and r["local_steps"] == 5
     assert r["state_finite"]
     for k in ("seconds_per_round", "vmapped_steps_per_s", "sequential_steps_per_s", "speedup",
+              "sequential_inloop_steps_per_s", "speedup_vs_inloop",
               "sequential_seconds_per_client", "compile_s"):
       assert _positive(r[k]), (k, r[k])
     assert r["vmapped_steps_per_s"] == pytest.approx(4 * 5 / r["seconds_per_round"])
