@@ -103,6 +103,6 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
     if len(ds.feature_shape) < 2:
       raise ConfigError("task", f"cnn needs image data; {ds.name} is not")
     from fedsim.models.cnn import CNN
-    from fedsim.tasks.finetune import make_model_task
+    from fedsim.tasks.classification import make_model_task
     return make_model_task(name, CNN(ds.num_classes), ds, clients, info=info)
   return make_classification_task(name, ds, clients, hidden_width=hidden_width, info=info)

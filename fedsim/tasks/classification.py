@@ -22,30 +22,24 @@ def _ce(logits, y):
   return optax.softmax_cross_entropy_with_integer_labels(logits, y)
 
 
-def make_classification_task(name: str, dataset, clients: dict, *, hidden_width: int = 64,
-                             info: dict | None = None) -> Task:
-  """Builds a classification task.
+def make_model_task(name: str, model, dataset: Dataset, clients: dict, *, init_params=None,
+                    info: dict | None = None) -> Task:
+  """A classification task for a flax ``model``.
 
   Args:
-    name: ``softmax`` (multinomial logistic regression with bias) or ``mlp``
-      (one hidden ReLU layer of ``hidden_width`` units).
-    dataset: a ``fedsim.data.Dataset`` (x in [0,1], int labels).
-    clients: ``fedsim.data.to_client_arrays`` output: ``x`` (N, n_max, ...),
-      ``y`` (N, n_max), ``mask`` (N, n_max), ``n`` (N,).
-    hidden_width: MLP width.
+    name: task name.
+    model: flax module mapping (B, *feature_shape) float32 to (B, C) logits.
+    dataset: x in [0, 1], int labels; its test split is the evaluation set.
+    clients: ``fedsim.data.to_client_arrays`` output (``x`` (N, n_max, ...),
+      ``y``, ``mask``, ``n``).
+    init_params: fixed initial parameters (a pytree), or None for
+      ``model.init(key, ...)``.
+    info: extra task description.
 
-  Raises:
-    ValueError: unknown name.
+  Returns:
+    The Task (``has_accuracy``).
   """
   feature_shape = tuple(dataset.x_train.shape[1:])
-  fnd = len(feature_shape)
-  if name == "softmax":
-    model = Softmax(dataset.num_classes, feature_ndim=fnd)
-  elif name == "mlp":
-    model = MLP(dataset.num_classes, (hidden_width,), feature_ndim=fnd)
-  else:
-    raise ValueError(f"unknown classification model {name!r}")
-
   data = {
       "clients": {"x": jnp.asarray(clients["x"], jnp.float32),
                   "y": jnp.asarray(clients["y"], jnp.int32), "mask": jnp.asarray(clients["mask"])},
@@ -53,7 +47,9 @@ def make_classification_task(name: str, dataset, clients: dict, *, hidden_width:
       "eval": {"x": jnp.asarray(dataset.x_test, jnp.float32), "y": jnp.asarray(dataset.y_test, jnp.int32)},
   }
 
-  def init_params(key):
+  def init(key):
+    if init_params is not None:
+      return init_params
     return model.init(key, jnp.zeros((1,) + feature_shape, jnp.float32))
 
   def loss(params, batch):
@@ -87,7 +83,24 @@ def make_classification_task(name: str, dataset, clients: dict, *, hidden_width:
           "n_train": int(np.sum(clients["n"])), "n_test": int(dataset.x_test.shape[0]),
           "max_client_size": int(clients["x"].shape[1]), "min_client_size": int(np.min(clients["n"]))}
   meta.update(info or {})
-  return Task(name=name, num_clients=int(data["sizes"].shape[0]), init_params=init_params,
-              data=data, loss=loss, sample_batch=sample_batch,
-              full_batch=lambda c: c, evaluate=evaluate, per_example_loss=per_example_loss,
-              has_accuracy=True, info=meta)
+  return Task(name=name, num_clients=int(data["sizes"].shape[0]), init_params=init, data=data,
+              loss=loss, sample_batch=sample_batch, full_batch=lambda c: c, evaluate=evaluate,
+              per_example_loss=per_example_loss, has_accuracy=True, info=meta)
+
+
+def make_classification_task(name: str, dataset, clients: dict, *, hidden_width: int = 64,
+                             info: dict | None = None) -> Task:
+  """Builds ``softmax`` (multinomial logistic regression with bias) or ``mlp``
+  (one hidden ReLU layer of ``hidden_width`` units) with :func:`make_model_task`.
+
+  Raises:
+    ValueError: unknown name.
+  """
+  fnd = len(dataset.x_train.shape[1:])
+  if name == "softmax":
+    model = Softmax(dataset.num_classes, feature_ndim=fnd)
+  elif name == "mlp":
+    model = MLP(dataset.num_classes, (hidden_width,), feature_ndim=fnd)
+  else:
+    raise ValueError(f"unknown classification model {name!r}")
+  return make_model_task(name, model, dataset, clients, info=info)

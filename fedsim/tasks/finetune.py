@@ -2,10 +2,8 @@
 proxy (``finetune``) for seed 003's LLM runs (§6, Table 2 / Table 5), whose
 weights and data cannot be downloaded here (specs/hiso.md §3.4, substitute (b)).
 
-``make_model_task`` is the classification task of fedsim.tasks.classification
-with the model passed in (f_i = mean cross-entropy over client i's samples;
-``objective`` = pooled training loss; ``test_accuracy`` / ``test_loss`` on the
-test split) and an optional fixed initial point.
+``make_model_task`` (fedsim.tasks.classification) builds both, with the
+model passed in and, for ``finetune``, a fixed initial point.
 
 ``finetune``: a flax MLP is pre-trained (first order, Adam, deterministic and
 cached; fedsim.models.training) on the *source* distribution, the dataset's
@@ -33,8 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedsim.core.reduce import pairwise_sum
-from fedsim.core.types import Task
+from fedsim.tasks.classification import make_model_task
 from fedsim.data.dataset import Dataset
 from fedsim.models import MLP
 from fedsim.models import training
@@ -42,76 +39,6 @@ from fedsim.models import training
 SHIFTS = ("flip", "relabel", "none")
 PRETRAIN = training.TrainConfig(steps=500, batch_size=128, learning_rate=3e-3)
 CACHE_FORMAT = 1
-
-
-def _ce(logits, y):
-  return optax.softmax_cross_entropy_with_integer_labels(logits, y)
-
-
-def make_model_task(name: str, model, dataset: Dataset, clients: dict, *, init_params=None,
-                    info: dict | None = None) -> Task:
-  """A classification task for a flax ``model``.
-
-  Args:
-    name: task name.
-    model: flax module mapping (B, *feature_shape) float32 to (B, C) logits.
-    dataset: x in [0, 1], int labels; its test split is the evaluation set.
-    clients: ``fedsim.data.to_client_arrays`` output (``x`` (N, n_max, ...),
-      ``y``, ``mask``, ``n``).
-    init_params: fixed initial parameters (a pytree), or None for
-      ``model.init(key, ...)``.
-    info: extra task description.
-
-  Returns:
-    The Task (``has_accuracy``).
-  """
-  feature_shape = tuple(dataset.x_train.shape[1:])
-  data = {
-      "clients": {"x": jnp.asarray(clients["x"], jnp.float32),
-                  "y": jnp.asarray(clients["y"], jnp.int32), "mask": jnp.asarray(clients["mask"])},
-      "sizes": jnp.asarray(clients["n"], jnp.int32),
-      "eval": {"x": jnp.asarray(dataset.x_test, jnp.float32), "y": jnp.asarray(dataset.y_test, jnp.int32)},
-  }
-
-  def init(key):
-    if init_params is not None:
-      return init_params
-    return model.init(key, jnp.zeros((1,) + feature_shape, jnp.float32))
-
-  def loss(params, batch):
-    ce = _ce(model.apply(params, batch["x"]), batch["y"])
-    m = batch["mask"].astype(ce.dtype)
-    return jnp.sum(ce * m) / jnp.maximum(jnp.sum(m), 1.0)
-
-  def per_example_loss(params, example):
-    return _ce(model.apply(params, example["x"][None]), example["y"][None])[0]
-
-  def sample_batch(client, key, batch_size):
-    # i.i.d. uniform over the client's n_i real samples (with replacement).
-    n = jnp.maximum(jnp.sum(client["mask"]), 1)
-    idx = jnp.minimum((jax.random.uniform(key, (batch_size,)) * n).astype(jnp.int32), n - 1)
-    return {"x": client["x"][idx], "y": client["y"][idx], "mask": jnp.ones((batch_size,), bool)}
-
-  def evaluate(params, data):
-    c = data["clients"]
-    ce = jax.vmap(lambda x, y: _ce(model.apply(params, x), y))(c["x"], c["y"])  # (N, n_max)
-    total = pairwise_sum(jnp.where(c["mask"], ce, 0.0).reshape(-1))
-    test = data["eval"]
-    logits = model.apply(params, test["x"])
-    n_test = test["y"].shape[0]
-    return {
-        "objective": total / pairwise_sum(data["sizes"].astype(ce.dtype)),
-        "test_loss": pairwise_sum(_ce(logits, test["y"])) / n_test,
-        "test_accuracy": pairwise_sum((jnp.argmax(logits, -1) == test["y"]).astype(ce.dtype)) / n_test,
-    }
-
-  meta = {"num_classes": dataset.num_classes, "feature_shape": list(feature_shape),
-          "n_train": int(np.sum(clients["n"])), "n_test": int(dataset.x_test.shape[0]),
-          "max_client_size": int(clients["x"].shape[1]), "min_client_size": int(np.min(clients["n"]))}
-  meta.update(info or {})
-  return Task(name=name, num_clients=int(data["sizes"].shape[0]), init_params=init, data=data,
-              loss=loss, sample_batch=sample_batch, full_batch=lambda c: c, evaluate=evaluate,
-              per_example_loss=per_example_loss, has_accuracy=True, info=meta)
 
 
 def shift_dataset(dataset: Dataset, shift: str) -> Dataset:
