@@ -28,6 +28,7 @@ FLAGS = flags.FLAGS
 HPARAMS = {
     "clients_per_round": (int, "clients sampled per round (M)"),
     "lr": (float, "client learning rate (eta)"),
+    "client_block": (int, "clients per vmapped block, 0 = all at once (speed/memory only)"),
     "local_steps": (int, "local steps per round (H)"),
     "batch_size": (int, "samples per local step (b1 / B)"),
     "fd_directions": (int, "finite-difference directions per step (b2 / Q)"),
@@ -264,6 +265,9 @@ def validate():
     for n in ("lr", "smoothing", "server_lr", "tau", "rho", "consensus_weight"):
       if n in hp:
         _positive(where(n), hp[n])
+    if hp.get("client_block") is not None and hp["client_block"] < 0:
+      raise ConfigError(where("client_block"), f"must be >= 0 (0 = all clients in one vmap); "
+                        f"got {hp['client_block']}")
     if "clients_per_round" in hp and not 1 <= hp["clients_per_round"] <= FLAGS.num_clients:
       raise ConfigError(where("clients_per_round"), f"must be in [1, num_clients={FLAGS.num_clients}]; "
                         f"got {hp['clients_per_round']}")

@@ -12,6 +12,7 @@ import dataclasses
 from fedsim.algorithms.fedavg import FedAvgConfig, make_fedavg
 from fedsim.algorithms.dzopa import DZOPAConfig, make_dzopa
 from fedsim.algorithms.fedzo import FedZOConfig, make_fedzo
+from fedsim.algorithms.ffgb import FFGBConfig, make_ffgb
 from fedsim.algorithms.fedave import FedAveConfig, GDConfig, make_fedave, make_gd
 from fedsim.algorithms.fedlrgd import FedLRGDConfig, make_fedlrgd
 from fedsim.algorithms.hiso import DeComFLConfig, HiSoConfig, make_decomfl, make_hiso
@@ -36,6 +37,12 @@ REGISTRY = {
     "fedlrgd": (FedLRGDConfig, {}, make_fedlrgd),
     "fedave": (FedAveConfig, {}, make_fedave),
     "gd": (GDConfig, {}, make_gd),
+    # Federated functional gradient boosting (seed 002; specs/ffgb.md): Alg. 2, its
+    # no-residual ablation (Fig. 2a), Alg. 5 (corrected FFGB.C) and Alg. 4 (sign-fixed FFGB.L).
+    "ffgb": (FFGBConfig, {}, make_ffgb),
+    "ffgb_nores": (FFGBConfig, {}, make_ffgb),
+    "ffgb_c": (FFGBConfig, {}, make_ffgb),
+    "ffgb_l": (FFGBConfig, {}, make_ffgb),
 }
 
 
@@ -64,3 +71,17 @@ def build(name: str, task, **hparams):
   cfg = default_config(name)
   cfg.update({k: v for k, v in hparams.items() if k in cfg})
   return builder(task, cls(**cfg), name=name)
+
+
+# FZooS and its finite-difference baselines (seed 000; specs/fzoos.md §2.3-2.4).
+from fedsim.algorithms.fzoos import FZooSConfig, make_fzoos  # noqa: E402
+from fedsim.algorithms.zo_baselines import ZOBaselineConfig, make_zo_baseline  # noqa: E402
+
+REGISTRY.update({
+    "fzoos": (FZooSConfig, {}, make_fzoos),
+    # FedZO with the FZooS paper's settings (orthogonal directions, Q = 20, lambda = 0.01, Adam).
+    "fedzo_fd": (ZOBaselineConfig, {}, make_zo_baseline),
+    "fedprox_zo": (ZOBaselineConfig, {"correction": "prox"}, make_zo_baseline),
+    "scaffold_zo1": (ZOBaselineConfig, {"correction": "scaffold1"}, make_zo_baseline),
+    "scaffold_zo2": (ZOBaselineConfig, {"correction": "scaffold2"}, make_zo_baseline),
+})

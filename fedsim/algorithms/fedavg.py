@@ -41,6 +41,9 @@ class FedAvgConfig:
       Reddi et al. 2021 App. D grids: 1e-2 for Adam/Yogi, 1e-1 for Adagrad).
     beta1, beta2: server moment decays, Reddi et al. 2021 §5: 0.9, 0.99.
     tau: adaptivity epsilon, Reddi et al. 2021 §5: 1e-3.
+    client_block: clients per vmapped block (0 = all at once; None = the
+      backend's default, fedsim.core.client_map.default_client_block); an
+      execution setting, not a hyperparameter of the method.
   """
   lr: float = 0.1
   local_steps: int = 5
@@ -52,6 +55,7 @@ class FedAvgConfig:
   beta1: float = 0.9
   beta2: float = 0.99
   tau: float = 1e-3
+  client_block: int | None = None
 
 
 def server_optimizer(cfg: FedAvgConfig) -> optax.GradientTransformation:
@@ -115,4 +119,4 @@ def make_fedavg(task: Task, cfg: FedAvgConfig, name: str = "fedavg") -> Federate
       name, task, first_order_oracle, local_opt=local_optimizer("sgd", cfg.lr),
       server_opt=server_optimizer(cfg), local_steps=cfg.local_steps, batch_size=cfg.batch_size,
       clients_per_round=cfg.clients_per_round or task.num_clients, weighting=cfg.weighting,
-      queries_per_step=cfg.batch_size, hparams=cfg)
+      queries_per_step=cfg.batch_size, client_block=cfg.client_block, hparams=cfg)

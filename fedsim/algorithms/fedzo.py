@@ -45,6 +45,9 @@ class FedZOConfig:
     snr_db, h_min, channel_var, noise_model, empty_round, transceiver: the
       AirComp channel (fedsim.channels.aircomp.AirCompConfig; paper: h_min = 0.8,
       h ~ CN(0, 1), SNR in {-10, -5, 0} dB).
+    client_block: clients per vmapped block (0 = all at once; None = the
+      backend's default, fedsim.core.client_map.default_client_block); an
+      execution setting, not a hyperparameter of the method.
   """
   lr: float = 1e-3
   smoothing: float = 1e-3
@@ -62,6 +65,7 @@ class FedZOConfig:
   noise_model: str = "real_full"
   empty_round: str = "skip"
   transceiver: str = "shortcut"
+  client_block: int | None = None
 
 
 AGGREGATIONS = ("mean", "aircomp")
@@ -118,4 +122,4 @@ def make_fedzo(task: Task, cfg: FedZOConfig, name: str = "fedzo") -> FederatedAl
       local_opt=local_optimizer(cfg.local_optimizer, cfg.lr),
       server_opt=server_optimizer(FedAvgConfig(server_lr=1.0)), local_steps=cfg.local_steps,
       batch_size=cfg.batch_size, clients_per_round=m, weighting=cfg.weighting, aggregator=aggregator, queries_per_step=(cfg.batch_size if task.stochastic else 1) * (cfg.fd_directions + 1),
-      hparams=cfg)
+      client_block=cfg.client_block, hparams=cfg)

@@ -12,6 +12,7 @@ from fedsim.tasks.quadratic import make_quadratic_task
 
 TASKS = ("softmax", "mlp", "quadratic", "attack_cw", "illcond_quadratic", "cnn", "finetune")
 TASKS += ("logistic_soft", "ridge")  # seed 004 (FedLRGD): smooth ERM with a server dataset
+TASKS += ("ackley", "levy")  # seed 000 (FZooS) [code]: federated Ackley / Levy
 SUPERVISED = ("softmax", "mlp")
 
 
@@ -53,6 +54,13 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
     if heterogeneity < 0:
       raise ConfigError("heterogeneity", f"must be >= 0; got {heterogeneity}")
     return make_quadratic_task(dim, num_clients, heterogeneity, seed=seed)
+  if name in ("ackley", "levy"):
+    from fedsim.tasks.synthetic import make_synthetic_task
+    if dim < 2:
+      raise ConfigError("dim", f"must be >= 2; got {dim}")
+    if heterogeneity < 0:
+      raise ConfigError("heterogeneity", f"must be >= 0; got {heterogeneity}")
+    return make_synthetic_task(name, dim, num_clients, heterogeneity, seed=seed)
   if name in ("logistic_soft", "ridge"):
     from fedsim.tasks.logistic_soft import make_smooth_erm_task
     kw = dict(smooth_erm)

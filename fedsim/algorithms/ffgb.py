@@ -1,0 +1,501 @@
+"""FFGB, FFGB.C, FFGB.L and the no-residual ablation (seed 002; specs/ffgb.md §2, §6).
+
+Function representation: the value-cache design of specs/ffgb.md §6.2. The
+global function f^t is an ensemble of weak learners, but the state never holds
+the ensemble; it holds f^t's values on every client's points
+``f_train`` (N, M_max, C) and on the test points ``f_test`` (M_test, C). Each
+round the new learners are evaluated once on those points and folded in:
+
+  F <- rho_t F + sum_k w_k hbar_k,   hbar_k = (1/m) sum_{i in S^t} h_{i,k}(X)
+
+with, for FFGB / FFGB.C (Alg. 2 line 5 / Alg. 5 line 5 unrolled, §2.8)
+rho_t = prod_k (1 - eta_k mu) and w_k = -eta_k prod_{kappa>k} (1 - eta_kappa mu),
+and for FFGB.L (Alg. 4 line 5) rho_t = prod_k (1 - eta_k), w_k = eta_k
+prod_{kappa>k} (1 - eta_kappa). The 1/m average over m clients sampled without
+replacement is Alg. 1 line 4 / App. F.
+
+Learners leave the device only if ``store_learners = R > 0``: the state then
+keeps the parameters of the last R rounds (fixed shape, a ring buffer) and
+:func:`attach_learner_writer` writes them to disk from the evaluation (never
+inside a compiled chunk); :func:`load_ensemble` / :func:`predict_saved` rebuild
+f^T on new inputs.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedsim.core import rng
+from fedsim.core.sampling import sample_clients
+from fedsim.core.types import FederatedAlgorithm, Task, make_stats
+from fedsim.models.weak_learners import gamma_hat, make_oracle
+
+VARIANTS = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l")
+SCHEDULES = ("paper", "code", "theory")
+G_CE = math.sqrt(2.0)  # ||softmax - e_y||_2 <= sqrt(2) (specs §2.3)
+
+
+@chex.dataclass(frozen=True)
+class FFGBConfig:
+  """FFGB-family hyperparameters (seed 002; specs/ffgb.md §2, §3, §6.5).
+
+  Attributes:
+    local_steps: K (paper MNIST K = 2, §3.3 / Fig. 4).
+    eta0: eta_0 of the experiments' step eta_0/(Kt+k+1) ([code] MNIST script 20).
+    eta_schedule: ``paper`` eta0/(tK+k+1)^p (§4 "same step size setting");
+      ``code`` eta0/((t+1)K+k0+1)^p, k0 = k-1 ([code] get_step_size_scheme);
+      ``theory`` c/(mu(tK+k+1)) with c = 2 (Thm 3.1) or 4 (Thm D.1/3.3;
+      FFGB.L uses mu = 1).
+    eta_decay_p: exponent p (1 in the paper).
+    eta_cap: eta <= eta_cap (specs §6.4 --eta_cap; inf = off).
+    mu_eta_cap: clamp mu*eta <= this (Lemma D.2 needs mu*eta <= 1; specs §2.3).
+    mu: Tikhonov weight (eq. 3). The experiments/[code] use 0.
+    clients_per_round: m (None = N), drawn without replacement (App. F).
+    weak_learner: ``mlp`` (App. B.1), ``rf_ridge`` or ``scaled`` (§4.2).
+    gamma: the scaled oracle's gamma, and the assumed gamma of FFGB.C's
+      clipping constants G1 = (1-gamma)G/gamma, G2 = (2-gamma)G/gamma (Alg. 5).
+    oracle_steps, oracle_lr, oracle_batch: Adam WO^2 (App. B.3: 1000, 0.005; [code] 128).
+    mlp_init: ``default`` or ``faithful`` ([code] N(0, 1/fan_in^2)).
+    mlp_output_act: leaky ReLU on the output ([code] quirk; paper False).
+    rf_features, rf_bandwidth, ridge: the rf_ridge oracle.
+    clip_G: G of Assumption 3.2 (CE: sqrt 2).
+    clip_B: the projection radius B of Alg. 1/5 (None: 2G/(mu gamma), Thm D.1).
+    lip_L: FFGB.L's Lipschitz constant L (McShane extension, eq. 17).
+    one_shot: FFGB.L Remark 3.1: learners computed in round 0 only.
+    ffgb_l_query: ``fixed`` u_i - Delta (specs §2.4 sign fix) or ``printed``
+      Delta - u_i (Alg. 4 as printed; for the sign test only).
+    store_learners: R > 0 keeps the last R rounds' learners in the state.
+  """
+  local_steps: int = 2
+  eta0: float = 20.0
+  eta_schedule: str = "paper"
+  eta_decay_p: float = 1.0
+  eta_cap: float = float("inf")
+  mu_eta_cap: float = 1.0
+  mu: float = 0.0
+  clients_per_round: int | None = None
+  weak_learner: str = "mlp"
+  gamma: float = 1.0
+  oracle_steps: int = 1000
+  oracle_lr: float = 0.005
+  oracle_batch: int = 128
+  mlp_init: str = "default"
+  mlp_output_act: bool = False
+  rf_features: int = 256
+  rf_bandwidth: float = 1.0
+  ridge: float = 1e-3
+  clip_G: float = G_CE
+  clip_B: float | None = None
+  lip_L: float = 1.0
+  one_shot: bool = False
+  ffgb_l_query: str = "fixed"
+  store_learners: int = 0
+
+
+class FFGBState(NamedTuple):
+  """f^t as value caches plus logs.
+
+  Attributes:
+    f_train: (N, M_max, C) f^t on every client's points (0 on padding).
+    f_test: (M_test, C) f^t on the test points.
+    t: int32 rounds done.
+    comm: float32 communication cost in models per client (starts at 2, [code]).
+    gamma_hat: (m, K) empirical oracle quality of the last round's calls.
+    gamma_hat_min_all: running min over all calls.
+    clip_change: FFGB.C: max |clip(v) - v| on the clients' supports, last round.
+    hbar: FFGB.L one-shot: (hbar_train (K, N, M, C), hbar_test (K, M_test, C), thetas).
+    store: ring buffer of learners (see :func:`attach_learner_writer`) or None.
+  """
+  f_train: jax.Array
+  f_test: jax.Array
+  t: jax.Array
+  comm: jax.Array
+  gamma_hat: jax.Array
+  gamma_hat_min_all: jax.Array
+  clip_change: jax.Array
+  hbar: Any
+  store: Any
+
+
+def step_sizes(cfg: FFGBConfig, variant: str, t):
+  """eta^{k,t} for k = 1..K, (K,) float32 (specs §2.2, §6.4).
+
+  Args:
+    cfg: the config.
+    variant: one of :data:`VARIANTS`.
+    t: round index (traced int32).
+  """
+  K = cfg.local_steps
+  k = jnp.arange(1, K + 1, dtype=jnp.float32)
+  tk = jnp.asarray(t, jnp.float32) * K
+  mu_eff = 1.0 if variant == "ffgb_l" else cfg.mu
+  if cfg.eta_schedule == "paper":
+    eta = cfg.eta0 / (tk + k + 1.0) ** cfg.eta_decay_p
+  elif cfg.eta_schedule == "code":
+    eta = cfg.eta0 / (tk + K + (k - 1.0) + 1.0) ** cfg.eta_decay_p
+  else:
+    c = 2.0 if variant in ("ffgb", "ffgb_nores") else 4.0
+    eta = c / (mu_eff * (tk + k + 1.0))
+  eta = jnp.minimum(eta, cfg.eta_cap)
+  if mu_eff > 0:
+    eta = jnp.minimum(eta, cfg.mu_eta_cap / mu_eff)
+  return eta
+
+
+def combine_weights(etas, mu):
+  """(rho, w): g^{K+1} = rho g^1 + sum_k w_k h_k for g <- (1 - eta mu) g - eta h.
+
+  Alg. 2 line 5 unrolled over k (specs §2.8): rho = prod (1 - eta_k mu),
+  w_k = -eta_k prod_{kappa > k} (1 - eta_kappa mu).
+  """
+  a = 1.0 - etas * mu
+  suffix = jnp.cumprod(a[::-1])[::-1]  # prod_{kappa >= k}
+  after = jnp.concatenate([suffix[1:], jnp.ones((1,), a.dtype)])
+  return suffix[0], -etas * after
+
+
+def clip(v, r):
+  """Pi_R: per-coordinate projection onto [-r, r] (specs §1.1)."""
+  return jnp.clip(v, -r, r)
+
+
+def _loss_grad(loss, g, y, num_outputs):
+  """grad_1 l(g(x_j), y_j) per sample (eq. 6): CE softmax(g) - e_y; square g - y."""
+  if loss == "ce":
+    return jax.nn.softmax(g, -1) - jax.nn.one_hot(y, num_outputs, dtype=g.dtype)
+  return g - y
+
+
+def make_client_round(task: Task, cfg: FFGBConfig, variant: str, oracle):
+  """One client's K local steps (Alg. 2 / 5 / 4), returning learners and traces.
+
+  Returns ``client(key, x, y, mask, n, f_i, etas) -> (thetas, aux)`` with
+  thetas stacked over k (leading axis K) and aux = dict(g, delta, h, phi (K, M, C)
+  per step (g is g^{k+1}), gamma_hat (K,), clip_change (K,)).
+  """
+  loss = task.info.get("loss", "ce")
+  C = _num_outputs(task)
+  residual = variant != "ffgb_nores"
+  G = cfg.clip_G
+  G1 = (1.0 - cfg.gamma) * G / cfg.gamma
+  G2 = (2.0 - cfg.gamma) * G / cfg.gamma
+  mu = cfg.mu
+
+  def client(key, x, y, mask, n, f_i, etas):
+    m = mask[:, None]
+    keys = jax.random.split(key, cfg.local_steps)
+
+    def kstep(carry, inp):
+      g, delta = carry
+      kk, eta = inp
+      if variant == "ffgb_l":
+        u = y  # McShane u_i interpolates the data (eq. 17): u_i(x_ij) = y_ij
+        phi = (u - delta) if cfg.ffgb_l_query == "fixed" else (delta - u)  # Alg. 4 line 4 (sign fix)
+        phi = jnp.where(m, phi, 0.0)
+        theta = oracle.fit(kk, x, phi, mask, n)
+        h = jnp.where(m, oracle.apply(theta, x), 0.0)
+        g_new = (1.0 - eta) * g + eta * h  # Alg. 4 line 5
+        d_new = delta - u + h  # Alg. 4 line 6
+        change = jnp.zeros(())
+      else:
+        grad = jnp.where(m, _loss_grad(loss, g, y, C), 0.0)
+        phi = delta + grad if residual else grad  # Alg. 2 line 3 (Delta = 0: ablation)
+        theta = oracle.fit(kk, x, phi, mask, n)  # Alg. 2 line 4
+        h = jnp.where(m, oracle.apply(theta, x), 0.0)
+        d_new = phi - h  # Alg. 2 line 6: Delta + gradR - h
+        if variant == "ffgb_c":
+          h_use, d_clip = clip(h, G2), clip(d_new, G1)  # Alg. 5 lines 5-6
+          change = jnp.maximum(jnp.max(jnp.abs(h_use - h) * m), jnp.max(jnp.abs(d_clip - d_new) * m))
+          d_new = d_clip
+        else:
+          h_use, change = h, jnp.zeros(())
+        g_new = g - eta * (h_use + mu * g)  # Alg. 2 / 5 line 5
+        if not residual:
+          d_new = jnp.zeros_like(d_new)
+      g_new = jnp.where(m, g_new, 0.0)
+      aux = dict(g=g_new, delta=d_new, h=h, phi=phi, gamma_hat=gamma_hat(h, phi, mask),
+                 clip_change=change)
+      return (g_new, d_new), (theta, aux)
+
+    (_, _), (thetas, aux) = jax.lax.scan(kstep, (f_i, jnp.zeros_like(f_i)), (keys, etas))
+    return thetas, aux
+
+  return client
+
+
+def _num_outputs(task: Task) -> int:
+  return int(task.info.get("num_outputs", task.info.get("num_classes", 1)))
+
+
+def _apply_clip(variant, cfg):
+  if variant == "ffgb_c":
+    g2 = (2.0 - cfg.gamma) * cfg.clip_G / cfg.gamma
+    return lambda v: clip(v, g2)
+  return lambda v: v
+
+
+def clip_radius_B(cfg: FFGBConfig) -> float:
+  """B of Alg. 5 / Thm D.1: clip_B, else 2G/(mu gamma) (inf when mu = 0)."""
+  if cfg.clip_B is not None:
+    return float(cfg.clip_B)
+  return 2 * cfg.clip_G / (cfg.mu * cfg.gamma) if cfg.mu > 0 else float("inf")
+
+
+def build_oracle(task: Task, cfg: FFGBConfig):
+  """The weak-learning oracle of ``cfg`` for ``task``'s inputs and outputs."""
+  fs = tuple(task.client_data["x"].shape[2:])
+  return make_oracle(cfg.weak_learner, num_outputs=_num_outputs(task), feature_shape=fs,
+                     gamma=cfg.gamma, steps=cfg.oracle_steps, lr=cfg.oracle_lr,
+                     batch=cfg.oracle_batch, output_act=cfg.mlp_output_act, init=cfg.mlp_init,
+                     rf_features=cfg.rf_features, rf_bandwidth=cfg.rf_bandwidth, ridge=cfg.ridge)
+
+
+def comm_per_round(cfg: FFGBConfig, num_clients: int) -> int:
+  """Models communicated per client per round: m K (N K at full participation,
+  specs §1.4: upload K, download (N - 1) K)."""
+  return (cfg.clients_per_round or num_clients) * cfg.local_steps
+
+
+def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgorithm:
+  """Builds ``ffgb``, ``ffgb_nores``, ``ffgb_c`` or ``ffgb_l`` on ``task``.
+
+  ``task.data["clients"]`` needs ``x`` (N, M, ...), ``y`` ((N, M) int labels
+  for CE, (N, M, C) float targets for square loss), ``mask``; ``task.info``
+  gives ``loss`` (``ce`` default, ``square``) and ``num_outputs`` /
+  ``num_classes``. Score it with ``fedsim.tasks.functional.cache_view(task)``.
+
+  Raises:
+    ValueError: unknown variant / schedule / oracle, or bad settings.
+  """
+  variant = name
+  if variant not in VARIANTS:
+    raise ValueError(f"unknown FFGB variant {name!r}; accepted: {', '.join(VARIANTS)}")
+  if cfg.eta_schedule not in SCHEDULES:
+    raise ValueError(f"eta_schedule must be one of {', '.join(SCHEDULES)}; got {cfg.eta_schedule!r}")
+  if cfg.eta_schedule == "theory" and variant != "ffgb_l" and cfg.mu <= 0:
+    raise ValueError("eta_schedule=theory needs mu > 0")
+  if cfg.local_steps < 1:
+    raise ValueError(f"local_steps must be >= 1; got {cfg.local_steps}")
+  if not 0 < cfg.gamma <= 1:
+    raise ValueError(f"gamma must be in (0, 1]; got {cfg.gamma}")
+  if variant == "ffgb_l" and task.info.get("loss", "ce") != "square":
+    raise ValueError("ffgb_l needs a square-loss task (problem (14))")
+  if cfg.ffgb_l_query not in ("fixed", "printed"):
+    raise ValueError(f"ffgb_l_query must be fixed or printed; got {cfg.ffgb_l_query!r}")
+  N = task.num_clients
+  m = cfg.clients_per_round or N
+  if not 1 <= m <= N:
+    raise ValueError(f"clients_per_round must be in [1, {N}]; got {m}")
+  K = cfg.local_steps
+  oracle = build_oracle(task, cfg)
+  client = make_client_round(task, cfg, variant, oracle)
+  out_clip = _apply_clip(variant, cfg)
+  C = _num_outputs(task)
+  cd = task.client_data
+  M = cd["x"].shape[1]
+  feat = cd["x"].shape[2:]
+  has_test = "x" in task.data["eval"]
+  M_test = task.data["eval"]["x"].shape[0] if has_test else 0
+  mu_round = 1.0 if variant == "ffgb_l" else cfg.mu
+  sign = 1.0 if variant == "ffgb_l" else None
+  theta_shape = jax.eval_shape(oracle.fit, jax.random.key(0), cd["x"][0], jnp.zeros((M, C)),
+                               cd["mask"][0], jnp.int32(1))
+  num_params = sum(int(np.prod(l.shape)) for l in jax.tree_util.tree_leaves(theta_shape))
+  cap = 2 ** 31 - 1
+  bytes_up = min(m * K * num_params * 4, cap)
+  bytes_down = min((N - 1) * m * K * num_params * 4, cap)
+  models = comm_per_round(cfg, N)
+  R = int(cfg.store_learners)
+
+  def weights(etas):
+    rho, w = combine_weights(etas, mu_round)
+    return (rho, -w) if sign is not None else (rho, w)  # FFGB.L: g <- (1-eta) g + eta h
+
+  def learners_round(key, data, f_train):
+    """Sampled clients' K steps, and hbar_k on all points (Alg. 1 line 4)."""
+    k_sample, k_clients, _ = rng.round_subkeys(key)
+    ids = sample_clients(k_sample, N, m)
+    c = data["clients"]
+    take = lambda a: a[ids]
+    keys = rng.client_keys(k_clients, ids)
+    return ids, keys, (take(c["x"]), take(c["y"]), take(c["mask"]), take(data["sizes"]),
+                       take(f_train))
+
+  def hbar_of(thetas, data):
+    """(1/m) sum_i out_clip(h_{i,k}) on all clients' and test points, per k."""
+    x_all = data["clients"]["x"].reshape((N * M,) + feat)
+    x_test = data["eval"]["x"] if has_test else jnp.zeros((0,) + feat, jnp.float32)
+    flat = jax.tree_util.tree_map(lambda a: a.reshape((m * K,) + a.shape[2:]), thetas)
+    ks = jnp.tile(jnp.arange(K), m)
+
+    def acc(carry, inp):
+      tr, te = carry
+      th, k = inp
+      tr = tr.at[k].add(out_clip(oracle.apply(th, x_all)) / m)
+      te = te.at[k].add(out_clip(oracle.apply(th, x_test)) / m) if has_test else te
+      return (tr, te), None
+
+    init = (jnp.zeros((K, N * M, C)), jnp.zeros((K, M_test, C)))
+    (tr, te), _ = jax.lax.scan(acc, init, (flat, ks))
+    tr = tr.reshape(K, N, M, C) * data["clients"]["mask"][None, :, :, None]
+    return tr, te
+
+  def compute(key, data, state, etas):
+    ids, keys, args = learners_round(key, data, state.f_train)
+    thetas, aux = jax.vmap(client, in_axes=(0, 0, 0, 0, 0, 0, None))(keys, *args, etas)
+    tr, te = hbar_of(thetas, data)
+    return ids, thetas, aux["gamma_hat"], jnp.max(aux["clip_change"]), tr, te
+
+  def init(key):
+    del key
+    gh = jnp.ones((m, K))
+    store = None
+    if R > 0:
+      store = {"params": jax.tree_util.tree_map(lambda s: jnp.zeros((R, m, K) + s.shape, s.dtype),
+                                                theta_shape),
+               "w": jnp.zeros((R, K)), "rho": jnp.ones((R,)), "ids": jnp.zeros((R, m), jnp.int32),
+               "t": jnp.full((R,), -1, jnp.int32)}
+    hbar = None
+    if variant == "ffgb_l" and cfg.one_shot:
+      hbar = (jnp.zeros((K, N, M, C)), jnp.zeros((K, M_test, C)),
+              jax.tree_util.tree_map(lambda s: jnp.zeros((m, K) + s.shape, s.dtype), theta_shape),
+              jnp.zeros((m,), jnp.int32), gh)
+    return FFGBState(f_train=jnp.zeros((N, M, C)), f_test=jnp.zeros((M_test, C)),
+                     t=jnp.zeros((), jnp.int32), comm=jnp.float32(2.0), gamma_hat=gh,
+                     gamma_hat_min_all=jnp.float32(jnp.inf), clip_change=jnp.zeros(()),
+                     hbar=hbar, store=store)
+
+  def round_fn(state: FFGBState, key, data):
+    t = state.t
+    etas = step_sizes(cfg, variant, t)
+    if state.hbar is not None:  # Remark 3.1: learners from round 0 only
+      def fresh(_):
+        ids, th, gh, _, tr, te = compute(key, data, state, etas)
+        return tr, te, th, ids, gh
+      tr, te, thetas, ids, gh = jax.lax.cond(t == 0, fresh, lambda _: state.hbar, None)
+      hbar = (tr, te, thetas, ids, gh)
+      change = jnp.zeros(())
+      sent = (t == 0).astype(jnp.int32)
+    else:
+      ids, thetas, gh, change, tr, te = compute(key, data, state, etas)
+      hbar, sent = None, jnp.int32(1)
+    rho, w = weights(etas)
+    f_train = rho * state.f_train + jnp.einsum("k,knmc->nmc", w, tr)
+    f_test = rho * state.f_test + jnp.einsum("k,kmc->mc", w, te)
+    store = state.store
+    if store is not None:
+      slot = t % R
+      put = lambda buf, v: buf.at[slot].set(v)
+      store = {"params": jax.tree_util.tree_map(put, store["params"], thetas),
+               "w": put(store["w"], w / m), "rho": put(store["rho"], rho),
+               "ids": put(store["ids"], ids), "t": put(store["t"], t)}
+    new = FFGBState(f_train=f_train, f_test=f_test, t=t + 1,
+                    comm=state.comm + models * sent.astype(jnp.float32), gamma_hat=gh,
+                    gamma_hat_min_all=jnp.minimum(state.gamma_hat_min_all, jnp.min(gh)),
+                    clip_change=change, hbar=hbar, store=store)
+    queries = jnp.sum(data["sizes"][ids]) * K * sent
+    return new, make_stats(queries, bytes_up * sent, bytes_down * sent, m * sent)
+
+  B = clip_radius_B(cfg) if variant == "ffgb_c" else float("inf")
+
+  def solution(state):
+    # Alg. 1 line 5: FFGB.C returns Pi_B(f^T).
+    return {"train": clip(state.f_train, B), "test": clip(state.f_test, B)}
+
+  def metrics(state):
+    return {"comm": state.comm, "gamma_hat_mean": jnp.mean(state.gamma_hat),
+            "gamma_hat_min": jnp.min(state.gamma_hat),
+            "gamma_hat_min_all": state.gamma_hat_min_all, "clip_change": state.clip_change}
+
+  return FederatedAlgorithm(name=name, init=init, round=round_fn, solution=solution, hparams=cfg,
+                            metrics=metrics)
+
+
+# ----------------------------------------------------------------------- learners on disk
+def attach_learner_writer(alg: FederatedAlgorithm, out_dir: str, cfg: FFGBConfig, variant: str):
+  """Writes each round's learners to ``out_dir/round_XXXXX.npz`` at evaluations.
+
+  The state's ring buffer (``store_learners = R``, set R >= eval_every so no
+  round is lost) reaches the host through ``jax.debug.callback`` inside the
+  (jitted, once per evaluation) metrics function, never inside a round chunk.
+  Each file holds ``leaf_<j>`` (m, K, ...) parameter leaves, ``w`` (K,) (already
+  divided by m), ``rho``, ``ids``, ``t``, ``clip_h`` (G2 for FFGB.C, else inf)
+  and ``clip_B``; f^T(x) = Pi_B(sum_t prod_{t' > t} rho_t' sum_{i,k} w_k clip_h(h_{t,i,k}(x))).
+
+  Raises:
+    ValueError: the algorithm keeps no learners (store_learners = 0).
+  """
+  if cfg.store_learners <= 0:
+    raise ValueError("store_learners must be > 0 to write learners")
+  os.makedirs(out_dir, exist_ok=True)
+  clip_h = (2.0 - cfg.gamma) * cfg.clip_G / cfg.gamma if variant == "ffgb_c" else np.inf
+  clip_B = clip_radius_B(cfg) if variant == "ffgb_c" else np.inf
+
+  def write(store):
+    leaves = jax.tree_util.tree_leaves(store["params"])
+    for s, t in enumerate(np.asarray(store["t"])):
+      path = os.path.join(out_dir, f"round_{int(t):05d}.npz")
+      if t < 0 or os.path.exists(path):
+        continue
+      arrays = {f"leaf_{j}": np.asarray(l[s]) for j, l in enumerate(leaves)}
+      tmp = path + ".tmp.npz"
+      np.savez(tmp, w=np.asarray(store["w"][s]), rho=np.asarray(store["rho"][s]),
+               ids=np.asarray(store["ids"][s]), t=int(t), clip_h=clip_h, clip_B=clip_B, **arrays)
+      os.replace(tmp, path)
+
+  base = alg.metrics
+
+  def metrics(state):
+    jax.debug.callback(write, state.store)
+    return base(state)
+
+  return alg._replace(metrics=metrics)
+
+
+def load_ensemble(out_dir: str):
+  """Reads the round files written by :func:`attach_learner_writer`, in round order.
+
+  Returns:
+    list of dicts (``leaves``, ``w``, ``rho``, ``t``, ``clip_h``, ``clip_B``).
+
+  Raises:
+    FileNotFoundError: no files, or a round is missing (rounds must be 0..T-1).
+  """
+  files = sorted(glob.glob(os.path.join(out_dir, "round_*.npz")))
+  if not files:
+    raise FileNotFoundError(f"{out_dir}: no round_*.npz learner files")
+  out = []
+  for f in files:
+    z = np.load(f)
+    leaves = [z[f"leaf_{j}"] for j in range(sum(k.startswith("leaf_") for k in z.files))]
+    out.append({"leaves": leaves, "w": z["w"], "rho": float(z["rho"]), "t": int(z["t"]),
+                "clip_h": float(z["clip_h"]), "clip_B": float(z["clip_B"])})
+  ts = [r["t"] for r in out]
+  if ts != list(range(len(ts))):
+    raise FileNotFoundError(f"{out_dir}: rounds {ts} are not 0..{len(ts) - 1}")
+  return out
+
+
+def predict_saved(out_dir: str, task: Task, cfg: FFGBConfig, xq) -> jax.Array:
+  """f^T on new inputs ``xq`` (B, *feature_shape) from the learner files; (B, C)."""
+  oracle = build_oracle(task, cfg)
+  M, C = task.client_data["x"].shape[1], _num_outputs(task)
+  tmpl = jax.eval_shape(oracle.fit, jax.random.key(0), task.client_data["x"][0],
+                        jnp.zeros((M, C)), task.client_data["mask"][0], jnp.int32(1))
+  treedef = jax.tree_util.tree_structure(tmpl)
+  apply = jax.jit(jax.vmap(jax.vmap(oracle.apply, (0, None)), (0, None)))
+  f = jnp.zeros((xq.shape[0], C))
+  rounds = load_ensemble(out_dir)
+  for r in rounds:  # host-side export path, not a training loop
+    params = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(l) for l in r["leaves"]])
+    h = clip(apply(params, xq), r["clip_h"])  # (m, K, B, C)
+    f = r["rho"] * f + jnp.einsum("k,mkbc->bc", jnp.asarray(r["w"]), h)
+  return clip(f, rounds[-1]["clip_B"])

@@ -1,0 +1,308 @@
+"""FZooS (Shu et al., "Federated Zeroth-Order Optimization using Trajectory-Informed
+Surrogate Gradients", seed 000, Algorithm 2; specs/fzoos.md §2.4.5 and §2.6).
+
+Per round r, every client i (all N take part, as in the paper):
+
+1. starts at x_{r-1} with a fresh Adam state (App. E, lr 0.01; [code] reset
+   every round) and queries y_i(x_{r-1}) ([code]);
+2. for t = 1..T: fits a GP on the ``gp_window`` history points nearest to x
+   (y min-max normalised, [code]) and steps along (eq. 8)
+
+       ghat = grad mu_i(x) + gamma_t grad phi(x)^T (w_{r-1} - w_{r-1,T}^(i)),   gamma_t = 1/t,
+
+   (eq. 5 for grad mu, eq. 7 for the RFF gradients; no correction in round 1,
+   [code]); queries y_i at the new iterate; for t < T queries the 5 of 100
+   candidates x + U[-0.01, 0.01]^d with the largest trace of the gradient
+   posterior covariance (App. E; the trace, not the spectral norm, which is
+   constant at kappa when n < d, specs §2.4.1);
+3. the server averages x_r = (1/N) sum_i x_{r,T}^(i) (Alg. 1) and, behind
+   ``accept_if_improves`` (off by default, [code]: uses the true F outside the
+   query model), keeps x_{r-1} when F does not improve;
+4. each client queries y_i(x_r) and the 50 most uncertain of 200 candidates
+   x_r + rad_i U[-1,1]^d, rad_i = mean|x_r - x_{r,T}^(i)|/2 ([code] ``get_rff``),
+   then fits its RFF weights on the ``rff_window`` points nearest to x_r
+   (eq. 6; [code] y min-max normalised, weights scaled back by ymax - ymin);
+   the server averages them, w_r = (1/N) sum_i w_{r,T}^(i) (eq. 7).
+
+Before round 1 each client queries 10 points x_0 + 0.01 U[-1,1]^d ([code]);
+they are made (and counted) inside the first round because ``init`` has no
+access to the task data.
+
+Queries per client per round: 1 + T + 5 (T - 1) + 1 + 50 = 6 T + 47 (107 at
+T = 10), plus 10 in round 1 (specs §2.4.5). Bytes: up x_{r,T}^(i) and
+w_{r,T}^(i), down x_r and w_r, (d + M) reals each way per client.
+
+The history is a fixed-size ring buffer (``history_size`` slots, masks for
+empty slots) so every shape is static; windows are chosen with ``lax.top_k``.
+The shared RFF draw comes from ``rff.shared_key(init_key)`` (a fixed
+``fold_in`` of the init key) and is stored once in the state (not per client).
+
+Ablations (Fig. 6): ``gamma_schedule`` (``inv_t`` paper, ``one`` fixed length,
+``zero`` no correction), ``correction_point`` (``current`` iterate, eq. 8, or
+``round_start`` = x_{r-1} as in SCAFFOLD), ``num_rff`` (M).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedsim.algorithms.local import BYTES_PER_REAL, flat_problem, flat_solution, local_optimizer
+from fedsim.core import rng
+from fedsim.core.reduce import pairwise_sum
+from fedsim.core.types import FederatedAlgorithm, Task, make_stats
+from fedsim.estimators import gp as gpm
+from fedsim.estimators import rff as rffm
+
+GAMMA_SCHEDULES = ("inv_t", "one", "zero")
+CORRECTION_POINTS = ("current", "round_start")
+GP_LENGTHSCALES = ("fixed", "auto")
+AUTO_GRID = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+@chex.dataclass(frozen=True)
+class FZooSConfig:
+  """FZooS hyperparameters (seed 000 App. E and the authors' code, specs/fzoos.md §2.6).
+
+  Attributes:
+    lr: Adam learning rate eta = 0.01 (App. E).
+    local_steps: T = 10 (§6.1).
+    local_optimizer: ``adam`` (App. E) or ``sgd`` (Algorithm 1's plain step).
+    num_rff: M = 10,000 random features (App. E).
+    lengthscale: l = 1 of the SE kernel, for the RFF (App. B) and the fixed GP.
+    kernel: local GP kernel, ``se`` (paper, App. B) or ``matern52`` ([code]).
+    gp_lengthscale: ``fixed`` (l, paper) or ``auto`` (ML-II on a log-grid per
+      fit, the stand-in of the code's learned lengthscale).
+    gp_noise: sigma^2 of the GP = 1e-6 ([code] ``alpha``).
+    gp_window: history points nearest to x in the local GP = 150 ([code]).
+    rff_window: points nearest to x_r in the RFF fit = 500 ([code]).
+    rff_ridge: sigma^2 of the RFF fit (code: 0, min-norm; 1e-8 numerically).
+    history_size: ring-buffer slots per client (the paper keeps everything).
+    local_candidates, local_active, local_radius: 100 / 5 / 0.01 (App. E).
+    server_candidates, server_active: 200 / 50 ([code] ``get_rff``).
+    init_queries, init_radius: 10 / 0.01 ([code]).
+    gamma_schedule: ``inv_t`` (gamma_t = 1/t, §6), ``one``, ``zero`` (Fig. 6b ablations).
+    correction_point: ``current`` (eq. 8) or ``round_start`` (Fig. 6b ablation).
+    accept_if_improves: [code] keep x_{r-1} if F(x_r) >= F(x_{r-1}) (true F,
+      uncounted; off by default).
+    track_cosine: record cos(ghat, grad F(x)) per local step (Fig. 4; uses the
+      true gradient, for measurement only).
+  """
+  lr: float = 0.01
+  local_steps: int = 10
+  local_optimizer: str = "adam"
+  num_rff: int = 10000
+  lengthscale: float = 1.0
+  kernel: str = "se"
+  gp_lengthscale: str = "fixed"
+  gp_noise: float = 1e-6
+  gp_window: int = 150
+  rff_window: int = 500
+  rff_ridge: float = 1e-8
+  history_size: int = 1024
+  local_candidates: int = 100
+  local_active: int = 5
+  local_radius: float = 0.01
+  server_candidates: int = 200
+  server_active: int = 50
+  init_queries: int = 10
+  init_radius: float = 0.01
+  gamma_schedule: str = "inv_t"
+  correction_point: str = "current"
+  accept_if_improves: bool = False
+  track_cosine: bool = False
+
+
+def queries_per_client_round(cfg: FZooSConfig) -> int:
+  """1 + T + k_loc (T - 1) + 1 + k_srv: 107 at T = 10 (specs §2.4.5)."""
+  T = cfg.local_steps
+  return 1 + T + cfg.local_active * (T - 1) + 1 + cfg.server_active
+
+
+class History(NamedTuple):
+  """One client's ring buffer: X (H, d), y (H,), valid (H,) bool, ptr () int32."""
+  X: jax.Array
+  y: jax.Array
+  valid: jax.Array
+  ptr: jax.Array
+
+
+class FZooSState(NamedTuple):
+  """x (d,); round () int32; hist (History with leading N); w_local (N, M);
+  w_global (M,); rff (shared draw); cosine (T,) last round's mean cos(ghat, grad F)."""
+  x: jax.Array
+  round: jax.Array
+  hist: History
+  w_local: jax.Array
+  w_global: jax.Array
+  rff: rffm.RFF
+  cosine: jax.Array
+
+
+def _write(h: History, X, y, do=True) -> History:
+  """Appends k rows at the ring pointer (masked off when ``do`` is False)."""
+  H = h.X.shape[0]
+  k = X.shape[0]
+  idx = (h.ptr + jnp.arange(k)) % H
+  do = jnp.asarray(do)
+  return History(X=h.X.at[idx].set(jnp.where(do, X, h.X[idx])),
+                 y=h.y.at[idx].set(jnp.where(do, y, h.y[idx])),
+                 valid=h.valid.at[idx].set(jnp.where(do, True, h.valid[idx])),
+                 ptr=(h.ptr + k * do.astype(jnp.int32)) % H)
+
+
+def _window(h: History, p, n):
+  """The n valid points nearest to p: (X (n, d), y (n,), mask (n,))."""
+  dist = jnp.where(h.valid, jnp.sum((h.X - p) ** 2, axis=1), jnp.inf)
+  neg, idx = jax.lax.top_k(-dist, n)
+  return h.X[idx], h.y[idx], jnp.isfinite(neg) & h.valid[idx]
+
+
+def _minmax(y, mask):
+  """(ymin, span) over the masked window; span = 1 where degenerate."""
+  lo = jnp.min(jnp.where(mask, y, jnp.inf))
+  hi = jnp.max(jnp.where(mask, y, -jnp.inf))
+  span = hi - lo
+  ok = jnp.isfinite(span) & (span > 0)
+  return jnp.where(ok, lo, 0.0), jnp.where(ok, span, 1.0)
+
+
+def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAlgorithm:
+  """Builds FZooS (seed 000 Algorithm 2).
+
+  Raises:
+    ValueError: an unknown choice or a window larger than the history.
+  """
+  for field, value, accepted in (("gamma_schedule", cfg.gamma_schedule, GAMMA_SCHEDULES),
+                                 ("correction_point", cfg.correction_point, CORRECTION_POINTS),
+                                 ("gp_lengthscale", cfg.gp_lengthscale, GP_LENGTHSCALES),
+                                 ("kernel", cfg.kernel, gpm.KERNELS)):
+    if value not in accepted:
+      raise ValueError(f"unknown {field} {value!r}; accepted: {', '.join(accepted)}")
+  if max(cfg.gp_window, cfg.rff_window) > cfg.history_size:
+    raise ValueError(f"history_size={cfg.history_size} must be >= gp_window and rff_window")
+  if cfg.local_steps < 1 or cfg.num_rff < 1:
+    raise ValueError("local_steps and num_rff must be >= 1")
+  N, T, M, kind = task.num_clients, cfg.local_steps, cfg.num_rff, cfg.kernel
+  d = jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0]
+  unravel = flat_solution(task)
+  opt = local_optimizer(cfg.local_optimizer, cfg.lr)
+  H = cfg.history_size
+
+  def f_client(x, client):
+    with jax.default_matmul_precision("highest"):
+      return task.loss(unravel(x), task.full_batch(client))
+
+  def F_true(x, clients):
+    return jnp.mean(jax.vmap(f_client, in_axes=(None, 0))(x, clients))
+
+  def init(key):
+    x0, _ = flat_problem(task, key)
+    dt = x0.dtype
+    shared = rffm.draw(rffm.shared_key(key), M, d, cfg.lengthscale, dt)
+    hist = History(X=jnp.zeros((N, H, d), dt), y=jnp.zeros((N, H), dt),
+                   valid=jnp.zeros((N, H), bool), ptr=jnp.zeros((N,), jnp.int32))
+    return FZooSState(x=x0, round=jnp.int32(0), hist=hist, w_local=jnp.zeros((N, M), dt),
+                      w_global=jnp.zeros((M,), dt), rff=shared, cosine=jnp.zeros((T,), dt))
+
+  def local_gp(h: History, x):
+    """The normalised GP on the gp_window points nearest to x; (post, span)."""
+    Xw, yw, mw = _window(h, x, cfg.gp_window)
+    lo, span = _minmax(yw, mw)
+    yt = (yw - lo) / span
+    if cfg.gp_lengthscale == "auto":
+      ls = gpm.select_lengthscale(kind, Xw, yt, mw, AUTO_GRID, noise=cfg.gp_noise)
+    else:
+      ls = cfg.lengthscale
+    return gpm.fit(kind, Xw, yt, mw, x, ls, 1.0, cfg.gp_noise), span
+
+  def active(h: History, client, center, radius, num_cand, num_keep, key, do=True):
+    """Queries the num_keep most uncertain of num_cand candidates center + radius U[-1,1]^d
+    (uncertainty = tr dsigma^2 of the GP around center, eq. 5)."""
+    cand = center + radius * jax.random.uniform(key, (num_cand, d), center.dtype, -1.0, 1.0)
+    post, _ = local_gp(h, center)
+    score = gpm.posterior_grad_cov_trace(kind, post, cand)
+    _, top = jax.lax.top_k(score, num_keep)
+    pts = cand[top]
+    ys = jax.vmap(f_client, in_axes=(0, None))(pts, client)
+    return _write(h, pts, ys, do)
+
+  def client_round(x_start, h: History, w_loc, w_glob, rff, client, key, first, has_corr, clients):
+    k_init, k_loc = jax.random.split(key)
+    # [code] 10 initial queries around x_0 before round 1 (made here: init has no data).
+    pts0 = x_start + cfg.init_radius * jax.random.uniform(
+        k_init, (cfg.init_queries, d), x_start.dtype, -1.0, 1.0)
+    h = _write(h, pts0, jax.vmap(f_client, in_axes=(0, None))(pts0, client), first)
+    h = _write(h, x_start[None], f_client(x_start, client)[None])      # [code] y_i(x_{r-1})
+    dw = w_glob - w_loc
+
+    def step(carry, t):
+      x, opt_state, h = carry
+      post, span = local_gp(h, x)
+      g = span * gpm.posterior_mean_grad(kind, post, x)                 # eq. (5)
+      p = x if cfg.correction_point == "current" else x_start
+      corr = rffm.gradient(rff, dw, p)                                   # eq. (7)-(8)
+      tf = t.astype(x.dtype)
+      gamma = {"inv_t": 1.0 / tf, "one": jnp.ones_like(tf), "zero": jnp.zeros_like(tf)}[cfg.gamma_schedule]
+      ghat = g + (gamma * has_corr) * corr                               # eq. (8)
+      if cfg.track_cosine:
+        gF = jax.grad(F_true)(x, clients)
+        cos = ghat @ gF / (jnp.linalg.norm(ghat) * jnp.linalg.norm(gF) + 1e-30)
+      else:
+        cos = jnp.zeros((), x.dtype)
+      updates, opt_state = opt.update(ghat, opt_state, x)
+      x = optax.apply_updates(x, updates)
+      h = _write(h, x[None], f_client(x, client)[None])
+      h = active(h, client, x, cfg.local_radius, cfg.local_candidates, cfg.local_active,
+                 jax.random.fold_in(k_loc, t), t < T)                    # App. E, t < T only
+      return (x, opt_state, h), cos
+
+    (x, _, h), cos = jax.lax.scan(step, (x_start, opt.init(x_start), h),
+                                  jnp.arange(1, T + 1, dtype=jnp.int32))
+    return x, h, cos
+
+  def server_side(x_r, x_T, h: History, rff, client, key):
+    """Active queries around x_r and the RFF fit (specs §2.4.5, client side after aggregation)."""
+    h = _write(h, x_r[None], f_client(x_r, client)[None])
+    rad = jnp.mean(jnp.abs(x_r - x_T)) / 2.0
+    h = active(h, client, x_r, rad, cfg.server_candidates, cfg.server_active, key)
+    Xw, yw, mw = _window(h, x_r, cfg.rff_window)
+    lo, span = _minmax(yw, mw)
+    w = rffm.fit_weights(rff, Xw, (yw - lo) / span, mw, cfg.rff_ridge)  # eq. (6)
+    return h, span * w
+
+  def round_fn(state: FZooSState, key, data):
+    _, k_clients, k_server = rng.round_subkeys(key)
+    ids = jnp.arange(N, dtype=jnp.int32)
+    keys = rng.client_keys(k_clients, ids)
+    clients = data["clients"]
+    first = state.round == 0
+    has_corr = (state.round > 0).astype(state.x.dtype)                   # [code] none in round 1
+    x_T, hist, cos = jax.vmap(client_round, in_axes=(None, 0, 0, None, None, 0, 0, None, None, None))(
+        state.x, state.hist, state.w_local, state.w_global, state.rff, clients, keys, first,
+        has_corr, clients)
+    x_new = pairwise_sum(x_T) / N                                         # Alg. 1 server step
+    if cfg.accept_if_improves:
+      x_new = jnp.where(F_true(state.x, clients) <= F_true(x_new, clients), state.x, x_new)
+    skeys = rng.client_keys(k_server, ids)
+    hist, w_loc = jax.vmap(server_side, in_axes=(None, 0, 0, None, 0, 0))(
+        x_new, x_T, hist, state.rff, clients, skeys)
+    w_glob = pairwise_sum(w_loc) / N                                      # eq. (7)
+    q = N * queries_per_client_round(cfg) + N * cfg.init_queries * first.astype(jnp.int32)
+    stats = make_stats(queries=q, bytes_up=N * (d + M) * BYTES_PER_REAL,
+                       bytes_down=N * (d + M) * BYTES_PER_REAL, participants=N)
+    new = FZooSState(x=x_new, round=state.round + 1, hist=hist, w_local=w_loc, w_global=w_glob,
+                     rff=state.rff, cosine=jnp.mean(cos, axis=0))
+    return new, stats
+
+  def metrics(state: FZooSState):
+    if not cfg.track_cosine:
+      return {}
+    return {"grad_cosine": jnp.mean(state.cosine)}
+
+  return FederatedAlgorithm(name=name, init=init, round=round_fn, solution=lambda s: unravel(s.x),
+                            hparams=cfg, metrics=metrics if cfg.track_cosine else None)
