@@ -79,6 +79,20 @@ HPARAMS = {
     "qsgd_levels": (int, "FedAve QSGD levels s"),
 }
 
+# FFGB family (seed 002; specs/ffgb.md §6.5).
+HPARAMS.update({
+    "eta0": (float, "FFGB eta_0 of eta0/(tK+k+1)^p (MNIST script 20)"),
+    "eta_schedule": (str, "FFGB step: paper, code ((t+1)K+k0+1), theory (c/(mu(tK+k+1)))"),
+    "eta_decay_p": (float, "FFGB step exponent p"),
+    "eta_cap": (float, "FFGB cap on eta"),
+    "mu": (float, "FFGB Tikhonov mu (eq. 3; experiments 0)"),
+    "weak_learner": (str, "FFGB oracle: mlp, rf_ridge, scaled"),
+    "gamma": (float, "FFGB scaled-oracle gamma / FFGB.C assumed gamma"),
+    "oracle_steps": (int, "FFGB mlp oracle Adam steps (paper 1000)"),
+    "oracle_lr": (float, "FFGB mlp oracle Adam lr (paper 0.005)"),
+    "oracle_batch": (int, "FFGB mlp oracle batch (code 128)"),
+    "store_learners": (int, "FFGB: rounds of learners kept in the state (>= eval_every to write all)"),
+})
 # Hyperparameters that are core flags (always given, no per-algorithm default).
 CORE_HPARAMS = ("clients_per_round",)
 
@@ -101,6 +115,8 @@ CHOICES = {
     "anchor_dist": ("uniform", "gaussian"),
     "lr_schedule": ("fedpaq", "constant"),
     "quantizer": ("none", "qsgd"),
+    "eta_schedule": ("paper", "code", "theory"),
+    "weak_learner": ("scaled", "rf_ridge", "mlp"),
 }
 
 # This binary's per-algorithm defaults where the paper's value does not suit
@@ -152,6 +168,11 @@ def define_flags():
   flags.DEFINE_integer("eval_every", 10, "rounds per compiled chunk / between evaluations")
   flags.DEFINE_string("output_dir", "runs/main", "where config.json, metrics and curves.png go")
   flags.DEFINE_integer("num_devices", 0, "devices of the 'clients' mesh axis (0 = all)")
+  flags.DEFINE_float("homo_ratio", 0.1, "s: IID fraction of --partition=homo_ratio (FFGB §4)")
+  flags.DEFINE_integer("comm_budget", 0, "models per client (FFGB m*K a round, FedAvg 2, both start "
+                       "at 2); > 0 sets each algorithm's rounds to ceil((budget - 2) / cost)")
+  flags.DEFINE_bool("save_learners", False, "FFGB family: write each round's learners to "
+                    "<output_dir>/<alg>/learners/ (needs store_learners >= eval_every)")
   for name, (typ, help_) in HPARAMS.items():
     if name not in CORE_HPARAMS:
       _define(name, typ, None, f"{help_}; sets it for every algorithm (default: each algorithm's own)")
@@ -320,7 +341,8 @@ def build_task():
                    target_class=FLAGS.target_class, attack_c=FLAGS.attack_c,
                    classifier=FLAGS.classifier, cache_dir=FLAGS.cache_dir,
                    spectrum_sigma=FLAGS.spectrum_sigma, isotropic=FLAGS.isotropic,
-                   finetune_shift=FLAGS.finetune_shift, **smooth_erm_kwargs())
+                   finetune_shift=FLAGS.finetune_shift, homo_ratio=FLAGS.homo_ratio,
+                   **smooth_erm_kwargs())
 
 
 def smooth_erm_kwargs() -> dict:
@@ -342,3 +364,16 @@ def parse_flags_or_exit(argv):
     import jax
     jax.config.update("jax_enable_x64", True)
   return argv
+
+
+FFGB_FAMILY = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l")
+
+
+def comm_rounds(alg: str, hp: dict, num_clients: int, budget: int) -> int:
+  """Rounds within ``--comm_budget`` (Figs. 1, 4; [code] comm starts at 2):
+  ceil((budget - 2) / cost), cost = m K for the FFGB family, 2 otherwise."""
+  if alg in FFGB_FAMILY:
+    cost = (hp.get("clients_per_round") or num_clients) * hp["local_steps"]
+  else:
+    cost = 2
+  return max(0, -(-(budget - 2) // cost))

@@ -106,10 +106,21 @@ def main(argv):
     # Built on the sharded task (cheap: builders only close over functions).
     alg = algorithms.build(names[alg_name], task, **hps[alg_name])
     os.makedirs(os.path.join(FLAGS.output_dir, alg_name), exist_ok=True)
+    rounds, run_task = FLAGS.rounds, task
+    if FLAGS.comm_budget > 0:
+      rounds = common.comm_rounds(names[alg_name], hps[alg_name], task.num_clients, FLAGS.comm_budget)
+    if names[alg_name] in common.FFGB_FAMILY:  # scored on its value caches (fedsim.tasks.functional)
+      from fedsim.algorithms import ffgb
+      from fedsim.tasks.functional import cache_view
+      run_task = cache_view(task)
+      if FLAGS.save_learners:
+        cfg = alg.hparams
+        alg = ffgb.attach_learner_writer(alg, os.path.join(FLAGS.output_dir, alg_name, "learners"),
+                                         cfg, names[alg_name])
     writer = ProgressWriter(alg_name, os.path.join(FLAGS.output_dir, alg_name, "metrics.jsonl"),
-                            FLAGS.rounds)
+                            rounds)
     try:
-      simulate(alg, task, FLAGS.rounds, FLAGS.eval_every, jax.random.key(FLAGS.seed), on_eval=writer)
+      simulate(alg, run_task, rounds, FLAGS.eval_every, jax.random.key(FLAGS.seed), on_eval=writer)
     except DivergenceError as e:
       print(f"[{alg_name}] diverged: {e}", file=sys.stderr, flush=True)
       diverged.append(alg_name)

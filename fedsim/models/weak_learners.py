@@ -142,19 +142,19 @@ class WeakLearnerMLP(nn.Module):
     num_outputs: C.
     widths: hidden widths (paper: (32, 32)).
     output_act: apply leaky ReLU to the output too ([code] quirk; paper: False).
-    init: "default" (flax lecun_normal) or "faithful" ([code] N(0, (1/fan_in)^2)).
+    init_scheme: "default" (flax lecun_normal) or "faithful" ([code] N(0, (1/fan_in)^2)).
     feature_ndim: trailing feature axes.
   """
   num_outputs: int
   widths: Sequence[int] = (32, 32)
   output_act: bool = False
-  init: str = "default"
+  init_scheme: str = "default"
   feature_ndim: int = 1
 
   @nn.compact
   def __call__(self, x):
     x = _flat(x, self.feature_ndim)
-    kinit = _faithful_init if self.init == "faithful" else nn.initializers.lecun_normal()
+    kinit = _faithful_init if self.init_scheme == "faithful" else nn.initializers.lecun_normal()
     for w in self.widths:
       x = nn.leaky_relu(nn.Dense(w, kernel_init=kinit)(x), 0.01)
     x = nn.Dense(self.num_outputs, kernel_init=kinit)(x)
@@ -172,7 +172,7 @@ def mlp_oracle(num_outputs: int, feature_shape: Sequence[int], *, steps: int = 1
     steps: Adam steps S (static; tests use few).
     lr: Adam step size.
     batch: minibatch size (indices drawn with replacement from the n real rows).
-    widths, output_act, init: see :class:`WeakLearnerMLP`.
+    widths, output_act: see :class:`WeakLearnerMLP`; init: its ``init_scheme``; see :class:`WeakLearnerMLP`.
 
   Returns:
     The oracle; its params are the flax variables of :class:`WeakLearnerMLP`.

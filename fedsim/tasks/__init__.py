@@ -22,7 +22,8 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
               hidden_width: int = 64, dim: int = 300, heterogeneity: float = 5.0,
               target_class: int = 4, attack_c: float = 1.0, classifier: str = "mlp",
               cache_dir: str | None = None, spectrum_sigma: float = 3 ** 0.5,
-              isotropic: bool = False, finetune_shift: str = "flip", **smooth_erm):
+              isotropic: bool = False, finetune_shift: str = "flip", homo_ratio: float = 0.1,
+              **smooth_erm):
   """Builds task ``name``.
 
   Supervised tasks load ``dataset`` (fedsim.data.load_dataset), split its
@@ -103,7 +104,7 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
                               quantity_sigma=quantity_sigma)
   parts = fdata.partition(ds.y_train, num_clients, partition, seed, dirichlet_alpha=dirichlet_alpha,
                           shards_per_client=shards_per_client, quantity_law=quantity_law,
-                          quantity_sigma=quantity_sigma)
+                          quantity_sigma=quantity_sigma, homo_ratio_s=homo_ratio)
   clients = fdata.to_client_arrays(ds.x_train, ds.y_train, parts)
   info = {"dataset": ds.name, "dataset_info": ds.info, "partition": partition,
           "label_skew": float(fdata.label_skew(ds.y_train, parts, ds.num_classes))}

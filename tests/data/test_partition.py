@@ -222,7 +222,7 @@ def test_unknown_partition():
   with pytest.raises(ConfigError) as e:
     P.partition(np.arange(10), 2, "pathological", 0)
   assert str(e.value) == ("--partition: unknown 'pathological'; "
-                          "accepted: iid, dirichlet, shards, quantity")
+                          "accepted: iid, dirichlet, shards, quantity, homo_ratio")
   assert e.value.flag == "partition"
 
 
