@@ -119,6 +119,28 @@ CHOICES = {
     "weak_learner": ("scaled", "rf_ridge", "mlp"),
 }
 
+# FZooS and its FD baselines (seed 000; specs/fzoos.md §2.6, §6).
+HPARAMS.update({
+    "num_rff": (int, "FZooS random Fourier features M (App. E: 10000)"),
+    "kernel": (str, "FZooS local GP kernel: se (paper), matern52 (authors' code)"),
+    "gp_lengthscale": (str, "FZooS GP lengthscale: fixed (--lengthscale, paper), auto (ML-II grid)"),
+    "lengthscale": (float, "FZooS SE lengthscale l of the RFF and the fixed GP (paper 1.0)"),
+    "gp_window": (int, "FZooS local GP window (nearest history points, code 150)"),
+    "rff_window": (int, "FZooS RFF fit window (points nearest x_r, code 500)"),
+    "history_size": (int, "FZooS per-client ring-buffer slots"),
+    "gamma_schedule": (str, "FZooS correction length: inv_t (paper), one, zero (Fig. 6b ablations)"),
+    "correction_point": (str, "FZooS correction at: current iterate (eq. 8), round_start (Fig. 6b)"),
+    "prox_gamma": (float, "FedProx-ZO correction weight gamma (code 1)"),
+    "fd_normalization": (str, "FD baselines: code (divide by lambda Q), unbiased (d/(lambda Q))"),
+})
+CHOICES.update({
+    "kernel": ("se", "matern52"),
+    "gp_lengthscale": ("fixed", "auto"),
+    "gamma_schedule": ("inv_t", "one", "zero"),
+    "correction_point": ("current", "round_start"),
+    "fd_normalization": ("code", "unbiased"),
+})
+
 # This binary's per-algorithm defaults where the paper's value does not suit
 # the embedded digits main job. FedZO's paper eta = 1e-3 (seed 001 §V-B,
 # Fashion-MNIST, T unstated) reaches ~0.72 test accuracy on digits in 200

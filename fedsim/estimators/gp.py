@@ -117,12 +117,17 @@ def _masked_gram(kind, X, mask, lengthscale, variance, noise):
 
 
 def _cholesky_retry(A, jitter):
-  """Cholesky of A + jitter I, retried with 100 jitter where not finite."""
+  """Cholesky of A + jitter I, redone with 100 jitter where the first factor is not finite.
+
+  The second factorisation depends on the first (sequential on purpose: two
+  concurrent batched LAPACK Cholesky kernels can deadlock jaxlib's CPU thread
+  pool on a 2-core machine).
+  """
   n = A.shape[0]
   eye = jnp.eye(n, dtype=A.dtype)
   L1 = jnp.linalg.cholesky(A + jitter * eye)
-  L2 = jnp.linalg.cholesky(A + 100.0 * jitter * eye)
-  return jnp.where(jnp.all(jnp.isfinite(L1)), L1, L2)
+  j2 = jnp.where(jnp.all(jnp.isfinite(L1)), jitter, 100.0 * jitter)
+  return jnp.linalg.cholesky(A + j2 * eye)
 
 
 def fit(kind: str, X, y, mask, center, lengthscale=1.0, variance=1.0, noise=1e-6,

@@ -94,11 +94,12 @@ def fit_weights(rff: RFF, X, y, mask, ridge=1e-8):
   m = mask.astype(rff.V.dtype)
   Phi = features(rff, X) * m[:, None]                          # (n, M)
   A = Phi @ Phi.T + jnp.diag(ridge * m + (1.0 - m))
-  # A is PSD; fall back to more ridge if the factor is not finite.
+  # A is PSD; redo with more ridge if the factor is not finite (sequential, see
+  # fedsim.estimators.gp._cholesky_retry).
   eye = jnp.eye(A.shape[0], dtype=A.dtype)
   L1 = jnp.linalg.cholesky(A + ridge * eye)
-  L2 = jnp.linalg.cholesky(A + (1e-6 + 100.0 * ridge) * eye)
-  L = jnp.where(jnp.all(jnp.isfinite(L1)), L1, L2)
+  r2 = jnp.where(jnp.all(jnp.isfinite(L1)), ridge, 1e-6 + 100.0 * ridge)
+  L = jnp.linalg.cholesky(A + r2 * eye)
   beta = jax.scipy.linalg.cho_solve((L, True), jnp.where(mask, y, 0.0).astype(A.dtype))
   return Phi.T @ beta
 

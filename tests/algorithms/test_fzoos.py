@@ -1,0 +1,99 @@
+"""FZooS and its FD baselines (seed 000; specs/fzoos.md §7 checks 4, reductions of App. D)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedsim import algorithms
+from fedsim.algorithms import fzoos, zo_baselines
+from fedsim.core import rng
+from fedsim.tasks import make_task
+from fedsim.tasks import synthetic
+
+ROOT = jax.random.key(3)
+SMALL = dict(num_rff=64, history_size=160, gp_window=40, rff_window=80)
+
+
+def _run(alg, task, rounds):
+  state = jax.jit(alg.init)(rng.stream(ROOT, "init"))
+  step = jax.jit(alg.round)
+  stats = []
+  for r in range(rounds):
+    state, s = step(state, rng.round_key(rng.stream(ROOT, "rounds"), r), task.data)
+    stats.append(s)
+  return state, stats
+
+
+def test_query_ledger_per_client_round():
+  """T = 10, Q = 20: FZooS 6T + 47 = 107 (+10 initial in round 1), FD baselines 1 + T(Q+1) = 211,
+  SCAFFOLD I's extra Q + 1 at x_r counted separately."""
+  assert fzoos.queries_per_client_round(fzoos.FZooSConfig()) == 107
+  assert zo_baselines.queries_per_client_round(zo_baselines.ZOBaselineConfig()) == 211
+  task = make_task("quadratic", num_clients=3, dim=25, heterogeneity=5.0, seed=0)
+  _, stats = _run(algorithms.build("fzoos", task, **SMALL), task, 2)
+  assert [int(s.queries) for s in stats] == [3 * (107 + 10), 3 * 107]
+  assert int(stats[0].bytes_up) == 3 * (25 + 64) * 4
+  state, stats = _run(algorithms.build("scaffold_zo1", task), task, 2)
+  assert [int(s.queries) for s in stats] == [3 * 211] * 2
+  alg = algorithms.build("scaffold_zo1", task)
+  assert int(alg.metrics(state)["extra_queries"]) == 2 * 3 * 21
+
+
+def test_fedzo_fd_is_fedzo_with_the_fzoos_baseline_settings():
+  task = make_task("quadratic", num_clients=4, dim=30, heterogeneity=5.0, seed=1)
+  hp = dict(direction="orthogonal", fd_directions=20, smoothing=0.01, local_optimizer="adam",
+            lr=0.01, local_steps=10, batch_size=1)
+  a, _ = _run(algorithms.build("fedzo", task, **hp), task, 2)
+  b, _ = _run(algorithms.build("fedzo_fd", task, fd_normalization="unbiased"), task, 2)
+  np.testing.assert_allclose(a.x, b.x, rtol=1e-5, atol=1e-6)
+
+
+def test_corrections_reduce_to_fedzo_when_zero():
+  """FedProx with gamma = 0, and SCAFFOLD I/II with one client (c = c_i), are FedZO-FD exactly;
+  FedProx's first round has no prox term ([code])."""
+  task = make_task("quadratic", num_clients=3, dim=30, heterogeneity=50.0, seed=2)
+  ref, _ = _run(algorithms.build("fedzo_fd", task), task, 3)
+  prox0, _ = _run(algorithms.build("fedprox_zo", task, prox_gamma=0.0), task, 3)
+  np.testing.assert_array_equal(ref.x, prox0.x)
+  ref1, _ = _run(algorithms.build("fedzo_fd", task), task, 1)
+  prox1, _ = _run(algorithms.build("fedprox_zo", task), task, 1)
+  np.testing.assert_array_equal(ref1.x, prox1.x)
+  prox, _ = _run(algorithms.build("fedprox_zo", task), task, 3)
+  assert not np.allclose(ref.x, prox.x)
+  one = make_task("quadratic", num_clients=1, dim=30, heterogeneity=5.0, seed=2)
+  ref, _ = _run(algorithms.build("fedzo_fd", one), one, 3)
+  for name in ("scaffold_zo1", "scaffold_zo2"):
+    s, _ = _run(algorithms.build(name, one), one, 3)
+    # c - c_i = 0 exactly; float32 fusion of the extra (zero) term moves x by ~1e-6
+    np.testing.assert_allclose(s.x, ref.x, rtol=0, atol=5e-5)
+
+
+def test_fzoos_one_client_correction_vanishes_and_f_decreases():
+  """With N = 1, w_r = w_{r,T}^(1), so eq. 8's correction is 0: the inv_t run equals the
+  no-correction ablation. FZooS lowers F on the quadratic."""
+  with jax.enable_x64(True):
+    one = make_task("quadratic", num_clients=1, dim=20, heterogeneity=5.0, seed=0)
+    kw = dict(SMALL, local_steps=4)
+    a, _ = _run(algorithms.build("fzoos", one, **kw), one, 2)
+    b, _ = _run(algorithms.build("fzoos", one, gamma_schedule="zero", **kw), one, 2)
+    np.testing.assert_allclose(a.x, b.x, rtol=0, atol=1e-10)
+    task = make_task("quadratic", num_clients=3, dim=20, heterogeneity=5.0, seed=0)
+    alg = algorithms.build("fzoos", task, **kw)
+    s, _ = _run(alg, task, 3)
+    f0 = task.evaluate(alg.solution(alg.init(rng.stream(ROOT, "init"))), task.data)["objective"]
+    f3 = task.evaluate(alg.solution(s), task.data)["objective"]
+    assert float(f3) < 0.8 * float(f0)
+    assert bool(jnp.all(jnp.isfinite(s.w_global)))
+
+
+def test_ackley_levy_tasks():
+  for name in synthetic.FUNCTIONS:
+    task = make_task(name, num_clients=4, dim=8, heterogeneity=5.0, seed=0)
+    x = jax.random.uniform(jax.random.key(0), (8,))
+    per = jnp.stack([task.loss(x, jax.tree_util.tree_map(lambda a: a[i], task.client_data))
+                     for i in range(4)])
+    np.testing.assert_allclose(task.evaluate(x, task.data)["objective"], jnp.mean(per), rtol=1e-6)
+    homo = make_task(name, num_clients=4, dim=8, heterogeneity=0.0, seed=0)
+    np.testing.assert_allclose(homo.client_data["c1"], 0.1)
+  np.testing.assert_allclose(synthetic.ackley(jnp.zeros(5)), 0.0, atol=1e-6)
+  np.testing.assert_allclose(synthetic.levy(jnp.ones(5)), 0.0, atol=1e-6)

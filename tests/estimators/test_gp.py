@@ -1,0 +1,134 @@
+"""GP posterior of the gradient (FZooS, seed 000 eqs. 4-5; specs/fzoos.md §7 check 2, §4 items 1, 5).
+
+All in float64 (``jax.enable_x64`` scoped to each test).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedsim.estimators import gp
+
+
+def _data(n=30, d=5, seed=0, invalid=5):
+  k1, k2 = jax.random.split(jax.random.key(seed))
+  X = jax.random.uniform(k1, (n, d), jnp.float64)
+  y = jnp.sin(3 * X[:, 0]) + jnp.sum(X ** 2, axis=1) + 0.1 * jax.random.normal(k2, (n,), jnp.float64)
+  mask = jnp.arange(n) < n - invalid
+  return X, y, mask
+
+
+@pytest.mark.parametrize("kind", gp.KERNELS)
+@pytest.mark.parametrize("ls", [0.5, 1.0])
+def test_mean_grad_equals_autodiff_of_posterior_mean(kind, ls):
+  with jax.enable_x64(True):
+    X, y, mask = _data()
+    # Padding slots hold garbage that must not matter.
+    X = X.at[-5:].set(99.0)
+    post = gp.fit(kind, X, y, mask, X[0], ls, 1.0, 1e-6)
+    for x in (X[3] + 0.05, jnp.full((5,), 0.3, jnp.float64)):
+      ana = gp.posterior_mean_grad(kind, post, x)
+      auto = jax.grad(lambda z: gp.posterior_mean(kind, post, z))(x)
+      np.testing.assert_allclose(ana, auto, rtol=1e-8, atol=1e-10 * float(jnp.linalg.norm(auto)))
+      # and central finite differences of the posterior mean (eq. 5 is the derivative of eq. 4)
+      h = 1e-5
+      fd = jnp.array([(gp.posterior_mean(kind, post, x + h * e) - gp.posterior_mean(kind, post, x - h * e)) / (2 * h)
+                      for e in jnp.eye(5)])
+      np.testing.assert_allclose(ana, fd, rtol=1e-5, atol=1e-7)
+
+
+def test_mean_grad_recovers_known_gradient():
+  """Dense data of f(x) = sin(2 x_1) + x_2^2 in 2-d: grad mu(x) ~ grad f(x) inside the cloud."""
+  with jax.enable_x64(True):
+    g = jnp.linspace(-1.0, 1.0, 9)
+    X = jnp.stack(jnp.meshgrid(g, g), -1).reshape(-1, 2)
+    f = lambda z: jnp.sin(2 * z[..., 0]) + z[..., 1] ** 2
+    post = gp.fit("se", X, f(X), jnp.ones(X.shape[0], bool), jnp.zeros(2), 0.5, 1.0, 1e-8)
+    x = jnp.array([0.1, -0.2])
+    np.testing.assert_allclose(gp.posterior_mean_grad("se", post, x), jax.grad(f)(x), atol=2e-3)
+
+
+@pytest.mark.parametrize("kind", gp.KERNELS)
+def test_grad_cov_formula_and_trace(kind):
+  """dsigma^2(x) = d_x d_x' k - J^T A^{-1} J with J from autodiff of k; trace helper agrees."""
+  with jax.enable_x64(True):
+    X, y, mask = _data(n=12, d=4, invalid=2)
+    post = gp.fit(kind, X, y, mask, X[0], 0.7, 1.0, 1e-6)
+    x = X[1] + 0.03
+    k = lambda z, xp: gp.kernel_from_sqdist(kind, jnp.sum((z - xp) ** 2), 0.7, 1.0)
+    J = jax.vmap(lambda xp: jax.grad(k)(x, xp))(X) * mask[:, None]
+    m = mask.astype(jnp.float64)
+    A = jax.vmap(lambda a: jax.vmap(lambda b: k(a, b))(X))(X) * m[:, None] * m[None] + jnp.diag(1e-6 * m + 1 - m)
+    if kind == "se":  # d_x d_x' k at x = x' by autodiff (Matern's r = 0 is a kink of sqrt)
+      hess = jax.jacfwd(jax.grad(k, argnums=1), argnums=0)(x, x + 0.0)
+    else:  # Matern-5/2 near r = 0: k ~ s^2 (1 - 5 r^2 / (6 l^2)), so d_x d_x' k = 5 s^2/(3 l^2) I
+      hess = 5.0 / (3.0 * 0.49) * jnp.eye(4)
+    expected = hess - J.T @ jnp.linalg.solve(A + 1e-10 * jnp.eye(12), J)
+    cov = gp.posterior_grad_cov(kind, post, x)
+    np.testing.assert_allclose(cov, expected, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(jnp.diagonal(hess), gp.kappa(kind, 0.7), rtol=1e-10)
+    tr = gp.posterior_grad_cov_trace(kind, post, jnp.stack([x, X[2] - 0.01]))
+    np.testing.assert_allclose(tr[0], jnp.trace(cov), rtol=1e-8)
+    np.testing.assert_allclose(tr[1], jnp.trace(gp.posterior_grad_cov(kind, post, X[2] - 0.01)), rtol=1e-8)
+
+
+@pytest.mark.parametrize("kind", gp.KERNELS)
+def test_adding_points_never_increases_gradient_uncertainty(kind):
+  """Lemma C.6: dsigma^2 is non-increasing in PSD order as data are added; so is its trace."""
+  with jax.enable_x64(True):
+    n, d = 20, 6
+    X = jax.random.uniform(jax.random.key(1), (n, d), jnp.float64)
+    x = jnp.full((d,), 0.5, jnp.float64)
+    prev_cov, prev_tr = None, None
+    for m in range(n + 1):
+      post = gp.fit(kind, X, jnp.zeros(n), jnp.arange(n) < m, x, 1.0, 1.0, 1e-6)
+      cov = gp.posterior_grad_cov(kind, post, x)
+      tr = float(gp.posterior_grad_cov_trace(kind, post, x[None])[0])
+      if prev_cov is not None:
+        assert tr <= prev_tr + 1e-9
+        assert float(jnp.min(jnp.linalg.eigvalsh(prev_cov - cov))) >= -1e-8
+      prev_cov, prev_tr = cov, tr
+    assert prev_tr < d * float(gp.kappa(kind, 1.0))
+
+
+def test_uncertainty_shrinks_near_observations_and_spectral_norm_degenerates():
+  """Near a dense cloud the trace falls far below the prior d*kappa; far away it stays at it;
+  with n < d the spectral norm stays exactly kappa (specs §2.4.1)."""
+  with jax.enable_x64(True):
+    d = 3
+    c = jnp.full((d,), 0.5)
+    X = c + 0.1 * jax.random.uniform(jax.random.key(2), (40, d), jnp.float64, -1, 1)
+    post = gp.fit("se", X, jnp.zeros(40), jnp.ones(40, bool), c, 1.0, 1.0, 1e-8)
+    tr = gp.posterior_grad_cov_trace("se", post, jnp.stack([c, c + 10.0]))
+    assert float(tr[0]) < 0.05 * d
+    np.testing.assert_allclose(tr[1], d, rtol=1e-8)
+    d2 = 10
+    X2 = jax.random.uniform(jax.random.key(3), (4, d2), jnp.float64)
+    post2 = gp.fit("se", X2, jnp.zeros(4), jnp.ones(4, bool), X2[0], 1.0, 1.0, 1e-6)
+    cov = gp.posterior_grad_cov("se", post2, X2[0] + 0.1)
+    np.testing.assert_allclose(jnp.linalg.eigvalsh(cov)[-1], 1.0, rtol=1e-9)
+    assert float(jnp.trace(cov)) < d2
+
+
+def test_optimal_gamma_minimises_disparity():
+  """Prop. 1: gamma* = (grad F - g)^T c / ||c||^2 minimises ||g + gamma c - grad F||^2 (grid, 1e-6)."""
+  with jax.enable_x64(True):
+    grid = jnp.linspace(-3.0, 3.0, 600001)
+    for s in range(5):
+      g, c, gF = jax.random.normal(jax.random.key(10 + s), (3, 20), jnp.float64)
+      gs = gp.optimal_gamma(g, c, gF)
+      xi = lambda gam: jnp.sum((g + gam * c - gF) ** 2)
+      vals = jax.vmap(xi)(grid)
+      assert abs(float(grid[jnp.argmin(vals)]) - float(gs)) <= 1e-5 + 1e-6
+      assert float(xi(gs)) <= float(jnp.min(vals)) + 1e-9
+      expected_min = jnp.sum((g - gF) ** 2) - jnp.sum((gF - g) * c) ** 2 / jnp.sum(c * c)
+      np.testing.assert_allclose(xi(gs), expected_min, rtol=1e-10)
+
+
+def test_select_lengthscale_prefers_the_generating_scale():
+  with jax.enable_x64(True):
+    X = jax.random.uniform(jax.random.key(4), (60, 1), jnp.float64) * 4
+    y = jnp.sin(4 * X[:, 0])  # wiggly: short lengthscale
+    ls = gp.select_lengthscale("se", X, y, jnp.ones(60, bool), (0.1, 0.3, 1.0, 3.0, 10.0))
+    assert float(ls) in (0.1, 0.3)

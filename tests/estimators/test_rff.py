@@ -1,0 +1,79 @@
+"""Random Fourier features (FZooS, seed 000 App. B, eqs. 6-7; specs/fzoos.md §7 check 1, §4 item 3)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedsim.estimators import rff
+
+
+def test_lemma_c3_kernel_approximation_at_m_10000():
+  """>= 99% of 1000 random pairs in [0,1]^300 satisfy |phi^T phi' - k| <= sqrt(8 ln(2/delta)/M)
+  = 0.0651 (M = 10^4, delta = 0.01); half the pairs are close (k far from 0)."""
+  M, d = 10_000, 300
+  feats = rff.draw(jax.random.key(0), M, d)
+  k1, k2, k3 = jax.random.split(jax.random.key(1), 3)
+  x = jax.random.uniform(k1, (1000, d))
+  far = jax.random.uniform(k2, (500, d))
+  near = x[500:] + 0.05 * jax.random.uniform(k3, (500, d), minval=-1, maxval=1)
+  xp = jnp.concatenate([far, near])
+  approx = jnp.sum(rff.features(feats, x) * rff.features(feats, xp), axis=1)
+  exact = rff.kernel_se(x, xp)
+  assert float(jnp.max(exact[500:])) > 0.5
+  bound = np.sqrt(8 * np.log(2 / 0.01) / M)
+  assert abs(bound - 0.0651) < 1e-4
+  assert float(jnp.mean(jnp.abs(approx - exact) <= bound)) >= 0.99
+
+
+def test_rff_gradient_equals_autodiff_of_surrogate():
+  """eq. 7: -sqrt(2/M) V^T (w * sin(V x + b)) == jax.grad(phi(x)^T w) (float64, 1e-10)."""
+  with jax.enable_x64(True):
+    feats = rff.draw(jax.random.key(2), 2000, 30, 0.8, jnp.float64)
+    w = jax.random.normal(jax.random.key(3), (2000,), jnp.float64)
+    for s in range(3):
+      x = jax.random.uniform(jax.random.key(4 + s), (30,), jnp.float64)
+      ana = rff.gradient(feats, w, x)
+      auto = jax.grad(lambda z: rff.features(feats, z) @ w)(x)
+      np.testing.assert_allclose(ana, auto, rtol=1e-10, atol=1e-10)
+
+
+def test_kernel_error_decreases_like_inverse_sqrt_m():
+  """RMS |phi^T phi' - k| over pairs scales like M^{-1/2} (log-log slope in [-0.7, -0.3])."""
+  d = 5
+  x = jax.random.uniform(jax.random.key(5), (400, d))
+  xp = jax.random.uniform(jax.random.key(6), (400, d))
+  exact = rff.kernel_se(x, xp)
+  Ms = [100, 400, 1600, 6400]
+  errs = []
+  for M in Ms:
+    e = []
+    for rep in range(4):
+      f = rff.draw(jax.random.fold_in(jax.random.key(7), 10 * M + rep), M, d)
+      e.append(jnp.mean((jnp.sum(rff.features(f, x) * rff.features(f, xp), 1) - exact) ** 2))
+    errs.append(float(jnp.sqrt(jnp.mean(jnp.array(e)))))
+  slope = np.polyfit(np.log(Ms), np.log(errs), 1)[0]
+  assert -0.7 <= slope <= -0.3, (slope, errs)
+
+
+def test_weight_fit_interpolates_and_ignores_masked_rows():
+  """eq. 6 with sigma^2 -> 0 and n < M: phi(x_tau)^T w = y_tau; padding rows change nothing."""
+  with jax.enable_x64(True):
+    feats = rff.draw(jax.random.key(8), 3000, 6, 1.0, jnp.float64)
+    X = jax.random.uniform(jax.random.key(9), (40, 6), jnp.float64)
+    y = jnp.sin(X @ jnp.arange(1.0, 7.0))
+    w = rff.fit_weights(feats, X, y, jnp.ones(40, bool), ridge=1e-12)
+    np.testing.assert_allclose(rff.features(feats, X) @ w, y, atol=1e-5)
+    Xp = jnp.concatenate([X, jnp.full((10, 6), 5.0)])
+    yp = jnp.concatenate([y, jnp.full((10,), 123.0)])
+    wp = rff.fit_weights(feats, Xp, yp, jnp.arange(50) < 40, ridge=1e-12)
+    np.testing.assert_allclose(wp, w, rtol=1e-7, atol=1e-9)
+
+
+def test_shared_draw_is_reproducible_from_the_init_key():
+  k = jax.random.key(11)
+  a = rff.draw(rff.shared_key(k), 50, 4)
+  b = rff.draw(rff.shared_key(k), 50, 4)
+  np.testing.assert_array_equal(a.V, b.V)
+  np.testing.assert_array_equal(a.b, b.b)
+  c = rff.draw(rff.shared_key(jax.random.key(12)), 50, 4)
+  assert not np.allclose(a.V, c.V)
