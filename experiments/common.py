@@ -64,6 +64,7 @@ HPARAMS = {
     "clip_lo": (float, "HiSo lower clip of H (Assumption 4; default off)"),
     "clip_hi": (float, "HiSo upper clip of H (Assumption 4; default off)"),
     "preconditioner": (str, "HiSo directions: diagonal (paper), scalar (ablation: mean(H) 1)"),
+    "step_norm": (str, "HiSo step scale: none (eq. 8, factor absorbed in eta; code), trace (eq. 7: H / harmonic mean)"),
     # FedLRGD / FedAve / GD (seed 004; specs/fedlrgd.md).
     "phi": (float, "communication-to-computation ratio phi of the oracle-complexity ledger (Definition 1)"),
     "step_size": (float, "FedLRGD / GD step (default 1/L1 of the task)"),
@@ -86,12 +87,21 @@ HPARAMS.update({
     "eta_decay_p": (float, "FFGB step exponent p"),
     "eta_cap": (float, "FFGB cap on eta"),
     "mu": (float, "FFGB Tikhonov mu (eq. 3; experiments 0)"),
-    "weak_learner": (str, "FFGB oracle: mlp, rf_ridge, scaled"),
+    "weak_learner": (str, "FFGB oracle: mlp, cnn (image data), rf_ridge, scaled"),
     "gamma": (float, "FFGB scaled-oracle gamma / FFGB.C assumed gamma"),
     "oracle_steps": (int, "FFGB mlp oracle Adam steps (paper 1000)"),
     "oracle_lr": (float, "FFGB mlp oracle Adam lr (paper 0.005)"),
     "oracle_batch": (int, "FFGB mlp oracle batch (code 128)"),
     "store_learners": (int, "FFGB: rounds of learners kept in the state (>= eval_every to write all)"),
+    "mu_eta_cap": (float, "FFGB cap on mu*eta (Lemma D.2 needs <= 1)"),
+    "clip_G": (float, "FFGB.C gradient bound G of Assumption 3.2 (CE: sqrt 2)"),
+    "clip_B": (float, "FFGB.C projection radius B (default 2G/(mu gamma), Thm D.1)"),
+    "lip_L": (float, "FFGB.L Lipschitz constant L of the McShane extension (eq. 17)"),
+    "rf_features": (int, "FFGB rf_ridge oracle: random Fourier features D"),
+    "rf_bandwidth": (float, "FFGB rf_ridge oracle: bandwidth relative to sqrt(d)"),
+    "ridge": (float, "FFGB rf_ridge oracle: ridge lambda per sample"),
+    "mlp_init": (str, "FFGB mlp oracle init: default (lecun), faithful ([code] N(0, 1/fan_in^2))"),
+    "ffgb_l_query": (str, "FFGB.L query: fixed (u - Delta, specs §2.4), printed (Alg. 4 as printed)"),
 })
 # Hyperparameters that are core flags (always given, no per-algorithm default).
 CORE_HPARAMS = ("clients_per_round",)
@@ -111,12 +121,15 @@ CHOICES = {
     "k_update": ("last", "all", "all_code"),
     "h_signal": ("delta_x", "round_displacement"),
     "preconditioner": ("diagonal", "scalar"),
+    "step_norm": ("none", "trace"),
     "weights_solver": ("solve", "inverse", "pinv", "ridge"),
     "anchor_dist": ("uniform", "gaussian"),
     "lr_schedule": ("fedpaq", "constant"),
     "quantizer": ("none", "qsgd"),
     "eta_schedule": ("paper", "code", "theory"),
-    "weak_learner": ("scaled", "rf_ridge", "mlp"),
+    "weak_learner": ("scaled", "rf_ridge", "mlp", "cnn"),
+    "mlp_init": ("default", "faithful"),
+    "ffgb_l_query": ("fixed", "printed"),
 }
 
 # FZooS and its FD baselines (seed 000; specs/fzoos.md §2.6, §6).
@@ -132,6 +145,10 @@ HPARAMS.update({
     "correction_point": (str, "FZooS correction at: current iterate (eq. 8), round_start (Fig. 6b)"),
     "prox_gamma": (float, "FedProx-ZO correction weight gamma (code 1)"),
     "fd_normalization": (str, "FD baselines: code (divide by lambda Q), unbiased (d/(lambda Q))"),
+    "track_cosine": (int, "FZooS / FD baselines: 1 logs grad_cosine, cos(local direction, true grad F) "
+                     "(Fig. 4; true F outside the query model)"),
+    "accept_if_improves": (int, "FZooS / FD baselines: 1 keeps x_{r-1} unless the true F improves "
+                           "(authors' code; outside the query model)"),
 })
 CHOICES.update({
     "kernel": ("se", "matern52"),
@@ -167,6 +184,15 @@ def define_flags():
   flags.DEFINE_float("heterogeneity", 5.0, "C, heterogeneity of the synthetic tasks")
   flags.DEFINE_integer("dim", 300, "d, dimension of the synthetic tasks")
   flags.DEFINE_integer("hidden_width", 64, "hidden units of --task=mlp")
+  flags.DEFINE_integer("hidden_layers", 1, "hidden layers of --task=mlp (2 with --hidden_width=32 "
+                       "--activation=leaky_relu: FFGB's MLP weak learner, seed 002 App. B.1)")
+  flags.DEFINE_string("activation", "relu", "hidden activation of --task=mlp: relu, leaky_relu (slope 0.01)")
+  # --task=shift_tabular (seed 002, FFGB.C / FFGB.L): N clients x --samples_per_client points in
+  # --num_features dimensions with a feature-shift knob.
+  flags.DEFINE_string("shift_kind", "w1", "shift_tabular shift: tv (shared support, reweighted), "
+                      "w1 (translated clouds)")
+  flags.DEFINE_float("feature_shift", 0.0, "shift_tabular knob: tv mixture weight in [0,1]; w1 spread >= 0")
+  flags.DEFINE_string("tabular_loss", "square", "shift_tabular loss: square (FFGB.L), ce (3 classes)")
   flags.DEFINE_integer("target_class", 4, "attacked class (--task=attack_cw)")
   flags.DEFINE_float("attack_c", 1.0, "distortion weight c of the attack loss (FedZO eq. 21)")
   flags.DEFINE_string("classifier", "mlp", "attacked classifier (--task=attack_cw): mlp, softmax")
@@ -193,8 +219,26 @@ def define_flags():
   flags.DEFINE_float("homo_ratio", 0.1, "s: IID fraction of --partition=homo_ratio (FFGB §4)")
   flags.DEFINE_integer("comm_budget", 0, "models per client (FFGB m*K a round, FedAvg 2, both start "
                        "at 2); > 0 sets each algorithm's rounds to ceil((budget - 2) / cost)")
+  # --task=attack / metric_opt (seed 000 §6.2-6.3; specs/fzoos.md §3.2-3.3).
+  flags.DEFINE_float("portion", None, "P in (0,1]: each client's share of the classes (attack: "
+                     "default 0.7; metric_opt: class shards, default 0.3); larger P = less heterogeneous")
+  flags.DEFINE_string("opt_metric", "precision", "metric_opt objective 1 - macro METRIC: "
+                      "precision, recall, f1, jaccard")
+  flags.DEFINE_integer("attack_target", -1, "attack: index of the eligible target image (-1 = --seed)")
+  flags.DEFINE_float("perturbation_box", 0.0, "attack / metric_opt box eps of the perturbation "
+                     "(0 = task default: attack 0.3, metric_opt 0.2)")
   flags.DEFINE_bool("save_learners", False, "FFGB family: write each round's learners to "
                     "<output_dir>/<alg>/learners/ (needs store_learners >= eval_every)")
+  # Checkpoint/resume and multi-host runs (issue 8; BUILD.md "Devices and hosts").
+  flags.DEFINE_integer("checkpoint_every", 0, "save the full state every K rounds (at the first chunk "
+                       "end at or after each multiple; last 2 kept) under <output_dir>/<alg>/checkpoints; "
+                       "0 = off")
+  flags.DEFINE_bool("resume", False, "continue each algorithm from its newest checkpoint in "
+                    "<output_dir>/<alg>/checkpoints (metrics.jsonl kept up to it and appended)")
+  flags.DEFINE_string("coordinator_address", None, "multi-host: host:port of process 0's "
+                      "jax.distributed coordinator (needs --num_processes > 1)")
+  flags.DEFINE_integer("num_processes", 1, "multi-host: number of processes (one per host/GPU); 1 = single process")
+  flags.DEFINE_integer("process_id", 0, "multi-host: this process's index in [0, num_processes)")
   for name, (typ, help_) in HPARAMS.items():
     if name not in CORE_HPARAMS:
       _define(name, typ, None, f"{help_}; sets it for every algorithm (default: each algorithm's own)")
@@ -297,6 +341,9 @@ def validate():
     raise ConfigError("dirichlet_alpha", f"must be > 0; got {FLAGS.dirichlet_alpha}")
   if FLAGS.shards_per_client < 1:
     raise ConfigError("shards_per_client", f"must be >= 1; got {FLAGS.shards_per_client}")
+  validate_distributed()
+  if FLAGS.checkpoint_every < 0:
+    raise ConfigError("checkpoint_every", f"must be >= 0 (0 = off); got {FLAGS.checkpoint_every}")
   import jax
   if not 0 <= FLAGS.num_devices <= jax.device_count():
     raise ConfigError("num_devices", f"must be in [0, {jax.device_count()}]; got {FLAGS.num_devices}")
@@ -350,6 +397,51 @@ def validate():
       raise ConfigError(where("qsgd_levels"), f"must be >= 1; got {hp['qsgd_levels']}")
     if hp.get("schedule_offset") is not None and hp["schedule_offset"] < 0:
       raise ConfigError(where("schedule_offset"), f"must be >= 0; got {hp['schedule_offset']}")
+    for n in ("track_cosine", "accept_if_improves"):  # FZooS family (seed 000)
+      if n in hp and hp[n] not in (0, 1):
+        raise ConfigError(where(n), f"must be 0 or 1; got {hp[n]}")
+    if alg in FFGB_FAMILY:
+      validate_ffgb(alg, hp, where)
+  if FLAGS.task in ("attack", "metric_opt"):  # seed 000 §6.2-6.3
+    _check_fzoos_task_flags()
+  if not 0 <= FLAGS.homo_ratio <= 1:
+    raise ConfigError("homo_ratio", f"must be in [0, 1]; got {FLAGS.homo_ratio}")
+  if FLAGS.comm_budget < 0:
+    raise ConfigError("comm_budget", f"must be >= 0 (0 = use --rounds); got {FLAGS.comm_budget}")
+  if FLAGS.hidden_layers < 1:
+    raise ConfigError("hidden_layers", f"must be >= 1; got {FLAGS.hidden_layers}")
+  if FLAGS.activation not in ("relu", "leaky_relu"):
+    raise ConfigError("activation", f"unknown {FLAGS.activation!r}; accepted: relu, leaky_relu")
+  if FLAGS.task == "shift_tabular":
+    if FLAGS.shift_kind not in ("tv", "w1"):
+      raise ConfigError("shift_kind", f"unknown {FLAGS.shift_kind!r}; accepted: tv, w1")
+    if FLAGS.tabular_loss not in ("square", "ce"):
+      raise ConfigError("tabular_loss", f"unknown {FLAGS.tabular_loss!r}; accepted: square, ce")
+    hi = 1.0 if FLAGS.shift_kind == "tv" else math.inf
+    if not (0 <= FLAGS.feature_shift <= hi and math.isfinite(FLAGS.feature_shift)):
+      raise ConfigError("feature_shift", f"must be in [0, {hi:g}] for shift_kind={FLAGS.shift_kind} "
+                        f"(finite); got {FLAGS.feature_shift}")
+    bad = [a for a in FLAGS.algorithm if parse_spec(a)[0] not in FFGB_FAMILY]
+    if bad:
+      raise ConfigError("algorithm", f"--task=shift_tabular runs only {', '.join(FFGB_FAMILY)}; got {bad[0]}")
+
+
+def validate_distributed():
+  """Checks the multi-host flags without touching JAX (they are used before any backend starts).
+
+  Raises:
+    ConfigError: naming the flag and the accepted values.
+  """
+  if FLAGS.num_processes < 1:
+    raise ConfigError("num_processes", f"must be >= 1; got {FLAGS.num_processes}")
+  if not 0 <= FLAGS.process_id < FLAGS.num_processes:
+    raise ConfigError("process_id", f"must be in [0, num_processes={FLAGS.num_processes}); "
+                      f"got {FLAGS.process_id}")
+  if FLAGS.num_processes > 1:
+    host, _, port = (FLAGS.coordinator_address or "").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+      raise ConfigError("coordinator_address", f"must be HOST:PORT (e.g. localhost:1234) with "
+                        f"--num_processes > 1; got {FLAGS.coordinator_address!r}")
 
 
 def build_task():
@@ -364,7 +456,31 @@ def build_task():
                    classifier=FLAGS.classifier, cache_dir=FLAGS.cache_dir,
                    spectrum_sigma=FLAGS.spectrum_sigma, isotropic=FLAGS.isotropic,
                    finetune_shift=FLAGS.finetune_shift, homo_ratio=FLAGS.homo_ratio,
-                   **smooth_erm_kwargs())
+                   hidden_layers=FLAGS.hidden_layers, activation=FLAGS.activation,
+                   shift_kind=FLAGS.shift_kind, feature_shift=FLAGS.feature_shift,
+                   tabular_loss=FLAGS.tabular_loss,
+                   **smooth_erm_kwargs(), **fzoos_task_kwargs())
+
+
+def _check_fzoos_task_flags():
+  """--task=attack / metric_opt flag checks (exit 2 before anything is built)."""
+  if FLAGS.portion is not None and not 0 < FLAGS.portion <= 1:
+    raise ConfigError("portion", f"must be in (0, 1]; got {FLAGS.portion}")
+  if not (math.isfinite(FLAGS.perturbation_box) and FLAGS.perturbation_box >= 0):
+    raise ConfigError("perturbation_box", f"must be >= 0 (0 = task default); got {FLAGS.perturbation_box}")
+  if FLAGS.task == "metric_opt" and FLAGS.opt_metric not in ("precision", "recall", "f1", "jaccard"):
+    raise ConfigError("opt_metric", f"unknown {FLAGS.opt_metric!r}; accepted: precision, recall, f1, jaccard")
+  if FLAGS.task == "attack":
+    if FLAGS.classifier not in ("cnn", "mlp"):
+      raise ConfigError("classifier", f"unknown {FLAGS.classifier!r} for --task=attack; accepted: cnn, mlp")
+    if FLAGS.dataset not in ("digits", "mnist"):
+      raise ConfigError("dataset", f"--task=attack needs images; accepted: digits, mnist")
+
+
+def fzoos_task_kwargs() -> dict:
+  """The attack / metric_opt arguments of ``make_task`` from the flags (seed 000 §6.2-6.3)."""
+  return dict(portion=FLAGS.portion, opt_metric=FLAGS.opt_metric, attack_target=FLAGS.attack_target,
+              perturbation_box=FLAGS.perturbation_box)
 
 
 def smooth_erm_kwargs() -> dict:
@@ -389,6 +505,49 @@ def parse_flags_or_exit(argv):
 
 
 FFGB_FAMILY = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l")
+FFGB_TASKS = ("softmax", "mlp", "cnn", "shift_tabular")  # tasks with per-client points x (seed 002)
+
+
+def validate_ffgb(alg: str, hp: dict, where):
+  """Range checks of the FFGB-family hyperparameters (seed 002; specs/ffgb.md §2, §6.4).
+
+  Args:
+    alg: an FFGB_FAMILY name; hp: its hyperparameters; where: hp name -> flag name.
+
+  Raises:
+    ConfigError: naming the flag and the accepted range.
+  """
+  def finite_pos(n, inf_ok=False):
+    v = hp.get(n)
+    if v is not None and not (v > 0 and (inf_ok or math.isfinite(v))):
+      raise ConfigError(where(n), f"must be > 0{'' if inf_ok else ' and finite'}; got {v}")
+
+  for n in ("eta0", "oracle_lr", "clip_G", "clip_B", "lip_L", "rf_bandwidth", "ridge"):
+    finite_pos(n)
+  for n in ("eta_cap", "mu_eta_cap"):
+    finite_pos(n, inf_ok=True)
+  for n in ("eta_decay_p", "mu"):
+    if not (hp[n] >= 0 and math.isfinite(hp[n])):
+      raise ConfigError(where(n), f"must be >= 0 and finite; got {hp[n]}")
+  if not 0 < hp["gamma"] <= 1:
+    raise ConfigError(where("gamma"), f"must be in (0, 1]; got {hp['gamma']}")
+  for n in ("oracle_steps", "oracle_batch", "rf_features"):
+    if hp[n] < 1:
+      raise ConfigError(where(n), f"must be >= 1; got {hp[n]}")
+  if hp["store_learners"] < 0:
+    raise ConfigError(where("store_learners"), f"must be >= 0; got {hp['store_learners']}")
+  if FLAGS.save_learners and hp["store_learners"] < FLAGS.eval_every:
+    raise ConfigError(where("store_learners"), f"--save_learners needs >= eval_every={FLAGS.eval_every}; "
+                      f"got {hp['store_learners']}")
+  if hp["eta_schedule"] == "theory" and alg != "ffgb_l" and hp["mu"] <= 0:
+    raise ConfigError(where("mu"), "eta_schedule=theory (c/(mu(tK+k+1)), Thm 3.1) needs mu > 0")
+  if FLAGS.task not in FFGB_TASKS:
+    raise ConfigError("task", f"{alg} needs a task with client points; accepted: {', '.join(FFGB_TASKS)}")
+  if alg == "ffgb_l" and not (FLAGS.task == "shift_tabular" and FLAGS.tabular_loss == "square"):
+    raise ConfigError("task", "ffgb_l needs square loss (problem (14)): --task=shift_tabular --tabular_loss=square")
+  if hp["weak_learner"] == "cnn" and (FLAGS.task == "shift_tabular" or FLAGS.dataset == "libsvm"):
+    raise ConfigError(where("weak_learner"), "cnn needs image data (--dataset=digits or mnist); "
+                      "accepted otherwise: scaled, rf_ridge, mlp")
 
 
 def comm_rounds(alg: str, hp: dict, num_clients: int, budget: int) -> int:

@@ -59,7 +59,7 @@ class FFGBConfig:
     mu_eta_cap: clamp mu*eta <= this (Lemma D.2 needs mu*eta <= 1; specs §2.3).
     mu: Tikhonov weight (eq. 3). The experiments/[code] use 0.
     clients_per_round: m (None = N), drawn without replacement (App. F).
-    weak_learner: ``mlp`` (App. B.1), ``rf_ridge`` or ``scaled`` (§4.2).
+    weak_learner: ``mlp`` / ``cnn`` (App. B.1), ``rf_ridge`` or ``scaled`` (§4.2).
     gamma: the scaled oracle's gamma, and the assumed gamma of FFGB.C's
       clipping constants G1 = (1-gamma)G/gamma, G2 = (2-gamma)G/gamma (Alg. 5).
     oracle_steps, oracle_lr, oracle_batch: Adam WO^2 (App. B.3: 1000, 0.005; [code] 128).

@@ -87,10 +87,16 @@ class FZooSConfig:
     init_queries, init_radius: 10 / 0.01 ([code]).
     gamma_schedule: ``inv_t`` (gamma_t = 1/t, §6), ``one``, ``zero`` (Fig. 6b ablations).
     correction_point: ``current`` (eq. 8) or ``round_start`` (Fig. 6b ablation).
-    accept_if_improves: [code] keep x_{r-1} if F(x_r) >= F(x_{r-1}) (true F,
-      uncounted; off by default).
-    track_cosine: record cos(ghat, grad F(x)) per local step (Fig. 4; uses the
-      true gradient, for measurement only).
+    accept_if_improves: 0 (default, Algorithm 2) or 1 ([code] ``run_server``:
+      keep x_{r-1} if F(x_r) >= F(x_{r-1})). Evaluates the true global F,
+      outside the federated query model; those evaluations are not counted
+      as queries (specs/fzoos.md §2.1).
+    track_cosine: 0 (default) or 1: record cos(ghat_{r,t-1}^(i), grad F(x_{r,t-1}^(i)))
+      at every local step (Fig. 4, App. F.1). grad F is ``jax.grad`` of the
+      task's true global objective, outside the query model and not counted;
+      measurement only (the iterates are unchanged). Reported as metrics
+      ``grad_cosine`` (mean over clients and the T steps of the last round),
+      ``grad_cosine_early`` / ``grad_cosine_late`` (steps t <= T/2 / t > T/2).
   """
   lr: float = 0.01
   local_steps: int = 10
@@ -113,8 +119,8 @@ class FZooSConfig:
   init_radius: float = 0.01
   gamma_schedule: str = "inv_t"
   correction_point: str = "current"
-  accept_if_improves: bool = False
-  track_cosine: bool = False
+  accept_if_improves: int = 0
+  track_cosine: int = 0
 
 
 def queries_per_client_round(cfg: FZooSConfig) -> int:
@@ -171,6 +177,17 @@ def _minmax(y, mask):
   return jnp.where(ok, lo, 0.0), jnp.where(ok, span, 1.0)
 
 
+def cosine_metrics(cosine) -> dict:
+  """Fig. 4 metrics from the last round's per-step mean cosines ``cosine`` (T,):
+  ``grad_cosine`` (mean over t = 1..T), ``grad_cosine_early`` (t <= ceil(T/2)),
+  ``grad_cosine_late`` (the rest; equal to early when T = 1)."""
+  T = cosine.shape[0]
+  h = (T + 1) // 2
+  late = cosine[h:] if T > h else cosine[:h]
+  return {"grad_cosine": jnp.mean(cosine), "grad_cosine_early": jnp.mean(cosine[:h]),
+          "grad_cosine_late": jnp.mean(late)}
+
+
 def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAlgorithm:
   """Builds FZooS (seed 000 Algorithm 2).
 
@@ -185,6 +202,9 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       raise ValueError(f"unknown {field} {value!r}; accepted: {', '.join(accepted)}")
   if max(cfg.gp_window, cfg.rff_window) > cfg.history_size:
     raise ValueError(f"history_size={cfg.history_size} must be >= gp_window and rff_window")
+  for field in ("accept_if_improves", "track_cosine"):
+    if getattr(cfg, field) not in (0, 1):
+      raise ValueError(f"{field} must be 0 or 1; got {getattr(cfg, field)!r}")
   if cfg.local_steps < 1 or cfg.num_rff < 1:
     raise ValueError("local_steps and num_rff must be >= 1")
   N, T, M, kind = task.num_clients, cfg.local_steps, cfg.num_rff, cfg.kernel
@@ -300,9 +320,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     return new, stats
 
   def metrics(state: FZooSState):
-    if not cfg.track_cosine:
-      return {}
-    return {"grad_cosine": jnp.mean(state.cosine)}
+    return cosine_metrics(state.cosine) if cfg.track_cosine else {}
 
   return FederatedAlgorithm(name=name, init=init, round=round_fn, solution=lambda s: unravel(s.x),
                             hparams=cfg, metrics=metrics if cfg.track_cosine else None)

@@ -45,6 +45,31 @@ H update variants (spec §2.3; flags ``k_update``, ``h_signal``, ``eps``,
   set (Assumption 4; "clipping step", Liu et al. 2023; off by default);
 * ``preconditioner=scalar`` is an ablation (spec §4, last bullet): the
   directions use mean(H) 1 instead of the diagonal H.
+* ``step_norm=trace`` keeps eq. 7's least-squares factor (u^T H^{-1} u)^{-1}
+  (in expectation, Tr(H^{-1})^{-1}, times d so that H = 1 is DeComFL) instead
+  of absorbing it into eta (eq. 8, [code]: ``none``). The directions then use
+  H / hbar, hbar = d / Tr(H^{-1}): z = (H/hbar)^{-1/2} u, E||z||^2 = d, and the
+  overall scale of H no longer changes the step (only its shape does).
+
+What the H update learns (issue 5; tests/algorithms/test_hiso.py
+``test_estimator_mean_and_second_moment`` and
+``test_h_signal_moment_fixes_h_near_a_multiple_of_one``). For z = H^{-1/2} u and a quadratic (exact up to mu),
+the EMA signal has mean (diagonal of eq. 120's covariance)
+
+    E[Delta x_j^2] = H_j^{-1} [ S/P + (1 + 1/P) (grad_j)^2 / H_j ],
+    S = grad^T H^{-1} grad,
+
+so the fixed point of H <- (1 - nu) H + nu Delta x^2 is
+H_j^3 = (S/P) H_j + (1 + 1/P) grad_j^2: the first, coordinate-free term comes
+from the preconditioner's own footprint H^{-1} on the direction and dominates
+unless grad_j^2 / H_j carries about 1/P of S, so H stays close to a multiple of
+1 for d >> P whatever the curvature (spec §4 last bullet). The scale of that
+multiple follows sqrt(S/P) ~ |grad|^{2/3}, so with ``step_norm=none`` the
+expected step H^{-1} grad grows as the gradient shrinks and the run settles at
+a floor that grows with eta (edge of stability) instead of converging.
+On the d = 1000 toy (hiso_toy_illcond.cfg) corr(log H, log lambda) stays below
+0.1 and Tr(A H^{-1}) / (Tr(A) mean(H^{-1})) >= 0.97 (experiments/hiso_h_diagnostic.py),
+while the oracle H = lambda would give 0.05.
 
 Two modes (``client_state``):
 
@@ -92,6 +117,7 @@ from fedsim.estimators import shared_seed
 K_UPDATES = ("last", "all", "all_code")
 H_SIGNALS = ("delta_x", "round_displacement")
 PRECONDITIONERS = ("diagonal", "scalar")
+STEP_NORMS = ("none", "trace")
 CLIENT_STATES = ("none", "replay")
 
 
@@ -144,6 +170,12 @@ class HiSoConfig(DeComFLConfig):
     clip_lo, clip_hi: clip H to [clip_lo, clip_hi] after each update (Assumption
       4; none given in the paper or code: None = off).
     preconditioner: ``diagonal`` (paper) or ``scalar`` (ablation: mean(H) 1).
+    step_norm: ``none`` (eq. 8 as boxed: the least-squares factor
+      (u^T H^{-1} u)^{-1} of eq. 7 "absorbed into eta"; [code]) or ``trace``
+      (eq. 7's factor kept in expectation, E u^T H^{-1} u = Tr H^{-1}: the
+      directions use H / hbar with hbar = d / Tr(H^{-1}), so z = (H/hbar)^{-1/2} u,
+      E||z||^2 = d as in DeComFL, and a uniform H = c 1 gives DeComFL's step for
+      every c; only the shape of H matters, not its scale).
   """
   nu: float = 0.05
   eps: float = 1e-8
@@ -153,6 +185,7 @@ class HiSoConfig(DeComFLConfig):
   clip_lo: float | None = None
   clip_hi: float | None = None
   preconditioner: str = "diagonal"
+  step_norm: str = "none"
 
 
 class ReplayState(NamedTuple):
@@ -232,6 +265,8 @@ def _check(cfg: DeComFLConfig, preconditioned: bool):
     if cfg.preconditioner not in PRECONDITIONERS:
       raise ValueError(f"unknown preconditioner {cfg.preconditioner!r}; "
                        f"accepted: {', '.join(PRECONDITIONERS)}")
+    if cfg.step_norm not in STEP_NORMS:
+      raise ValueError(f"unknown step_norm {cfg.step_norm!r}; accepted: {', '.join(STEP_NORMS)}")
     if not 0 <= cfg.nu <= 1:
       raise ValueError(f"nu must be in [0, 1]; got {cfg.nu}")
     if not cfg.eps >= 0:
@@ -259,7 +294,9 @@ def hiso_parts(task: Task, cfg: DeComFLConfig, preconditioned: bool = True) -> H
 
   def scale(h):
     if preconditioned and cfg.preconditioner == "scalar":  # ablation: H replaced by mean(H) 1 (spec §4)
-      return jnp.full_like(h, 1.0) * shared_seed.inverse_sqrt(pairwise_sum(h) / h.shape[0])
+      h = jnp.full_like(h, 1.0) * (pairwise_sum(h) / h.shape[0])
+    if preconditioned and cfg.step_norm == "trace":   # eq. 7 factor in expectation: H / hbar,
+      h = h * (pairwise_sum(1.0 / h) / h.shape[0])    # hbar = d / Tr(H^{-1}) (harmonic mean)
     return shared_seed.inverse_sqrt(h)                                     # z = H^{-1/2} u, eq. 8
 
   def ema(h, signal):
@@ -407,8 +444,15 @@ def make_hiso(task: Task, cfg: DeComFLConfig, name: str = "hiso",
     return HiSoState(x=x, h=h, round=r + 1, shared_key=state.shared_key,
                      clients=new_clients), stats
 
+  def metrics(state: HiSoState):
+    # Fig. 5 (right): the learned H; its median and 99.9th-percentile / median
+    # ratio (long tail, spec §7 item 9). HiSo only (DeComFL's H is 1).
+    med = jnp.median(state.h)
+    return {"h_median": med, "h_tail_ratio": jnp.quantile(state.h, 0.999) / med}
+
   return FederatedAlgorithm(name=name, init=init, round=round_fn,
-                            solution=lambda s: unravel(s.x), hparams=cfg)
+                            solution=lambda s: unravel(s.x), hparams=cfg,
+                            metrics=metrics if preconditioned else None)
 
 
 def make_decomfl(task: Task, cfg: DeComFLConfig, name: str = "decomfl") -> FederatedAlgorithm:

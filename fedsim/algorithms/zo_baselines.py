@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedsim.algorithms.fzoos import cosine_metrics
 from fedsim.algorithms.local import BYTES_PER_REAL, flat_problem, flat_solution, local_optimizer
 from fedsim.core import rng
 from fedsim.core.reduce import pairwise_sum
@@ -65,8 +66,11 @@ class ZOBaselineConfig:
     correction: none, prox, scaffold1, scaffold2 (set by the registry name).
     prox_gamma: FedProx gamma (not in the paper; [code] 1).
     fd_normalization: ``code`` or ``unbiased`` (module docstring).
-    accept_if_improves: [code] keep x_{r-1} if F does not improve (true F).
-    track_cosine: record cos(ghat, grad F(x)) per local step (Fig. 4).
+    accept_if_improves: 0 (default) or 1 ([code]: keep x_{r-1} if F does not
+      improve; true global F, outside the query model, not counted).
+    track_cosine: 0 (default) or 1: record cos(ghat, grad F(x)) at every local
+      step (Fig. 4; grad F by ``jax.grad`` of the true F, not counted);
+      metrics as :func:`fedsim.algorithms.fzoos.cosine_metrics`.
   """
   lr: float = 0.01
   local_steps: int = 10
@@ -78,8 +82,8 @@ class ZOBaselineConfig:
   correction: str = "none"
   prox_gamma: float = 1.0
   fd_normalization: str = "code"
-  accept_if_improves: bool = False
-  track_cosine: bool = False
+  accept_if_improves: int = 0
+  track_cosine: int = 0
 
 
 def queries_per_client_round(cfg: ZOBaselineConfig, stochastic: bool = False) -> int:
@@ -112,6 +116,9 @@ def make_zo_baseline(task: Task, cfg: ZOBaselineConfig, name: str = "fedzo_fd") 
                      f"accepted: {', '.join(FD_NORMALIZATIONS)}")
   if cfg.direction not in finite_difference.LAWS:
     raise ValueError(f"unknown direction {cfg.direction!r}; accepted: {', '.join(finite_difference.LAWS)}")
+  for field in ("accept_if_improves", "track_cosine"):
+    if getattr(cfg, field) not in (0, 1):
+      raise ValueError(f"{field} must be 0 or 1; got {getattr(cfg, field)!r}")
   N, T, Q = task.num_clients, cfg.local_steps, cfg.fd_directions
   d = jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0]
   unravel = flat_solution(task)
@@ -199,7 +206,7 @@ def make_zo_baseline(task: Task, cfg: ZOBaselineConfig, name: str = "fedzo_fd") 
     if cfg.correction == "scaffold1":
       out["extra_queries"] = state.extra_queries
     if cfg.track_cosine:
-      out["grad_cosine"] = jnp.mean(state.cosine)
+      out.update(cosine_metrics(state.cosine))
     return out
 
   has_metrics = cfg.correction == "scaffold1" or cfg.track_cosine

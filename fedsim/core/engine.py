@@ -3,7 +3,12 @@
 Rounds run inside ``jax.lax.scan`` in chunks of ``eval_every`` rounds; each
 chunk is one compiled call (compiled once per configuration and chunk length),
 so Python only runs between chunks, where the solution is evaluated, the
-ledgers are accumulated and the record is handed to ``on_eval``.
+ledgers are accumulated, the record is handed to ``on_eval`` and, every
+``checkpoint_every`` rounds, the full state is saved (``fedsim.core.checkpoint``).
+
+Padded client data (``sharding.shard_task`` when N does not divide the device
+count) is cut back to the real N inside every compiled chunk and evaluation
+(``sharding.unpad``), so algorithms and tasks only ever see real clients.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedsim.core import rng
+from fedsim.core import sharding as sharding_lib
+from fedsim.core.distributed import fetch
 from fedsim.core.errors import DivergenceError
 from fedsim.core.types import FederatedAlgorithm, Task
 
@@ -29,6 +36,8 @@ def make_chunk(algorithm: FederatedAlgorithm):
   """
 
   def chunk(state, data, rounds_key, first_round, length):
+    data = sharding_lib.unpad(data)  # padded clients never reach the algorithm
+
     def body(s, r):
       return algorithm.round(s, rng.round_key(rounds_key, r), data)
     return jax.lax.scan(body, state, first_round + jnp.arange(length, dtype=jnp.int32))
@@ -40,7 +49,8 @@ def make_chunk(algorithm: FederatedAlgorithm):
 
 def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_every: int,
              key: jax.Array, *, on_eval: Callable[[dict], None] | None = None,
-             state=None, start_round: int = 0, totals: dict | None = None):
+             state=None, start_round: int = 0, totals: dict | None = None,
+             checkpoint_dir: str | None = None, checkpoint_every: int = 0, resume: bool = False):
   """Runs ``num_rounds`` communication rounds and evaluates every ``eval_every``.
 
   Args:
@@ -57,6 +67,16 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       every key of ``task.evaluate`` and of ``algorithm.metrics``.
     state, start_round, totals: resume from a saved state after ``start_round``
       rounds with the given cumulative ledgers.
+    checkpoint_dir: where checkpoints go (orbax; the last 2 are kept).
+    checkpoint_every: K > 0 saves the full state (algorithm state with its PRNG
+      keys, round, ledger totals, elapsed time) at the first chunk end at or
+      after each multiple of K; 0 never saves.
+    resume: continue from the newest checkpoint in ``checkpoint_dir`` (if there
+      is one; otherwise start from round 0). The continuation is
+      bitwise-identical to an uninterrupted run when checkpoints sit at chunk
+      boundaries of the same ``eval_every`` (they always do). Records at or
+      before the checkpoint's round are not measured again (the returned list
+      starts after it); ``wall_time_s`` continues the saved clock.
 
   Returns:
     (final state, list of records).
@@ -64,15 +84,40 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
   Raises:
     DivergenceError: the objective became NaN or inf; the record of that
       evaluation has been passed to ``on_eval`` first.
+    ValueError: bad ``eval_every``/``checkpoint_every``, checkpointing without a
+      directory, or a checkpoint that does not match this algorithm's state.
   """
   if eval_every < 1:
     raise ValueError(f"eval_every must be >= 1; got {eval_every}")
+  if checkpoint_every < 0:
+    raise ValueError(f"checkpoint_every must be >= 0; got {checkpoint_every}")
+  if (checkpoint_every > 0 or resume) and not checkpoint_dir:
+    raise ValueError("checkpoint_every > 0 and resume need checkpoint_dir")
   t0 = time.perf_counter()
+  mesh = sharding_lib.mesh_of(task.data)
+  multi = jax.process_count() > 1 and mesh is not None
+  mngr = None
+  if checkpoint_dir and (checkpoint_every > 0 or resume):
+    from fedsim.core import checkpoint
+    mngr = checkpoint.manager(checkpoint_dir)
+  if resume:
+    restored = checkpoint.restore(mngr, jax.eval_shape(algorithm.init, rng.stream(key, "init")),
+                                  mesh=mesh, algorithm=algorithm.name)
+    if restored is not None:
+      state, meta = restored
+      start_round, totals = meta["round"], meta["totals"]
+      t0 -= meta["wall_time_s"]
   if state is None:
-    state = jax.jit(algorithm.init)(rng.stream(key, "init"))
+    if multi:  # a global (replicated) state, so chunks mix it with global data
+      from jax.sharding import NamedSharding, PartitionSpec
+      init = jax.jit(algorithm.init, out_shardings=NamedSharding(mesh, PartitionSpec()))
+    else:
+      init = jax.jit(algorithm.init)
+    state = init(rng.stream(key, "init"))
   rounds_key = rng.stream(key, "rounds")
   chunk = make_chunk(algorithm)
   def evaluate_fn(s, data):
+    data = sharding_lib.unpad(data)
     out = dict(task.evaluate(algorithm.solution(s), data))
     if algorithm.metrics is not None:
       out.update(algorithm.metrics(s))
@@ -84,7 +129,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
   records = []
 
   def record(r):
-    metrics = {k: float(v) for k, v in jax.device_get(evaluate(state, task.data)).items()}
+    metrics = {k: float(v) for k, v in fetch(evaluate(state, task.data)).items()}
     rec = {"round": r, **totals, **metrics, "wall_time_s": time.perf_counter() - t0}
     records.append(rec)
     if on_eval is not None:
@@ -94,14 +139,22 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
                             f"(metrics up to round {r} are kept)")
 
   r = start_round
-  if r == 0:
-    record(0)
-  while r < num_rounds:
-    length = min(eval_every, num_rounds - r)
-    state, stats = chunk(state, task.data, rounds_key, jnp.int32(r), length)
-    # Exact host-side accumulation: per-round int32 values summed as Python ints.
-    for name, values in jax.device_get(stats).items():
-      totals[name] += int(np.sum(np.asarray(values, np.int64)))
-    r += length
-    record(r)
+  next_save = (r // checkpoint_every + 1) * checkpoint_every if checkpoint_every > 0 else None
+  try:
+    if r == 0:
+      record(0)
+    while r < num_rounds:
+      length = min(eval_every, num_rounds - r)
+      state, stats = chunk(state, task.data, rounds_key, jnp.int32(r), length)
+      # Exact host-side accumulation: per-round int32 values summed as Python ints.
+      for name, values in fetch(stats).items():
+        totals[name] += int(np.sum(np.asarray(values, np.int64)))
+      r += length
+      record(r)
+      if next_save is not None and r >= next_save:  # first chunk end at or after a multiple of K
+        checkpoint.save(mngr, state, r, totals, time.perf_counter() - t0, algorithm.name)
+        next_save = (r // checkpoint_every + 1) * checkpoint_every
+  finally:
+    if mngr is not None:
+      mngr.close()
   return state, records

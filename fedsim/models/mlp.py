@@ -21,15 +21,26 @@ class Softmax(nn.Module):
   feature_ndim: int = 1
 
 
+ACTIVATIONS = ("relu", "leaky_relu")
+
+
 class MLP(nn.Module):
-  """Fully connected ReLU network: hidden ``widths`` then a linear output layer."""
+  """Fully connected network: hidden ``widths`` then a linear output layer.
+
+  ``activation`` is ``relu`` (default) or ``leaky_relu`` (negative slope 0.01,
+  the FFGB weak learner of seed 002 App. B.1: with widths (32, 32) this is the
+  same network, parameter for parameter, as
+  ``fedsim.models.weak_learners.WeakLearnerMLP``).
+  """
   num_classes: int
   widths: Sequence[int] = (64,)
   feature_ndim: int = 1
+  activation: str = "relu"
 
   @nn.compact
   def __call__(self, x):
     x = x.reshape(x.shape[:-self.feature_ndim] + (-1,)) if self.feature_ndim > 1 else x
+    act = (lambda v: nn.leaky_relu(v, 0.01)) if self.activation == "leaky_relu" else nn.relu
     for w in self.widths:
-      x = nn.relu(nn.Dense(w)(x))
+      x = act(nn.Dense(w)(x))
     return nn.Dense(self.num_classes)(x)

@@ -27,6 +27,11 @@ Oracles (specs/ffgb.md §2.5, §4.2, §6.1):
   batch 128, MSE mean over batch and outputs) inside ``lax.scan``. Minibatch
   indices are ``randint(0, n)`` (with replacement; the code's torch.unique
   dedup is not reproduced).
+* ``cnn``: the paper's CIFAR10 weak learner (App. B.1; specs §3.1): the PyTorch
+  tutorial CNN conv(6, 5x5) - maxpool 2 - conv(16, 5x5) - maxpool 2 - FC 32 -
+  FC 32 - C with leaky ReLU ([code]), trained exactly like ``mlp``. On images
+  smaller than 16 pixels (8x8 digits) the convolutions use 'SAME' padding so
+  two 5x5 convolutions fit; otherwise 'VALID' as in the tutorial.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import numpy as np
 import optax
 
 PyTree = Any
-ORACLES = ("scaled", "rf_ridge", "mlp")
+ORACLES = ("scaled", "rf_ridge", "mlp", "cnn")
 
 
 class WeakOracle(NamedTuple):
@@ -184,6 +189,12 @@ def mlp_oracle(num_outputs: int, feature_shape: Sequence[int], *, steps: int = 1
     raise ValueError(f"mlp init must be default or faithful; got {init!r}")
   feature_shape = tuple(feature_shape)
   model = WeakLearnerMLP(num_outputs, tuple(widths), output_act, init, len(feature_shape))
+  return _adam_oracle("mlp", model, feature_shape, steps, lr, batch)
+
+
+def _adam_oracle(name, model, feature_shape, steps, lr, batch) -> WeakOracle:
+  """WO^2 (eq. 23) by ``steps`` Adam steps on a FRESH ``model`` init and FRESH
+  optax state per call (App. B.3; [code] MSE mean over batch and outputs)."""
   opt = optax.adam(lr)
 
   def fit(key, x, phi, mask, n):
@@ -204,7 +215,67 @@ def mlp_oracle(num_outputs: int, feature_shape: Sequence[int], *, steps: int = 1
     (params, _), _ = jax.lax.scan(step, (params, opt.init(params)), jax.random.split(k_steps, steps))
     return params
 
-  return WeakOracle("mlp", fit, model.apply)
+  return WeakOracle(name, fit, model.apply)
+
+
+class WeakLearnerCNN(nn.Module):
+  """The paper's CIFAR10 weak learner (App. B.1; specs/ffgb.md §3.1).
+
+  conv(features[0], k x k) - leaky ReLU - maxpool 2 - conv(features[1], k x k) -
+  leaky ReLU - maxpool 2 - flatten - FC widths[0] - FC widths[1] - C, leaky ReLU
+  slope 0.01 ([code]; the tutorial's ReLU otherwise). On 32x32x3 inputs with
+  'VALID' padding it has 17,090 parameters, as in specs §3.1.
+
+  Input (B, H, W) grey (a channel axis is added) or (B, H, W, c) float32;
+  output (B, C) float32.
+
+  Attributes:
+    num_outputs: C.
+    features: conv channels (6, 16).
+    widths: FC hidden widths (32, 32).
+    kernel_size: 5.
+    padding: "VALID" (tutorial) or "SAME" (small images).
+  """
+  num_outputs: int
+  features: Sequence[int] = (6, 16)
+  widths: Sequence[int] = (32, 32)
+  kernel_size: int = 5
+  padding: str = "VALID"
+
+  @nn.compact
+  def __call__(self, x):
+    if x.ndim == 3:
+      x = x[..., None]
+    act = lambda v: nn.leaky_relu(v, 0.01)
+    for f in self.features:
+      x = nn.Conv(f, (self.kernel_size, self.kernel_size), padding=self.padding)(x)
+      x = nn.max_pool(act(x), (2, 2), strides=(2, 2))
+    x = x.reshape(x.shape[:-3] + (-1,))
+    for w in self.widths:
+      x = act(nn.Dense(w)(x))
+    return nn.Dense(self.num_outputs)(x)
+
+
+def cnn_oracle(num_outputs: int, feature_shape: Sequence[int], *, steps: int = 1000,
+               lr: float = 0.005, batch: int = 128) -> WeakOracle:
+  """WO^2 by Adam on a fresh :class:`WeakLearnerCNN` (App. B.1, B.3), like :func:`mlp_oracle`.
+
+  Args:
+    num_outputs: C.
+    feature_shape: (H, W) or (H, W, c) of one image.
+    steps, lr, batch: as :func:`mlp_oracle`.
+
+  Returns:
+    The oracle; its params are the flax variables of :class:`WeakLearnerCNN`.
+
+  Raises:
+    ValueError: ``feature_shape`` is not an image ((H, W) or (H, W, c)).
+  """
+  feature_shape = tuple(feature_shape)
+  if len(feature_shape) not in (2, 3):
+    raise ValueError(f"weak_learner=cnn needs image inputs (H, W[, c]); got feature shape {feature_shape}")
+  padding = "VALID" if min(feature_shape[:2]) >= 16 else "SAME"
+  return _adam_oracle("cnn", WeakLearnerCNN(num_outputs, padding=padding), feature_shape, steps, lr, batch)
 
 
 def make_oracle(name: str, *, num_outputs: int, feature_shape: Sequence[int], gamma: float = 1.0,
@@ -227,6 +298,8 @@ def make_oracle(name: str, *, num_outputs: int, feature_shape: Sequence[int], ga
   if name == "mlp":
     return mlp_oracle(num_outputs, feature_shape, steps=steps, lr=lr, batch=batch,
                       output_act=output_act, init=init)
+  if name == "cnn":
+    return cnn_oracle(num_outputs, feature_shape, steps=steps, lr=lr, batch=batch)
   raise ValueError(f"unknown weak learner {name!r}; accepted: {', '.join(ORACLES)}")
 
 

@@ -13,6 +13,8 @@ from fedsim.tasks.quadratic import make_quadratic_task
 TASKS = ("softmax", "mlp", "quadratic", "attack_cw", "illcond_quadratic", "cnn", "finetune")
 TASKS += ("logistic_soft", "ridge")  # seed 004 (FedLRGD): smooth ERM with a server dataset
 TASKS += ("ackley", "levy")  # seed 000 (FZooS) [code]: federated Ackley / Levy
+TASKS += ("attack", "metric_opt")  # seed 000 (FZooS) §6.2-6.3: black-box attack, metric optimisation
+TASKS += ("shift_tabular",)  # seed 002 (FFGB.C / FFGB.L): TV / W1 feature shift, function space
 SUPERVISED = ("softmax", "mlp")
 
 
@@ -23,6 +25,9 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
               target_class: int = 4, attack_c: float = 1.0, classifier: str = "mlp",
               cache_dir: str | None = None, spectrum_sigma: float = 3 ** 0.5,
               isotropic: bool = False, finetune_shift: str = "flip", homo_ratio: float = 0.1,
+              hidden_layers: int = 1, activation: str = "relu", shift_kind: str = "w1",
+              feature_shift: float = 0.0, tabular_loss: str = "square", portion: float | None = None,
+              perturbation_box: float = 0.0, attack_target: int = -1, opt_metric: str = "precision",
               **smooth_erm):
   """Builds task ``name``.
 
@@ -44,6 +49,10 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
   (``samples_per_client``, ``num_features``, ``server_samples`` (the rank r),
   ``max_rank``, ``mu``, ``data_heterogeneity``, ``server_shift``, ``feature_map``,
   ``holder_eta``, ``raw_dim``); errors name the flag.
+  ``attack`` / ``metric_opt`` (seed 000 §6.2-6.3, fedsim.tasks.attack /
+  fedsim.tasks.metric_opt) take ``portion`` (None: 0.7 for attack, 0.3 for
+  metric_opt), ``perturbation_box`` (0: the task's default), ``attack_target``
+  and ``opt_metric``; ``attack`` uses ``classifier`` (cnn, mlp).
 
   Raises:
     ConfigError: unknown task, or a dataset / partition error (naming the flag
@@ -72,6 +81,15 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
     except ValueError as e:  # the message starts with the flag's name
       flag, _, msg = str(e).partition(" ")
       raise ConfigError(flag, msg) from None
+  if name == "shift_tabular":  # FFGB-family only (fedsim.tasks.functional.make_shift_task)
+    from fedsim.tasks.functional import make_shift_task
+    try:
+      return make_shift_task(num_clients, smooth_erm.get("samples_per_client", 40),
+                             smooth_erm.get("num_features", 2), kind=shift_kind, shift=feature_shift,
+                             loss=tabular_loss, seed=seed)
+    except ValueError as e:  # the message starts with the flag's name
+      flag, _, msg = str(e).partition(" ")
+      raise ConfigError(flag, msg) from None
   if name == "illcond_quadratic":
     if dim < 1:
       raise ConfigError("dim", f"must be >= 1; got {dim}")
@@ -86,6 +104,17 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
     raise ConfigError("task", f"unknown {name!r}; accepted: {', '.join(TASKS)}")
   from fedsim import data as fdata
   ds = fdata.load_dataset(dataset, data_dir, seed=0)
+  if name in ("attack", "metric_opt"):  # seed 000 (FZooS) §6.2-6.3
+    portion = float(portion if portion is not None else (0.7 if name == "attack" else 0.3))
+    box = float(perturbation_box or 0.0)
+    if name == "attack":
+      from fedsim.tasks.attack import make_attack_task
+      return make_attack_task(ds, num_clients, seed=seed, portion=portion, model=classifier, box=box,
+                              target=int(attack_target), cache_dir=cache_dir)
+    from fedsim.tasks.metric_opt import make_metric_opt_task
+    return make_metric_opt_task(ds, num_clients, seed=seed, portion=portion,
+                                metric=opt_metric, box=box,
+                                cache_dir=cache_dir)
   if name == "attack_cw":
     from fedsim.tasks.attack_cw import make_attack_cw_task
     return make_attack_cw_task(ds, num_clients, seed=seed, target_class=target_class, c=attack_c,
@@ -114,4 +143,18 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
     from fedsim.models.cnn import CNN
     from fedsim.tasks.classification import make_model_task
     return make_model_task(name, CNN(ds.num_classes), ds, clients, info=info)
+  if name == "mlp" and (hidden_layers != 1 or activation != "relu"):
+    # ``hidden_layers`` x ``hidden_width`` with ``activation``: --hidden_layers=2
+    # --hidden_width=32 --activation=leaky_relu is FFGB's MLP weak learner (seed 002
+    # App. B.1), so FedAvg trains the same network (specs/ffgb.md §3.1).
+    from fedsim.models.mlp import ACTIVATIONS, MLP
+    from fedsim.tasks.classification import make_model_task
+    if hidden_layers < 1:
+      raise ConfigError("hidden_layers", f"must be >= 1; got {hidden_layers}")
+    if activation not in ACTIVATIONS:
+      raise ConfigError("activation", f"unknown {activation!r}; accepted: {', '.join(ACTIVATIONS)}")
+    model = MLP(ds.num_classes, (hidden_width,) * hidden_layers, feature_ndim=len(ds.feature_shape),
+                activation=activation)
+    info.update(hidden_widths=[hidden_width] * hidden_layers, activation=activation)
+    return make_model_task(name, model, ds, clients, info=info)
   return make_classification_task(name, ds, clients, hidden_width=hidden_width, info=info)

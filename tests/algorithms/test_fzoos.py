@@ -97,3 +97,62 @@ def test_ackley_levy_tasks():
     np.testing.assert_allclose(homo.client_data["c1"], 0.1)
   np.testing.assert_allclose(synthetic.ackley(jnp.zeros(5)), 0.0, atol=1e-6)
   np.testing.assert_allclose(synthetic.levy(jnp.ones(5)), 0.0, atol=1e-6)
+
+
+def test_track_cosine_is_exact_for_a_full_orthonormal_fd_basis():
+  """Fig. 4 metric. With Q = d orthonormal directions the FD estimate (eq. 3) is grad f + O(lambda),
+  and with N = 1, F = f_1, so every local step's cosine to grad F is 1 - O(lambda). Tracking is
+  measurement only: the iterates are bit-identical with and without it."""
+  with jax.enable_x64(True):
+    one = make_task("quadratic", num_clients=1, dim=12, heterogeneity=5.0, seed=0)
+    kw = dict(fd_directions=12, smoothing=1e-6, local_steps=3)
+    a, _ = _run(algorithms.build("fedzo_fd", one, track_cosine=1, **kw), one, 2)
+    b, _ = _run(algorithms.build("fedzo_fd", one, **kw), one, 2)
+    np.testing.assert_array_equal(a.x, b.x)
+    m = algorithms.build("fedzo_fd", one, track_cosine=1, **kw).metrics(a)
+    np.testing.assert_allclose(np.asarray(a.cosine), 1.0, atol=1e-6)
+    np.testing.assert_allclose(float(m["grad_cosine"]), 1.0, atol=1e-6)
+    # A 1-direction estimate is a projection: its cosine is |u^T g| / |g| < 1 in general.
+    c, _ = _run(algorithms.build("fedzo_fd", one, track_cosine=1, fd_directions=1, smoothing=1e-6,
+                                 local_steps=3), one, 1)
+    assert float(jnp.max(c.cosine)) < 0.99
+
+
+def test_fzoos_track_cosine_does_not_change_iterates():
+  with jax.enable_x64(True):
+    task = make_task("quadratic", num_clients=3, dim=20, heterogeneity=5.0, seed=0)
+    kw = dict(SMALL, local_steps=4)
+    alg = algorithms.build("fzoos", task, track_cosine=1, **kw)
+    a, _ = _run(alg, task, 2)
+    b, _ = _run(algorithms.build("fzoos", task, **kw), task, 2)
+    np.testing.assert_array_equal(a.x, b.x)
+    m = alg.metrics(a)
+    assert set(m) == {"grad_cosine", "grad_cosine_early", "grad_cosine_late"}
+    np.testing.assert_allclose(float(m["grad_cosine"]), float(jnp.mean(a.cosine)))
+    np.testing.assert_allclose(float(m["grad_cosine_early"]), float(jnp.mean(a.cosine[:2])))
+    assert bool(jnp.all(jnp.abs(a.cosine) <= 1.0)) and float(m["grad_cosine"]) > 0.0
+
+
+def test_accept_if_improves_keeps_the_previous_point_exactly_when_F_does_not_improve():
+  """[code] reject-if-not-improving (specs §2.1): x_r = x_{r-1} iff F(x_r^avg) >= F(x_{r-1});
+  otherwise the averaged point, exactly as without the flag; F is then non-increasing. A small
+  step (0.01) improves F, a huge one (Adam lr 2 across the unit box) does not: both branches run."""
+  task = make_task("quadratic", num_clients=3, dim=30, heterogeneity=5.0, seed=0)
+  F = lambda x: float(task.evaluate(x, task.data)["objective"])
+  seen = set()
+  for name, kw in (("fedzo_fd", dict(local_steps=3, lr=0.01)), ("fedzo_fd", dict(local_steps=3, lr=2.0)),
+                   ("fzoos", dict(SMALL, local_steps=2))):
+    plain = jax.jit(algorithms.build(name, task, **kw).round)
+    acc = algorithms.build(name, task, accept_if_improves=1, **kw)
+    step = jax.jit(acc.round)
+    state = jax.jit(acc.init)(rng.stream(ROOT, "init"))
+    for r in range(2):
+      key = rng.round_key(rng.stream(ROOT, "rounds"), r)
+      cand, _ = plain(state, key, task.data)
+      new, _ = step(state, key, task.data)
+      improves = F(cand.x) < F(state.x)
+      np.testing.assert_array_equal(new.x, cand.x if improves else state.x)
+      assert F(new.x) <= F(state.x)
+      seen.add(improves)
+      state = new
+  assert seen == {True, False}

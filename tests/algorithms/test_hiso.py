@@ -9,6 +9,9 @@
 * Estimator moments on a diagonal quadratic: E Delta x = H^{-1} grad f (eq. 9,
   Lemma 2), E Delta x^T A Delta x (eq. 84 / eq. 120) and Lemma 1 (§7 item 4).
 * The byte ledger reproduces Table 2 / Table 5 (§7 item 7).
+* The H-update signal: E[Delta x_j^2] = H_j^{-1}[S/P + (1 + 1/P) grad_j^2 / H_j] and
+  the EMA's fixed point H_j^3 = (S/P) H_j + (1 + 1/P) grad_j^2 (why H stays nearly
+  isotropic, issue 5); step_norm=trace (eq. 7) makes the scale of H irrelevant.
 * Direction streams: fixed by (r, k, p) only (§7 item 10).
 """
 
@@ -243,6 +246,74 @@ def test_estimator_mean_and_second_moment(P, scheme):
     pred = grad @ ((1 / P) * np.sum(lam * hi) * np.diag(hi) + (1 + 1 / P) * np.diag(hi * lam * hi)) @ grad
     assert abs(q.mean() / pred - 1) <= 0.02
     assert q.std() / np.sqrt(n) <= 0.01 * pred            # the 2 % band is >= 2 standard errors
+    # The H-update signal (test_h_signal_moment): the diagonal of the same covariance,
+    # E[Delta x_j^2] = H_j^{-1} [S/P + (1 + 1/P) grad_j^2 / H_j], S = grad^T H^{-1} grad.
+    sq = steps ** 2
+    S = np.sum(grad ** 2 * hi)
+    pred_sq = hi * (S / P + (1 + 1 / P) * grad ** 2 * hi)
+    assert np.all(np.abs(sq.mean(0) - pred_sq) <= 4 * sq.std(0) / np.sqrt(n))
+    assert np.all(np.abs(sq.mean(0) / pred_sq - 1) <= 0.05)
+
+
+def test_h_signal_moment_fixes_h_near_a_multiple_of_one():
+  """Why the learned H is nearly isotropic (issue 5). With x frozen (eta = 0) the EMA
+  H <- (1 - nu) H + nu (Delta x^2 + eps) (eq. 12 / §4.3 / [code]) settles, on a
+  deterministic quadratic, at the fixed point of E[Delta x_j^2] = H_j, i.e.
+  H_j^3 = (S/P) H_j + (1 + 1/P) grad_j^2, S = grad^T H^{-1} grad: coordinate-free
+  except where grad_j^2 / H_j carries ~1/P of S, whatever the curvature lambda."""
+  with jax.enable_x64(True):
+    d, P, nu = 20, 5, 0.01
+    task = make_illcond_quadratic_task(d, 2, 0.0, seed=6)
+    alg = algorithms.build("hiso", task, lr=0.0, nu=nu, eps=0.0, num_perturbations=P,
+                           clients_per_round=1)
+    s0 = jax.jit(alg.init)(rng.stream(ROOT, "init"))
+    rounds_key = rng.stream(ROOT, "rounds")
+    hs = jax.jit(lambda s: jax.lax.scan(
+        lambda s, r: (alg.round(s, rng.round_key(rounds_key, r), task.data)[0],
+                      s.h), s, jnp.arange(6000, dtype=jnp.int32))[1])(s0)
+    h_emp = np.asarray(hs[1000:]).mean(0)             # time average after the transient
+    lam = np.asarray(task.data["eval"]["lam"], np.float64)
+    grad = lam * (0.0 - np.asarray(task.data["eval"]["b_star"], np.float64))   # x = x_0 = 0
+    h = np.ones(d)
+    for _ in range(500):                              # damped fixed-point iteration
+      S = np.sum(grad ** 2 / h)
+      h = 0.5 * h + 0.5 * np.sqrt(S / P + (1 + 1 / P) * grad ** 2 / h)
+    np.testing.assert_allclose(h ** 3, (S / P) * h + (1 + 1 / P) * grad ** 2, rtol=1e-8)
+    np.testing.assert_allclose(h_emp, h, rtol=0.1)
+    # The curvature does not enter: coordinates whose gradient share is small get the
+    # common value sqrt(S/P) within 10 %, whatever their lambda.
+    small = grad ** 2 / h < 0.02 * S
+    assert small.sum() >= d // 2 and lam[small].max() / lam[small].min() > 10
+    np.testing.assert_allclose(h_emp[small], np.sqrt(S / P), rtol=0.1)
+
+
+def test_trace_step_norm_makes_the_scale_of_h_irrelevant():
+  """step_norm=trace keeps eq. 7's factor in expectation: directions use H / hbar,
+  hbar = d / Tr(H^{-1}). A uniform H = c 1 then gives DeComFL for every c (bitwise
+  for c a power of two), H_0 = 1 with nu = 0 too, and replay stays exact."""
+  task = make_illcond_quadratic_task(40, 6, 1.0, seed=2)
+  hp = dict(lr=1e-3, local_steps=2, num_perturbations=3, clients_per_round=3)
+  ref, _ = _run(algorithms.build("decomfl", task, **hp), task, 12)
+  for h0 in (1.0, 4.0, 0.25):
+    a, _ = _run(algorithms.build("hiso", task, nu=0.0, h0=h0, step_norm="trace", **hp), task, 12)
+    np.testing.assert_array_equal(np.asarray(a.x), np.asarray(ref.x))
+  a, _ = _run(algorithms.build("hiso", task, nu=0.0, h0=3.7, step_norm="trace", **hp), task, 12)
+  np.testing.assert_allclose(np.asarray(a.x), np.asarray(ref.x), rtol=1e-5, atol=1e-6)
+  # Without it (eq. 8 as boxed, [code]) the scale of H is a step size: H_0 = 4 halves z.
+  b, _ = _run(algorithms.build("hiso", task, nu=0.0, h0=4.0, **hp), task, 12)
+  assert not np.allclose(np.asarray(b.x), np.asarray(ref.x), rtol=1e-3)
+  # Direction law: z = (H/hbar)^{-1/2} u, so E Delta x = (H/hbar)^{-1} grad f.
+  cfg = hiso.HiSoConfig(step_norm="trace", **hp)
+  h = jnp.asarray(np.exp(np.random.default_rng(0).standard_normal(40)), jnp.float32)
+  hbar = 40 / np.sum(1 / np.asarray(h, np.float64))
+  np.testing.assert_allclose(np.asarray(hiso.hiso_parts(task, cfg).scale(h)),
+                             np.sqrt(hbar / np.asarray(h, np.float64)), rtol=1e-6)
+  # Protocol mode: replayed clients still match the server bitwise.
+  proto = algorithms.build("hiso", task, step_norm="trace", client_state="replay", **hp)
+  state, _ = _run(proto, task, 30)
+  assert float(state.clients.mismatch) == 0.0
+  xs, hs = jax.jit(hiso.hiso_parts(task, proto.hparams).sync)(state)
+  np.testing.assert_array_equal(np.asarray(xs), np.broadcast_to(np.asarray(state.x), xs.shape))
 
 
 def test_lemma1_fourth_moment_of_weighted_gaussian():
@@ -322,6 +393,7 @@ def test_bad_hyperparameters_raise():
   task = make_illcond_quadratic_task(10, 3, 1.0)
   for bad in (dict(nu=1.5), dict(eps=-1.0), dict(h0=0.0), dict(k_update="first"),
               dict(h_signal="x"), dict(fd_scheme="backward"), dict(client_state="all"),
-              dict(num_perturbations=0), dict(clip_lo=2.0, clip_hi=1.0), dict(preconditioner="full")):
+              dict(num_perturbations=0), dict(clip_lo=2.0, clip_hi=1.0), dict(preconditioner="full"),
+              dict(step_norm="max")):
     with pytest.raises(ValueError):
       algorithms.build("hiso", task, **bad)

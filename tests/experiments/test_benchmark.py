@@ -76,6 +76,14 @@ def test_benchmark_task_is_a_draw_with_replacement():
     ({"algorithm_names": ["fedzo"], "num_clients": []}, "--num_clients"),
     ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "repeats": 0}, "--repeats"),
     ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "prng_impl": "mt"}, "--prng_impl"),
+    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "suites": ["vmap", "speed"]}, "--suite"),
+    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "suites": []}, "--suite"),
+    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "fzoos_configs": ["5"]}, "--fzoos_configs"),
+    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "fzoos_configs": ["5:0"]}, "--fzoos_configs"),
+    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "scaling_clients": ["1e3"]}, "--scaling_clients"),
+    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "compile_rounds": ["0"]}, "--compile_rounds"),
+    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "ffgb_clients": 1}, "--ffgb_clients"),
+    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "matmul_size": 0}, "--matmul_size"),
 ])
 def test_validate_rejects(kwargs, flag):
   with pytest.raises(ConfigError, match=flag):
@@ -83,12 +91,20 @@ def test_validate_rejects(kwargs, flag):
 
 
 def test_validate_accepts():
-  assert benchmark.validate(["fedavg", "fedzo"], ["100", "1000"]) == [100, 1000]
+  assert benchmark.validate(["fedavg", "fedzo"], ["100", "1000"]) == ([100, 1000], {})
+  ns, extra = benchmark.validate(["hiso", "fzoos", "ffgb"], ["10"], suites=["vmap", "fzoos", "compile"],
+                                 fzoos_configs=["5:10000", "500:1000"], fzoos_vmap="50:1000",
+                                 compile_rounds=["1", "10"], scaling_clients=["100", "100000"])
+  assert ns == [10]
+  assert extra == {"fzoos_configs": ((5, 10000), (500, 1000)), "fzoos_vmap": (50, 1000),
+                   "compile_rounds": (1, 10), "scaling_clients": (100, 100000)}
 
 
 @pytest.mark.parametrize("args, flag", [
     (["--algorithm=fedavg,sgd"], "--algorithm"),
     (["--num_clients=0"], "--num_clients"),
+    (["--suite=vmap,speed"], "--suite"),
+    (["--fzoos_configs=5x10000"], "--fzoos_configs"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, flag, tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -98,3 +114,144 @@ def test_bad_flags_exit_2_with_one_line(args, flag, tmp_path):
   lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
   assert len(lines) == 1 and flag in lines[0], proc.stderr
   assert not os.path.exists(tmp_path / "benchmark.json")
+
+
+# ----------------------------------------------------------------------------- the other suites
+
+
+def test_loglog_slope_recovers_the_exponent():
+  from experiments.bench.scaling import loglog_slope
+  ns = [1e3, 1e4, 1e5]
+  assert loglog_slope(ns, [3e-4 * n ** 1.5 for n in ns]) == pytest.approx(1.5, rel=1e-12)
+  assert loglog_slope(ns, [7.0] * 3) == pytest.approx(0.0, abs=1e-12)
+  assert loglog_slope([100], [1.0]) is None
+
+
+def test_hiso_loop_is_the_same_round_as_the_engine():
+  """The one-client-at-a-time baseline computes the engine's round (Alg. 2): same x and H."""
+  import jax.numpy as jnp
+  from fedsim import algorithms
+  from experiments.bench import util, vmap
+  task = util.make_benchmark_task(6, 20, 0)
+  for name in ("decomfl", "hiso"):
+    # mu = 0.1 keeps the 1/mu amplification of float32 rounding in the scalars small
+    # (the summation order differs: pairwise over the vmapped clients vs sequential).
+    alg = algorithms.build(name, task, clients_per_round=6, lr=0.05, smoothing=0.1)
+    compiled, state, rk, _ = util.compile_chunk(alg, task, 1)
+    new, _ = compiled(state, task.data, rk, jnp.int32(0))
+    loop = vmap.hiso_loop(name, task, alg.hparams, state, rk, 6)
+    loop()
+    x, h = loop.result
+    dx_engine, dx_loop = new.x - state.x, x - state.x
+    scale = float(jnp.max(jnp.abs(dx_engine)))
+    assert scale > 1e-4  # the round moved x
+    assert float(jnp.max(jnp.abs(dx_loop - dx_engine))) <= 1e-4 * scale, name
+    dh_engine, dh_loop = new.h - state.h, h - state.h
+    assert float(jnp.max(jnp.abs(dh_loop - dh_engine))) <= 1e-3 * float(jnp.max(jnp.abs(dh_engine))) + 1e-12
+
+
+def test_ffgb_loop_trains_the_engine_learners():
+  """The looped per-client function gives the learners the vmapped round trains (same keys, data)."""
+  import jax
+  import jax.numpy as jnp
+  from fedsim.algorithms import ffgb as ffgbm
+  from fedsim.core import rng
+  from experiments.bench import util, vmap
+  settings = util.Settings.make(quick=True)
+  task, alg, client, cfg = vmap.ffgb_parts(settings, 3)
+  n = task.num_clients
+  state = alg.init(jax.random.key(0))
+  etas = ffgbm.step_sizes(cfg, "ffgb", 0)
+  _, k_clients, _ = rng.round_subkeys(rng.round_key(jax.random.key(1), 0))
+  c = task.client_data
+  keys = rng.client_keys(k_clients, jnp.arange(n))
+  th_v, _ = jax.vmap(client, in_axes=(0, 0, 0, 0, 0, 0, None))(keys, c["x"], c["y"], c["mask"],
+                                                              task.data["sizes"], state.f_train, etas)
+  fn = jax.jit(client)
+  for i in range(n):
+    th_i, _ = fn(keys[i], c["x"][i], c["y"][i], c["mask"][i], task.data["sizes"][i], state.f_train[i], etas)
+    for a, b in zip(jax.tree_util.tree_leaves(th_i), jax.tree_util.tree_leaves(th_v)):
+      assert jnp.allclose(a, b[i], rtol=1e-4, atol=1e-5)
+
+
+def test_quick_looped_algorithms():
+  settings = benchmark.Settings.make(quick=True)
+  lines = []
+  records = benchmark.run_benchmark(["decomfl", "hiso", "fzoos", "ffgb"], [4], settings, log=lines.append)
+  assert [r["algorithm"] for r in records] == ["decomfl", "hiso", "fzoos", "ffgb"]
+  assert [r["num_clients"] for r in records] == [4, 4, settings.fzoos_vmap[0], settings.ffgb_clients]
+  for r in records:
+    assert r["state_finite"], r["algorithm"]
+    for k in ("seconds_per_round", "vmapped_steps_per_s", "sequential_steps_per_s", "speedup", "compile_s"):
+      assert _positive(r[k]), (r["algorithm"], k, r[k])
+    assert r["speedup"] == pytest.approx(r["vmapped_steps_per_s"] / r["sequential_steps_per_s"])
+    assert r["vmapped_steps_per_s"] == pytest.approx(r["num_clients"] * r["local_steps"] / r["seconds_per_round"])
+    # One repeat: CPU-time speedup = (N steps / vmapped CPU s) / (S steps / loop CPU s).
+    assert r["speedup_cpu"] == pytest.approx(
+        (r["num_clients"] / r["cpu_seconds_per_round"])
+        / (r["sequential_clients_timed"] / (r["sequential_cpu_seconds_per_client"] * r["sequential_clients_timed"])))
+  assert records[3]["rate_unit"] == "learners" and records[3]["local_steps"] == 2
+  table = benchmark.markdown_table(records)
+  assert table.count("| hiso | 4 |") == 1 and "learners/s" in table
+
+
+def test_quick_scaling_compile_roofline(tmp_path):
+  from experiments.bench import compile_time, roofline, scaling
+  settings = benchmark.Settings.make(quick=True)
+  sc = scaling.run_scaling(settings, log=lambda _: None)
+  assert [r["num_clients"] for r in sc["records"]] == [16, 64]
+  assert sc["slope"] == pytest.approx(scaling.loglog_slope(
+      [16, 64], [r["seconds_per_round"] for r in sc["records"]]))
+  assert sc["slope_cpu"] == pytest.approx(scaling.loglog_slope(
+      [16, 64], [r["cpu_seconds_per_round"] for r in sc["records"]]))
+  assert all(r["fits_24gib"] and r["memory"]["temp_bytes"] > 0 for r in sc["records"])
+  # More clients, more compiled argument bytes (the client data).
+  assert sc["records"][1]["memory"]["argument_bytes"] > sc["records"][0]["memory"]["argument_bytes"]
+
+  co = compile_time.run_compile(settings, log=lambda _: None)
+  fedavg = [r for r in co["records"] if r["algorithm"] == "fedavg"]
+  assert [(r["sweep"], r["num_clients"], r["rounds_per_chunk"]) for r in fedavg] == [
+      ("rounds", 16, 1), ("rounds", 16, 4), ("clients", 8, 4)]
+  # lax.scan: the program text does not grow with the rounds.
+  assert fedavg[0]["hlo_chars"] == fedavg[1]["hlo_chars"]
+  assert set(co["rounds_ratio"]) == set(co["rounds_ratio_cpu"]) == {"fedavg", "fedzo"}
+  assert all(r["compile_cpu_s"] > 0 for r in co["records"])
+
+  ro = roofline.run_roofline(settings, log=lambda _: None)
+  assert ro["peak"]["flops"] == 2 * 256 ** 3 and _positive(ro["peak"]["flops_per_s"])
+  byname = {r["algorithm"]: r for r in ro["records"]}
+  # Analytic counts: digits softmax d_in = 64, C = 10.
+  assert byname["fedavg"]["flops_per_round"] == 8 * 5 * 20 * 4 * 64 * 10
+  assert byname["hiso"]["flops_per_round"] == 8 * 1 * 6 * 32 * 2 * 64 * 10
+  assert byname["fedzo"]["normals_per_round"] == 8 * 5 * 20 * 650
+  for r in ro["records"][:3]:
+    assert r["engine_fraction"] == pytest.approx(r["engine_flops_per_s"] / ro["peak"]["flops_per_s"])
+
+  env = benchmark.environment()
+  benchmark.write_outputs(str(tmp_path), [], env, settings, "cmd",
+                          {"scaling": sc, "compile": co, "roofline": ro})
+  doc = json.loads((tmp_path / "benchmark.json").read_text())
+  assert set(doc["suites"]) == {"scaling", "compile", "roofline"}
+  md = (tmp_path / "benchmark.md").read_text()
+  assert "## scaling" in md and "## roofline" in md and "## compile" in md and "log-log slope" in md
+
+
+def test_quick_fzoos_and_ffgb_suites():
+  from experiments.bench import ffgb_speed, fzoos_speed
+  settings = benchmark.Settings.make(quick=True)
+  fz = fzoos_speed.run_fzoos(settings, log=lambda _: None, blas_default_comparison=False)
+  (r,) = fz["records"]
+  assert (r["num_clients"], r["num_rff"], r["dim"], r["local_steps"]) == (2, 64, 8, 2)
+  assert r["speedup_vs_authors"] == pytest.approx(33.0 / r["seconds_per_round"])
+  assert r["rounds_per_s"] == pytest.approx(1 / r["seconds_per_round"])
+  prof = r["profile"]
+  # Calls per client-round of each piece (T = 2): T + (T - 1) + 1 GP fits, one RFF fit.
+  assert prof["gp_fit"]["count_per_round"] == 4 and prof["rff_fit_weights"]["count_per_round"] == 1
+  assert prof["gp_window_top_k"]["count_per_round"] == 4 and prof["grad_cov_trace_local"]["count_per_round"] == 1
+  assert r["profile_estimate_s"] == pytest.approx(2 * prof["estimate_per_client_s"])
+
+  fg = ffgb_speed.run_ffgb(settings, log=lambda _: None)
+  (g,) = fg["records"]
+  assert g["learners_per_round"] == 8 and g["oracle_steps"] == 4 and g["state_finite"]
+  assert g["ratio"] == pytest.approx(g["loop_seconds"] / g["seconds_per_round"])
+  assert g["ratio_cpu"] == pytest.approx(g["loop_cpu_seconds"] / g["cpu_seconds_per_round"])

@@ -27,6 +27,11 @@ def _run(*args, timeout=300):
     (["--dataset=mnist", "--data_dir=/nonexistent/mnist"], "/nonexistent/mnist"),
     (["--fedzo_lr=-1"], "--fedzo_lr"),
     (["--num_clients=abc"], "num_clients"),
+    (["--checkpoint_every=-1"], "--checkpoint_every"),
+    (["--num_processes=0"], "--num_processes"),
+    (["--num_processes=2", "--process_id=2", "--coordinator_address=localhost:1"], "--process_id"),
+    (["--num_processes=2", "--process_id=1"], "--coordinator_address"),
+    (["--num_processes=2", "--coordinator_address=localhost"], "--coordinator_address"),
 ])
 def test_bad_input_exits_2_with_one_line(args, flag, tmp_path):
   proc = _run(*args, f"--output_dir={tmp_path}")
@@ -76,3 +81,40 @@ def test_per_algorithm_flag_beats_global(tmp_path):
   hp = json.loads((tmp_path / "config.json").read_text())["algorithms"]
   assert hp["fedavg"]["lr"] == 0.2 and hp["fedzo"]["lr"] == 0.003
   assert hp["fedzo"]["smoothing"] == 1e-3 and hp["fedavg"]["batch_size"] == 20
+
+
+def test_checkpoint_and_resume_equal_uninterrupted_run(tmp_path):
+  args = ["--algorithm=fedavg,fedzo", "--num_clients=8", "--clients_per_round=3", "--eval_every=2",
+          "--lr=0.05"]
+  full = _run(*args, "--rounds=6", f"--output_dir={tmp_path / 'full'}")
+  assert full.returncode == 0, full.stderr[-3000:]
+  out = tmp_path / "cut"
+  # "Interrupted" after round 5: the checkpoint is at round 4 (every 4), record 5 is stale.
+  first = _run(*args, "--rounds=5", "--checkpoint_every=4", f"--output_dir={out}")
+  assert first.returncode == 0, first.stderr[-3000:]
+  assert [m["round"] for m in _metrics(out / "fedzo" / "metrics.jsonl")] == [0, 2, 4, 5]
+  assert (out / "fedzo" / "checkpoints" / "4").is_dir()
+  again = _run(*args, "--rounds=6", "--checkpoint_every=4", "--resume", f"--output_dir={out}")
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert "[fedzo] resuming from round 4" in again.stdout
+  for alg in ("fedavg", "fedzo"):
+    resumed = _metrics(out / alg / "metrics.jsonl")
+    assert [m["round"] for m in resumed] == [0, 2, 4, 6]
+    assert resumed == _metrics(tmp_path / "full" / alg / "metrics.jsonl")  # bitwise
+
+
+def test_progress_writer_keeps_records_up_to_checkpoint_and_silent_mode(tmp_path):
+  from experiments.run import ProgressWriter
+  path = tmp_path / "metrics.jsonl"
+  path.write_text("".join(json.dumps({"round": r, "objective": 1.0, "queries": r, "wall_time_s": 0.1})
+                          + "\n" for r in (0, 2, 4, 5)))
+  w = ProgressWriter("a", str(path), 6, keep_until=4)
+  w({"round": 6, "objective": 0.5, "queries": 6, "wall_time_s": 0.2})
+  w.close()
+  assert [r["round"] for r in map(json.loads, path.read_text().splitlines())] == [0, 2, 4, 6]
+  assert [r["round"] for r in w.history] == [0, 2, 4, 6]
+  other = tmp_path / "other.jsonl"
+  q = ProgressWriter("a", str(other), 6, write=False)  # processes != 0 of a multi-host run
+  q({"round": 0, "objective": 1.0, "queries": 0, "wall_time_s": 0.0})
+  q.close()
+  assert not other.exists() and len(q.history) == 1

@@ -1,0 +1,195 @@
+r"""Suite ``fzoos``: seconds per FZooS round at the Fig. 1 settings, and rounds per second in N.
+
+FZooS (seed 000 Alg. 2, ``fedsim.algorithms.fzoos``) on the federated quadratic
+of ``experiments/flagfiles/fzoos_fig1_quadratic.cfg`` (d = ``fzoos_dim`` = 300,
+C = 5, float64 as the flagfile's ``--x64``), all N clients every round,
+T = ``fzoos_steps`` = 10 local steps, the paper's windows and active queries,
+for each (N, M) of ``fzoos_configs`` (default (5, 10000), (50, 10000),
+(500, 1000): at N = 500 the vmapped RFF fit alone would hold 500 x (500 x 10,000)
+float64 features = 20 GB, so M = 1,000 there). A config whose compiled round
+needs more than 80% of the available memory is compiled but not run (record
+``skipped`` with ``compiled_bytes``). One-round chunks: the first
+call (round 0, with the 10 initial queries) is the warm-up; rounds 1.. are
+timed (``repeats`` of them for N <= 5, one otherwise).
+
+``speedup_vs_authors`` = 33 s / seconds per round: the authors' public
+implementation measured about 33 s per FZooS round at d = 300, N = 5, T = 10,
+M = 10,000 on 2 CPU cores (issue 3's target: >= 100x).
+
+Run it with the BLAS libraries at one thread (the binary's ``--blas_threads=1``):
+jaxlib's CPU Cholesky calls OpenBLAS, whose spinning worker threads make a
+500 x 500 float64 factorisation take ~1 s instead of ~3 ms when other processes
+share the 2 cores; ``seconds_per_round_blas_default_threads`` (first config)
+times one round with ``os.cpu_count()`` BLAS threads for comparison.
+
+``profile`` (first config): the jitted pieces of one client's round timed
+alone on one client's shapes, with how many times a round calls each, so
+``estimate_s`` = N sum(count x seconds) can be set against the measured round.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from experiments.bench.util import Settings, chunk_runner, compile_chunk, mib, process_memory, time_interleaved
+
+AUTHORS_SECONDS_PER_ROUND = 33.0
+
+
+def profile_pieces(cfg, dim: int, repeats: int, seed: int = 0) -> dict:
+  """Times FZooS's per-client pieces at the config's shapes (float64; call under enable_x64).
+
+  Every array is an argument of the jitted piece (no captured constants, which
+  XLA would fold at compile time).
+
+  Returns:
+    name -> {"seconds", "cpu_seconds", "count_per_round"} and ``estimate_per_client_s``.
+  """
+  import jax
+  import jax.numpy as jnp
+  from fedsim.estimators import gp as gpm
+  from fedsim.estimators import rff as rffm
+  T, kind, ls, noise = cfg.local_steps, cfg.kernel, cfg.lengthscale, cfg.gp_noise
+  k = jax.random.split(jax.random.key(seed), 4)
+  f64 = jnp.float64
+  feats = rffm.draw(k[0], cfg.num_rff, dim, ls, f64)
+  Xr = 0.1 * jax.random.normal(k[1], (cfg.rff_window, dim), f64)
+  yr = jnp.sum(Xr ** 2, 1)
+  Xg, yg = Xr[:cfg.gp_window], yr[:cfg.gp_window]
+  mg, mr = jnp.ones(cfg.gp_window, bool), jnp.ones(cfg.rff_window, bool)
+  post = gpm.fit(kind, Xg, yg, mg, Xg[0], ls, 1.0, noise)
+  cand_l = Xg[0] + cfg.local_radius * jax.random.uniform(k[2], (cfg.local_candidates, dim), f64, -1, 1)
+  cand_s = Xg[0] + 0.1 * jax.random.uniform(k[3], (cfg.server_candidates, dim), f64, -1, 1)
+  hist = jax.random.normal(k[1], (cfg.history_size, dim), f64)
+  w = jnp.ones(cfg.num_rff, f64)
+  pieces = {
+      # eq. (6): once per client per round (server side).
+      "rff_fit_weights": (lambda f, X, y, m: rffm.fit_weights(f, X, y, m, cfg.rff_ridge), (feats, Xr, yr, mr), 1),
+      # local GP (eq. 5): every local step, every local active query (t < T) and the server active query.
+      "gp_fit": (lambda X, y, m: gpm.fit(kind, X, y, m, X[0], ls, 1.0, noise).alpha, (Xg, yg, mg), 2 * T),
+      "gp_mean_grad": (lambda p, x: gpm.posterior_mean_grad(kind, p, x), (post, Xg[1]), T),
+      "grad_cov_trace_local": (lambda p, c: gpm.posterior_grad_cov_trace(kind, p, c), (post, cand_l), T - 1),
+      "grad_cov_trace_server": (lambda p, c: gpm.posterior_grad_cov_trace(kind, p, c), (post, cand_s), 1),
+      "rff_gradient": (lambda f, w, x: rffm.gradient(f, w, x), (feats, w, Xg[1]), T),
+      # nearest-point windows over the ring buffer (top_k): one per GP fit, one for the RFF fit.
+      "gp_window_top_k": (lambda H, p: jax.lax.top_k(-jnp.sum((H - p) ** 2, 1), cfg.gp_window)[1],
+                          (hist, Xg[1]), 2 * T),
+      "rff_window_top_k": (lambda H, p: jax.lax.top_k(-jnp.sum((H - p) ** 2, 1), cfg.rff_window)[1],
+                           (hist, Xg[1]), 1),
+  }
+  out, est = {}, 0.0
+  for name, (fn, args, count) in pieces.items():
+    jf = jax.jit(fn)
+    t = time_interleaved({name: (lambda jf=jf, args=args: jax.block_until_ready(jf(*args)), True)},
+                         repeats, 0.2)[name]
+    out[name] = {"seconds": t["best"], "cpu_seconds": min(t["cpu_seconds"]), "count_per_round": count,
+                 "cpu_per_wall": t["cpu_per_wall"]}
+    est += count * t["best"]
+  out["estimate_per_client_s"] = est
+  return out
+
+
+def available_memory_bytes() -> int | None:
+  """MemAvailable from /proc/meminfo (None where unreadable)."""
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return None
+
+
+def run_fzoos(settings: Settings, log: Callable[[str], None] = print,
+              blas_default_comparison: bool = True) -> dict:
+  """Runs the suite; returns ``{"records": [...], "authors_seconds_per_round": 33.0}``.
+
+  ``blas_default_comparison``: also time one round of the first config with the
+  BLAS libraries at ``os.cpu_count()`` threads (``seconds_per_round_blas_default_threads``).
+  """
+  import jax
+  from fedsim import algorithms
+  from experiments.bench.vmap import fzoos_hparams, fzoos_task
+  records = []
+  with jax.enable_x64(True):
+    for i, (n, m) in enumerate(settings.fzoos_configs):
+      task = fzoos_task(n, settings.fzoos_dim, settings.seed)
+      alg = algorithms.build("fzoos", task, **fzoos_hparams(settings, m))
+      compiled, state, rk, info = compile_chunk(alg, task, 1, settings.seed)
+      need, avail = info["memory"]["total_bytes"], available_memory_bytes()
+      if need is not None and avail is not None and need > 0.8 * avail:
+        # Not run: it would be killed for memory (and take the machine's other jobs with it).
+        records.append({"num_clients": n, "num_rff": m, "dim": settings.fzoos_dim,
+                        "local_steps": settings.fzoos_steps, "dtype": "float64", "skipped": True,
+                        "compiled_bytes": need, "available_bytes": avail, "compile_s": info["compile_s"],
+                        "memory": info["memory"]})
+        log(f"[fzoos N={n} M={m}] NOT RUN: the compiled round needs {mib(need)} MiB, "
+            f"{mib(avail)} MiB available")
+        del task, alg, compiled, state
+        continue
+      run = chunk_runner(compiled, state, rk, task.data, 1)
+      reps = settings.repeats if n <= 5 else 1
+      t = time_interleaved({"round": (run, True)}, reps, 0.0)["round"]
+      spr = t["best"]
+      mem = dict(info["memory"], **process_memory())
+      rec = {"num_clients": n, "num_rff": m, "dim": settings.fzoos_dim, "local_steps": settings.fzoos_steps,
+             "dtype": "float64", "seconds_per_round": spr, "rounds_per_s": 1.0 / spr,
+             "seconds_per_round_all": t["seconds"], "first_round_s": t["warmup_s"],
+             "cpu_seconds_per_round": min(t["cpu_seconds"]), "cpu_per_wall": t["cpu_per_wall"],
+             "compile_s": info["compile_s"], "memory": mem,
+             "speedup_vs_authors": AUTHORS_SECONDS_PER_ROUND / spr}
+      log(f"[fzoos N={n} M={m} d={settings.fzoos_dim} T={settings.fzoos_steps}] {spr:.4g} s/round "
+          f"({1 / spr:.3g} rounds/s; cpu {rec['cpu_seconds_per_round']:.3g} s, cpu/wall {t['cpu_per_wall']:.2f}); "
+          f"vs the authors' 33 s: {rec['speedup_vs_authors']:.1f}x; compile {info['compile_s']:.1f} s; "
+          f"compiled {mib(mem['total_bytes'])} MiB")
+      if i == 0 and blas_default_comparison:
+        # The same round with the BLAS libraries' default thread count (the binary sets 1).
+        from threadpoolctl import threadpool_limits
+        with threadpool_limits(limits=os.cpu_count(), user_api="blas"):
+          tb = time_interleaved({"round": (run, False)}, 1, 0.0)["round"]
+        rec["seconds_per_round_blas_default_threads"] = tb["best"]
+        rec["cpu_per_wall_blas_default_threads"] = tb["cpu_per_wall"]
+        log(f"[fzoos N={n} M={m}] with {os.cpu_count()} BLAS threads: {tb['best']:.4g} s/round "
+            f"(cpu/wall {tb['cpu_per_wall']:.2f})")
+      if i == 0:
+        prof = profile_pieces(alg.hparams, settings.fzoos_dim, settings.repeats, settings.seed)
+        rec["profile"] = prof
+        rec["profile_estimate_s"] = n * prof["estimate_per_client_s"]
+        top = sorted(((k, v["count_per_round"] * v["seconds"]) for k, v in prof.items() if isinstance(v, dict)),
+                     key=lambda kv: -kv[1])
+        log(f"[fzoos N={n} profile] per client per round: "
+            + ", ".join(f"{k} {1e3 * s:.1f} ms" for k, s in top)
+            + f"; N x sum = {rec['profile_estimate_s']:.3g} s vs measured {spr:.3g} s")
+      records.append(rec)
+      del task, alg, compiled, state, run
+  return {"records": records, "authors_seconds_per_round": AUTHORS_SECONDS_PER_ROUND}
+
+
+def markdown(result: dict) -> str:
+  """The suite's markdown table."""
+  rows = ["| N | M | d | T | s/round | rounds/s | CPU s/round | cpu/wall | vs authors' 33 s | compile s |",
+          "|" + "---|" * 10]
+  for r in result["records"]:
+    if r.get("skipped"):
+      rows.append(f"| {r['num_clients']} | {r['num_rff']} | {r['dim']} | {r['local_steps']} | not run: needs "
+                  f"{r['compiled_bytes'] / 2**30:.1f} GiB, {r['available_bytes'] / 2**30:.1f} GiB free | | | | "
+                  f"| {r['compile_s']:.1f} |")
+      continue
+    rows.append(f"| {r['num_clients']} | {r['num_rff']} | {r['dim']} | {r['local_steps']} "
+                f"| {r['seconds_per_round']:.4g} | {r['rounds_per_s']:.3g} | {r['cpu_seconds_per_round']:.3g} "
+                f"| {r['cpu_per_wall']:.2f} | {r['speedup_vs_authors']:.1f}x | {r['compile_s']:.1f} |")
+  for r in result["records"]:
+    if "profile" in r:
+      prof = r["profile"]
+      parts = sorted(((k, v) for k, v in prof.items() if isinstance(v, dict)),
+                     key=lambda kv: -kv[1]["count_per_round"] * kv[1]["seconds"])
+      rows.append(f"\nprofile at N = {r['num_clients']}, M = {r['num_rff']} (one client's pieces, timed alone; "
+                  "ms x calls per round):\n")
+      rows += ["| piece | ms per call | calls per client-round | ms per client-round |", "|---|---|---|---|"]
+      for k, v in parts:
+        rows.append(f"| {k} | {1e3 * v['seconds']:.2f} | {v['count_per_round']} "
+                    f"| {1e3 * v['seconds'] * v['count_per_round']:.1f} |")
+      rows.append(f"\nN x sum = {r['profile_estimate_s']:.3g} s vs measured {r['seconds_per_round']:.3g} s/round")
+  return "\n".join(rows) + "\n"

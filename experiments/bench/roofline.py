@@ -1,0 +1,182 @@
+r"""Suite ``roofline``: achieved FLOP/s of the dominant kernel against the machine's
+dense-matmul FLOP/s, and (per-client-direction ZO) directions per second against
+the raw generator rate, all measured in the same run.
+
+Peak: an n x n float32 ``jnp.dot`` (n = ``matmul_size``, 2 n^3 FLOPs), jitted,
+best of ``repeats`` (each >= ``min_time``).
+
+FLOPs are counted analytically for the digits softmax (d_in = 64 inputs,
+C = 10 classes; multiply and add count 2; the O(C) bias, softmax and update
+terms are left out, so the counts are lower bounds):
+
+* ``fedavg`` (first order): a local SGD step of one client on a batch of B
+  samples is a forward matmul x W (2 d_in C B) and the weight gradient x^T
+  (softmax - onehot) (2 d_in C B); no input gradient is needed, so
+  4 d_in C B per client step (the "2*3*d_in*C" convention also counts an input
+  gradient the softmax never computes). Per round N H B 4 d_in C.
+* ``decomfl`` / ``hiso`` (shared-direction ZO, seed 003): each client step is
+  P + 1 forward evaluations on a batch of b (forward differences), 2 d_in C b
+  each; per round m tau (P + 1) b 2 d_in C. The P shared directions are the
+  same for every client (one draw per round, not per client) and are not
+  counted.
+
+``engine_flops_per_s`` divides that count by the engine's seconds per round
+(full participation, N = ``roofline_clients``); ``kernel_flops_per_s`` times
+the dominant kernel alone at the same shapes (FedAvg: the batched
+forward + weight-gradient einsums over N clients with their own W; HiSo: the
+(N b, d_in) x (d_in, (P + 1) C) forward evaluations), so the gap between the
+two is the engine's overhead (sampling, gathers, the H-step scan, RNG).
+``fraction`` = achieved / peak (issue 8: >= 30% for FLOP-bound kernels).
+
+* ``fedzo`` (per-client-direction ZO): Gaussian (sphere) directions generated
+  per second in the engine, N H b2 d numbers per round / s, against the raw
+  ``jax.random.normal`` rate on the same count (issue 8: >= 70%).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from experiments.bench.util import (Settings, chunk_runner, compile_chunk, make_benchmark_task,
+                                    paired_median, time_interleaved)
+
+
+def matmul_peak(n: int, repeats: int, min_time: float) -> dict:
+  """float32 n x n matmul: FLOP/s (2 n^3 per call), best and median of ``repeats``."""
+  import jax
+  import jax.numpy as jnp
+  k1, k2 = jax.random.split(jax.random.key(0))
+  a = jax.random.normal(k1, (n, n), jnp.float32)
+  b = jax.random.normal(k2, (n, n), jnp.float32)
+  f = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.DEFAULT))
+  t = time_interleaved({"dot": (lambda: jax.block_until_ready(f(a, b)), True)}, repeats, min_time)["dot"]
+  flops = 2.0 * n ** 3
+  return {"n": n, "dtype": "float32", "flops": flops, "seconds": t["best"], "flops_per_s": flops / t["best"],
+          "flops_per_s_median": flops / t["median"], "cpu_per_wall": t["cpu_per_wall"]}
+
+
+def _softmax_dims(task):
+  import math as _m
+  d_in = int(_m.prod(task.client_data["x"].shape[2:]))
+  return d_in, int(task.info.get("num_classes", 10))
+
+
+def _fedavg_kernel(n, b, d_in, c, seed):
+  """Blocking workload: the per-client forward + weight gradient of N softmax clients."""
+  import jax
+  import jax.numpy as jnp
+  k = jax.random.split(jax.random.key(seed), 3)
+  x = jax.random.normal(k[0], (n, b, d_in), jnp.float32)
+  w = 0.01 * jax.random.normal(k[1], (n, d_in, c), jnp.float32)
+  y = jax.nn.one_hot(jax.random.randint(k[2], (n, b), 0, c), c)
+
+  @jax.jit
+  def step(w, x, y):
+    logits = jnp.einsum("nbd,ndc->nbc", x, w)                         # 2 d_in C B per client
+    g = jnp.einsum("nbd,nbc->ndc", x, jax.nn.softmax(logits) - y) / b  # 2 d_in C B per client
+    return w - 0.1 * g
+
+  return lambda: jax.block_until_ready(step(w, x, y))
+
+
+def _hiso_kernel(n, b, d_in, c, evals, seed):
+  """Blocking workload: ``evals`` forward evaluations per client on (N b, d_in) inputs."""
+  import jax
+  import jax.numpy as jnp
+  k = jax.random.split(jax.random.key(seed), 2)
+  x = jax.random.normal(k[0], (n * b, d_in), jnp.float32)
+  w = jax.random.normal(k[1], (d_in, evals * c), jnp.float32)
+
+  @jax.jit
+  def fwd(x, w):
+    return jnp.sum(jax.nn.logsumexp((x @ w).reshape(n * b, evals, c), axis=-1))
+
+  return lambda: jax.block_until_ready(fwd(x, w))
+
+
+def run_roofline(settings: Settings, log: Callable[[str], None] = print) -> dict:
+  """Runs the suite; returns ``{"peak": ..., "records": [...]}``."""
+  from fedsim import algorithms
+  from experiments.bench import vmap
+  n = settings.roofline_clients
+  peak = matmul_peak(settings.matmul_size, settings.repeats, settings.min_time)
+  log(f"[roofline] float32 {peak['n']}x{peak['n']} matmul: {peak['flops_per_s'] / 1e9:,.1f} GFLOP/s "
+      f"(cpu/wall {peak['cpu_per_wall']:.2f})")
+  task = make_benchmark_task(n, settings.samples_per_client, settings.seed)
+  d_in, c = _softmax_dims(task)
+  records = []
+  for name in ("fedavg", "decomfl", "hiso"):
+    hp = vmap.benchmark_hparams(name)
+    hp["clients_per_round"] = n
+    alg = algorithms.build(name, task, **hp)
+    cfg = alg.hparams
+    length = settings.rounds_per_chunk
+    compiled, state, rk, _ = compile_chunk(alg, task, length, settings.seed)
+    run = chunk_runner(compiled, state, rk, task.data, length)
+    if name == "fedavg":
+      steps, b = cfg.local_steps, cfg.batch_size
+      flops = n * steps * b * 4 * d_in * c
+      kernel, kflops = _fedavg_kernel(n, b, d_in, c, settings.seed), n * b * 4 * d_in * c
+      count = "N H B 4 d_in C (forward + weight gradient)"
+    else:
+      steps, b, evals = cfg.local_steps, cfg.batch_size, cfg.num_perturbations + 1
+      flops = n * steps * evals * b * 2 * d_in * c
+      kernel, kflops = _hiso_kernel(n, b, d_in, c, evals, settings.seed), n * evals * b * 2 * d_in * c
+      count = "m tau (P + 1) b 2 d_in C (forward evaluations)"
+    t = time_interleaved({"engine": (run, True), "kernel": (kernel, True)}, settings.repeats, settings.min_time)
+    spr = t["engine"]["best"] / length
+    eng, ker = flops / spr, kflops / t["kernel"]["best"]
+    rec = {"algorithm": name, "num_clients": n, "flop_count": count, "flops_per_round": flops,
+           "seconds_per_round": spr, "engine_flops_per_s": eng, "engine_fraction": eng / peak["flops_per_s"],
+           "kernel_flops": kflops, "kernel_seconds": t["kernel"]["best"], "kernel_flops_per_s": ker,
+           "kernel_fraction": ker / peak["flops_per_s"], "engine_cpu_per_wall": t["engine"]["cpu_per_wall"],
+           "kernel_cpu_per_wall": t["kernel"]["cpu_per_wall"]}
+    records.append(rec)
+    log(f"[roofline {name} N={n}] engine {eng / 1e9:,.2f} GFLOP/s ({100 * rec['engine_fraction']:.1f}% of "
+        f"peak), kernel alone {ker / 1e9:,.2f} GFLOP/s ({100 * rec['kernel_fraction']:.1f}%); cpu/wall "
+        f"{t['engine']['cpu_per_wall']:.2f}")
+
+  # Per-client-direction ZO: the generator bound.
+  hp = vmap.benchmark_hparams("fedzo")
+  hp["clients_per_round"] = n
+  alg = algorithms.build("fedzo", task, **hp)
+  cfg = alg.hparams
+  run, _ = vmap.prepare_vmapped(alg, task, settings)
+  per_round = n * cfg.local_steps * cfg.fd_directions * task.dim
+  raw, law, ninfo = vmap.prepare_normals(per_round, task.dim, cfg.fd_directions, cfg.direction, settings,
+                                         steps_per_call=n)
+  warm = ninfo["count"] <= vmap.MAX_PIECE * 4
+  t = time_interleaved({"engine": (run, True), "raw": (raw, warm)}, settings.repeats, settings.min_time)
+  length = settings.rounds_per_chunk
+  eng = per_round / (t["engine"]["best"] / length)
+  rawr = ninfo["count"] / t["raw"]["best"]
+  ratio = paired_median([per_round * length / s for s in t["engine"]["seconds"]],
+                        [ninfo["count"] / s for s in t["raw"]["seconds"]])
+  records.append({"algorithm": "fedzo", "num_clients": n, "direction": cfg.direction,
+                  "normals_per_round": per_round, "seconds_per_round": t["engine"]["best"] / length,
+                  "engine_normals_per_s": eng, "raw_normals_per_s": rawr, "fraction": ratio,
+                  "engine_cpu_per_wall": t["engine"]["cpu_per_wall"], "raw_cpu_per_wall": t["raw"]["cpu_per_wall"]})
+  log(f"[roofline fedzo N={n}] directions {eng / 1e6:,.1f} M normals/s in the engine vs raw "
+      f"jax.random.normal {rawr / 1e6:,.1f} M/s: {100 * ratio:.0f}%")
+  return {"peak": peak, "records": records}
+
+
+def markdown(result: dict) -> str:
+  """The suite's markdown table."""
+  p = result["peak"]
+  rows = [f"float32 {p['n']}x{p['n']} matmul: {p['flops_per_s'] / 1e9:,.1f} GFLOP/s (cpu/wall "
+          f"{p['cpu_per_wall']:.2f})\n",
+          "| algorithm | N | FLOPs counted | s/round | engine GFLOP/s | % of matmul | kernel alone GFLOP/s "
+          "| % of matmul |", "|" + "---|" * 8]
+  for r in result["records"]:
+    if r["algorithm"] == "fedzo":
+      continue
+    rows.append(f"| {r['algorithm']} | {r['num_clients']} | {r['flop_count']} | {r['seconds_per_round']:.4g} "
+                f"| {r['engine_flops_per_s'] / 1e9:,.2f} | {100 * r['engine_fraction']:.1f} "
+                f"| {r['kernel_flops_per_s'] / 1e9:,.2f} | {100 * r['kernel_fraction']:.1f} |")
+  for r in result["records"]:
+    if r["algorithm"] == "fedzo":
+      rows.append(f"\nfedzo N={r['num_clients']} ({r['direction']} directions): engine "
+                  f"{r['engine_normals_per_s'] / 1e6:,.1f} M normals/s, raw jax.random.normal "
+                  f"{r['raw_normals_per_s'] / 1e6:,.1f} M/s: {100 * r['fraction']:.0f}% (target >= 70%)")
+  return "\n".join(rows) + "\n"

@@ -1,0 +1,311 @@
+"""Shared pieces of the benchmark suites: settings, timing, memory, environment.
+
+Used by every ``experiments.bench`` suite and by the ``experiments.benchmark``
+binary. Timing is wall clock (``time.perf_counter``) around calls that block
+until their device work is done; ``process_time`` (CPU seconds of this process)
+is recorded alongside, so ``cpu_per_wall`` flags runs disturbed by other
+processes on a shared machine (about 1 for one busy thread, up to the core
+count when XLA uses several; well below that when others took the CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from typing import Sequence
+
+SUITES = ("vmap", "scaling", "roofline", "compile", "fzoos", "ffgb")
+QUICK_MAX_NORMALS = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What one benchmark run measures and how long it tries.
+
+  Attributes:
+    rounds_per_chunk: rounds in the compiled chunk that is timed (vmap suite).
+    repeats: timed repeats of each measurement (the best is reported).
+    min_time: seconds each repeat lasts at least (the measured call is
+      repeated; 0 = a single call).
+    sequential_clients: at most this many clients are timed sequentially.
+    samples_per_client: training samples drawn (with replacement) per client.
+    seed: data draw, initialisation and keys.
+    max_normals: cap on the raw-normal count (None = the engine's count).
+    scaling_clients: N of the scaling suite (FedZO, digits softmax, full participation).
+    scaling_repeats: timed one-round repeats per N in the scaling suite.
+    compile_rounds: chunk lengths of the compile suite (at N = compile_clients[1]).
+    compile_clients: client counts of the compile suite (at compile_rounds[1]).
+    roofline_clients: N of the roofline suite.
+    matmul_size: n of the n x n float32 matmul that measures the machine's peak.
+    fzoos_dim, fzoos_steps: d and T of the FZooS suite (Fig. 1: 300, 10).
+    fzoos_configs: (N, M) pairs of the FZooS suite (M = random features).
+    fzoos_vmap: (N, M) of FZooS in the vmap suite.
+    ffgb_clients, ffgb_local_steps, ffgb_oracle_steps, ffgb_batch: the FFGB suite
+      (paper: 56, 2, 1000, 128).
+    ffgb_vmap_oracle_steps: the mlp oracle's Adam steps in the vmap suite.
+    client_block: the delta-averaging algorithms' ``client_block`` in the vmap
+      suite (None = the backend default, fedsim.core.client_map).
+  """
+  rounds_per_chunk: int = 5
+  repeats: int = 3
+  min_time: float = 0.5
+  sequential_clients: int = 500
+  samples_per_client: int = 20
+  seed: int = 0
+  max_normals: int | None = None
+  scaling_clients: tuple = (100, 1000, 10000, 100000)
+  scaling_repeats: int = 2
+  compile_rounds: tuple = (1, 10, 100)
+  compile_clients: tuple = (100, 1000, 10000)
+  roofline_clients: int = 1000
+  matmul_size: int = 2048
+  fzoos_dim: int = 300
+  fzoos_steps: int = 10
+  fzoos_configs: tuple = ((5, 10000), (50, 10000), (500, 1000))
+  fzoos_vmap: tuple = (50, 1000)
+  ffgb_clients: int = 56
+  ffgb_local_steps: int = 2
+  ffgb_oracle_steps: int = 1000
+  ffgb_batch: int = 128
+  ffgb_vmap_oracle_steps: int = 100
+  client_block: int | None = None
+
+  @classmethod
+  def make(cls, quick: bool = False, **overrides) -> "Settings":
+    """Defaults, then ``--quick``'s reductions, then explicit ``overrides``.
+
+    ``None`` values in ``overrides`` are ignored (flag not given).
+    """
+    base = cls()
+    if quick:
+      base = dataclasses.replace(
+          base, rounds_per_chunk=2, repeats=1, min_time=0.0, sequential_clients=16,
+          max_normals=QUICK_MAX_NORMALS, scaling_clients=(16, 64), scaling_repeats=1,
+          compile_rounds=(1, 4), compile_clients=(8, 16), roofline_clients=8, matmul_size=256,
+          fzoos_dim=8, fzoos_steps=2, fzoos_configs=((2, 64),), fzoos_vmap=(2, 64),
+          ffgb_clients=4, ffgb_oracle_steps=4, ffgb_batch=8, ffgb_vmap_oracle_steps=4)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return dataclasses.replace(base, **given)
+
+
+def make_benchmark_task(num_clients: int, samples_per_client: int = 20, seed: int = 0):
+  """Digits softmax with every client holding ``samples_per_client`` samples drawn with replacement.
+
+  Not a partition (a benchmark needs more clients than digits has samples):
+  client k's samples are row k of ``default_rng(seed).integers(0, n_train,
+  (N, samples_per_client))``. d = 650 (64 inputs x 10 classes + 10 biases).
+  """
+  import numpy as np
+  from fedsim.data import load_digits, to_client_arrays
+  from fedsim.tasks.classification import make_classification_task
+
+  ds = load_digits(seed=seed)
+  idx = np.random.default_rng(seed).integers(0, ds.n_train, (num_clients, samples_per_client))
+  clients = to_client_arrays(ds.x_train, ds.y_train, list(idx))
+  info = {"dataset": "digits", "partition": f"benchmark: {samples_per_client} samples per client "
+                                            "drawn with replacement", "seed": seed}
+  return make_classification_task("softmax", ds, clients, info=info)
+
+
+def compile_chunk(alg, task, length: int, seed: int = 0):
+  """Lowers and compiles one engine chunk of ``length`` rounds (``fedsim.core.engine.make_chunk``).
+
+  Returns:
+    (compiled, state, rounds_key, info): ``info`` has ``lower_s`` (tracing and
+    lowering seconds), ``compile_s`` (XLA compile seconds), ``hlo_chars`` (size
+    of the lowered StableHLO text) and ``memory`` (:func:`compiled_memory`).
+  """
+  import jax
+  import jax.numpy as jnp
+  from fedsim.core import engine, rng
+
+  key = jax.random.key(seed)
+  state = jax.jit(alg.init)(rng.stream(key, "init"))
+  rounds_key = rng.stream(key, "rounds")
+  t = time.perf_counter()
+  lowered = engine.make_chunk(alg).lower(state, task.data, rounds_key, jnp.int32(0), length)
+  lower_s = time.perf_counter() - t
+  t, c = time.perf_counter(), time.process_time()
+  compiled = lowered.compile()
+  compile_s, compile_cpu_s = time.perf_counter() - t, time.process_time() - c
+  try:
+    hlo_chars = len(lowered.as_text())
+  except Exception:  # pylint: disable=broad-except
+    hlo_chars = None
+  return compiled, state, rounds_key, {"lower_s": lower_s, "compile_s": compile_s, "compile_cpu_s": compile_cpu_s,
+                                       "hlo_chars": hlo_chars, "memory": compiled_memory(compiled)}
+
+
+def chunk_runner(compiled, state, rounds_key, data, length: int):
+  """``run()``: runs the compiled chunk once on the current state and blocks; successive
+  calls chain the state and the round index. ``run.state()`` returns the current state."""
+  import jax
+  import jax.numpy as jnp
+  box = {"state": state, "round": 0}
+
+  def run():
+    s, stats = compiled(box["state"], data, rounds_key, jnp.int32(box["round"]))
+    jax.block_until_ready((s, stats))
+    box["state"], box["round"] = s, box["round"] + length
+
+  run.state = lambda: box["state"]
+  return run
+
+
+def state_finite(state) -> bool:
+  """Whether every floating leaf of ``state`` is finite."""
+  import jax
+  import jax.numpy as jnp
+  leaves = jax.tree_util.tree_leaves(state)
+  return bool(all(jnp.all(jnp.isfinite(l)) for l in leaves
+                  if hasattr(l, "dtype") and jnp.issubdtype(l.dtype, jnp.floating)))
+
+
+def timed(fn, repeats: int, warmup: bool = True) -> dict:
+  """Times a blocking ``fn`` ``repeats`` times after an optional warm-up call.
+
+  Returns:
+    ``seconds`` (one per repeat), ``best``, ``median``, ``cpu_seconds``,
+    ``cpu_per_wall``, ``warmup_s``.
+  """
+  return time_interleaved({"f": (fn, warmup)}, repeats, 0.0)["f"]
+
+
+def time_interleaved(fns: dict, repeats: int, min_time: float) -> dict:
+  """Times several workloads in alternation, so slow drifts in machine load hit all alike.
+
+  Every function must block until its work is done. Each gets one untimed
+  warm-up call (unless its ``warmup`` is False), which fixes k, the number of
+  calls that makes one of its repeats last about ``min_time`` (k = 1 without
+  a warm-up or with ``min_time`` 0). Then ``repeats`` rounds run: in each, every
+  function is called k times in turn and timed.
+
+  Args:
+    fns: name -> (function, warmup).
+    repeats: timed repeats.
+    min_time: seconds one repeat of one function lasts at least.
+
+  Returns:
+    name -> dict: ``seconds`` (wall, per call, one per repeat), ``best``,
+    ``median``, ``warmup_s`` (None without a warm-up), ``calls_per_repeat``
+    (k), ``cpu_seconds`` (this process's CPU time per call, one per repeat)
+    and ``cpu_per_wall`` over the repeats (about 1 for one busy thread, up to
+    the core count when XLA uses several; well below 1 when other processes
+    took the CPU, a sign of a disturbed measurement).
+  """
+  out = {}
+  for name, (fn, warmup) in fns.items():
+    warm, k = None, 1
+    if warmup:
+      t = time.perf_counter()
+      fn()
+      warm = time.perf_counter() - t
+      if min_time > 0:
+        k = max(1, math.ceil(min_time / max(warm, 1e-6)))
+    out[name] = {"warmup_s": warm, "calls_per_repeat": k, "seconds": [], "cpu_seconds": []}
+  for _ in range(repeats):
+    for name, (fn, _) in fns.items():
+      k = out[name]["calls_per_repeat"]
+      t, c = time.perf_counter(), time.process_time()
+      for _ in range(k):
+        fn()
+      out[name]["seconds"].append((time.perf_counter() - t) / k)
+      out[name]["cpu_seconds"].append((time.process_time() - c) / k)
+  for r in out.values():
+    r.update(best=min(r["seconds"]), median=statistics.median(r["seconds"]),
+             cpu_per_wall=sum(r["cpu_seconds"]) / max(sum(r["seconds"]), 1e-12))
+  return out
+
+
+def paired_median(num: Sequence[float], den: Sequence[float]) -> float:
+  """Median over repeats of num[i] / den[i] (times taken side by side)."""
+  return statistics.median(a / b for a, b in zip(num, den))
+
+
+def compiled_memory(compiled) -> dict:
+  """The compiled executable's ``memory_analysis()`` in bytes (None fields where unavailable)."""
+  out = {"temp_bytes": None, "argument_bytes": None, "output_bytes": None, "alias_bytes": None,
+         "total_bytes": None}
+  try:
+    ma = compiled.memory_analysis()
+  except Exception:  # pylint: disable=broad-except  # not every backend implements it
+    ma = None
+  if ma is None:
+    return out
+  get = lambda name: int(getattr(ma, name, 0) or 0)
+  out.update(temp_bytes=get("temp_size_in_bytes"), argument_bytes=get("argument_size_in_bytes"),
+             output_bytes=get("output_size_in_bytes"), alias_bytes=get("alias_size_in_bytes"))
+  out["total_bytes"] = out["temp_bytes"] + out["argument_bytes"] + out["output_bytes"] - out["alias_bytes"]
+  return out
+
+
+def process_memory() -> dict:
+  """Peak RSS of this process so far and, where the device reports it, its peak bytes in use."""
+  import jax
+  rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  rss *= 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+  device_peak = None
+  try:
+    stats = jax.devices()[0].memory_stats()
+    if stats and "peak_bytes_in_use" in stats:
+      device_peak = int(stats["peak_bytes_in_use"])
+  except Exception:  # pylint: disable=broad-except  # CPU has no memory_stats
+    device_peak = None
+  return {"peak_rss_bytes": int(rss), "device_peak_bytes": device_peak}
+
+
+def environment() -> dict:
+  """Device, backend, versions, CPU count, PRNG implementation and load average."""
+  import jax
+  import jaxlib
+  dev = jax.devices()[0]
+  try:
+    load = list(os.getloadavg())
+  except OSError:
+    load = None
+  try:
+    affinity = len(os.sched_getaffinity(0))
+  except AttributeError:
+    affinity = None
+  kind = dev.device_kind
+  if dev.platform == "cpu":
+    kind = _cpu_model() or platform.processor() or platform.machine()
+  return {"device": f"{dev.platform}: {kind}", "device_count": jax.device_count(),
+          "backend": jax.default_backend(), "jax_version": jax.__version__,
+          "jaxlib_version": jaxlib.__version__, "cpu_count": os.cpu_count(),
+          "cpu_affinity": affinity, "machine": platform.machine(),
+          "python": platform.python_version(),
+          "prng_impl": str(jax.config.jax_default_prng_impl), "load_average": load}
+
+
+def _cpu_model():
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return None
+
+
+def mib(b):
+  return "n/a" if b is None else f"{b / 2**20:,.1f}"
+
+
+def rate(r):
+  return "" if r is None else f"{r:,.0f}"
+
+
+def mega(r):
+  return "" if r is None else f"{r / 1e6:,.1f}"
+
+
+def jsonable(v):
+  return v if isinstance(v, (int, float, str, bool, type(None))) else str(v)

@@ -1,0 +1,590 @@
+r"""A grid over heterogeneity and hyperparameters, times seeds (issue 8, "Sweeps").
+
+  python -m experiments.sweep --algorithm=fedzo --sweep=dirichlet_alpha=0.1,0.5,1.0 --seeds=5
+  python -m experiments.sweep --flagfile=experiments/flagfiles/sweep_fedzo_alpha.cfg
+
+Accepts every ``experiments.run`` flag, plus
+  --sweep=NAME=V1,V2,...  (repeatable) NAME is any run flag (``dirichlet_alpha``,
+                          ``heterogeneity``, ``homo_ratio``, ``clients_per_round``,
+                          ...) or hyperparameter flag (``lr``, ``fedzo_lr``,
+                          ``snr_db``, ...); the grid is the product of the lists;
+  --seeds=K               seeds 0..K-1 (root key ``jax.random.key(seed)``; the
+                          data partition uses the seed too, as ``run --seed``);
+  --target=METRIC:VALUE   rounds and queries until METRIC first reaches VALUE
+                          (>= for accuracies, <= for objective/loss/gap; force
+                          with ``METRIC:>=VALUE`` or ``METRIC:<=VALUE``).
+
+Execution (fedsim/core/batched.py): the K seeds, and every value of a swept
+numeric hyperparameter that traces (the builder accepts a traced scalar), run
+as one vmapped compiled program; hyperparameters that do not trace (shapes,
+Python control flow) and data-changing flags compile once per value (values
+whose programs are identical share one compilation). The mode each swept name
+gets is printed at start; the number of compilations is printed at the end and
+stored in ``sweep_stats.json``.
+
+Outputs under --output_dir (default runs/sweep): ``sweep_config.json`` (the
+flags; a restart with different flags exits 2), ``results.csv`` (one row per
+algorithm, configuration and seed, rewritten atomically after every group in a
+fixed row order, so a killed sweep restarted with the same flags skips the
+rows it has and ends with the same file), ``summary.png`` (final metric against
+the first swept heterogeneity parameter, one line per algorithm (and value of
+the other swept names), mean +- std over seeds), ``sweep_stats.json``.
+Bad input exits 2 with one line before anything compiles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import io
+import itertools
+import json
+import math
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+
+from experiments import common
+from fedsim.core.errors import ConfigError
+
+FLAGS = flags.FLAGS
+if "algorithm" not in FLAGS:  # experiments.run may have defined them in this process
+  common.define_flags()
+flags.DEFINE_multi_string("sweep", [], "NAME=V1,V2,...: sweep the run flag or hyperparameter NAME "
+                          "over the values (repeatable; the grid is the product)")
+flags.DEFINE_integer("seeds", 1, "K: every configuration runs with seeds 0..K-1 (batched)")
+flags.DEFINE_string("target", None, "METRIC:VALUE (or METRIC:>=VALUE / METRIC:<=VALUE): record "
+                    "rounds and queries until METRIC first reaches VALUE")
+flags.DEFINE_bool("batch_seeds", True, "vmap the seeds (and traced hyperparameter values) in one "
+                  "program; false: one engine.simulate run after another (for comparison)")
+FLAGS.set_default("output_dir", "runs/sweep")
+
+# Flags a sweep cannot vary (the grid's own axes, or where the outputs go).
+NOT_SWEEPABLE = ("algorithm", "seed", "output_dir", "num_devices", "x64", "save_learners",
+                 "data_dir", "cache_dir", "flagfile")
+# The x axis of summary.png: the first swept name in this list (else the first swept name).
+HETEROGENEITY = ("dirichlet_alpha", "heterogeneity", "homo_ratio", "data_heterogeneity",
+                 "quantity_sigma", "shards_per_client", "server_shift", "clients_per_round", "snr_db")
+LOWER_IS_BETTER = ("objective", "loss", "gap", "error", "distortion")
+SWEEP_FLAGS = ("sweep", "seeds", "target", "batch_seeds")
+
+
+def _clock():
+  if os.environ.get("FEDSIM_SWEEP_FIXED_CLOCK"):  # test hook: byte-identical results.csv
+    return 0.0
+  return time.perf_counter()
+
+
+def _own_flags():
+  return ({f.name for f in FLAGS.get_flags_for_module(sys.modules[common.__name__])}
+          | set(SWEEP_FLAGS))
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  metric: str
+  value: float
+  lower: bool  # reached when metric <= value
+
+  def reached(self, x: float) -> bool:
+    return x <= self.value if self.lower else x >= self.value
+
+
+def parse_sweeps() -> list[tuple[str, list]]:
+  """``--sweep`` entries as (name, parsed values), in command-line order.
+
+  Raises:
+    ConfigError: (flag ``sweep``) malformed entry, unknown or unsweepable name,
+      repeated name or value, or a value the flag's parser rejects.
+  """
+  own = {f.name for f in FLAGS.get_flags_for_module(sys.modules[common.__name__])}
+  sweepable = sorted(own - set(NOT_SWEEPABLE))
+  out, seen = [], set()
+  for entry in FLAGS.sweep:
+    name, eq, values = entry.partition("=")
+    name = name.strip()
+    if not eq or not values.strip():
+      raise ConfigError("sweep", f"{entry!r} is not NAME=V1,V2,...")
+    if name not in own or name in NOT_SWEEPABLE:
+      why = "use --seeds" if name == "seed" else f"accepted: a run flag such as {', '.join(HETEROGENEITY[:4])}, lr, fedzo_lr (any of {len(sweepable)} flags; not {', '.join(NOT_SWEEPABLE)})"
+      raise ConfigError("sweep", f"cannot sweep {name!r}; {why}")
+    if name in seen:
+      raise ConfigError("sweep", f"{name} is swept twice; give one --sweep={name}=... with all values")
+    seen.add(name)
+    parsed = []
+    for v in values.split(","):
+      try:
+        parsed.append(FLAGS[name].parser.parse(v.strip()))
+      except (ValueError, TypeError) as e:
+        raise ConfigError("sweep", f"{name}={v.strip()!r}: {e}") from None
+    if len(set(map(repr, parsed))) != len(parsed):
+      raise ConfigError("sweep", f"{name}: a value is repeated in {values!r}")
+    out.append((name, parsed))
+  return out
+
+
+def parse_target(keys: set[str] | None = None) -> Target | None:
+  """``--target`` as a :class:`Target` (None when not given).
+
+  Raises:
+    ConfigError: (flag ``target``) malformed, or a metric the tasks do not report.
+  """
+  if not FLAGS.target:
+    return None
+  metric, colon, value = FLAGS.target.rpartition(":")
+  if not colon or not metric:
+    raise ConfigError("target", f"{FLAGS.target!r} is not METRIC:VALUE (e.g. test_accuracy:0.8)")
+  lower = any(w in metric for w in LOWER_IS_BETTER)
+  if value.startswith((">=", "<=")):
+    lower, value = value.startswith("<="), value[2:]
+  try:
+    v = float(value)
+  except ValueError:
+    raise ConfigError("target", f"{value!r} is not a number (METRIC:VALUE)") from None
+  if not math.isfinite(v):
+    raise ConfigError("target", f"value must be finite; got {value}")
+  if keys is not None and metric not in keys:
+    raise ConfigError("target", f"unknown metric {metric!r}; accepted: {', '.join(sorted(keys))}")
+  return Target(metric, v, lower)
+
+
+@contextlib.contextmanager
+def flag_values(assign: dict):
+  """Temporarily sets flags (and marks them given, so ``hparams_for`` applies them)."""
+  saved = {n: (FLAGS[n].value, FLAGS[n].present) for n in assign}
+  try:
+    for n, v in assign.items():
+      FLAGS[n].value = v
+      FLAGS[n].present = 1
+    yield
+  finally:
+    for n, (v, p) in saved.items():
+      FLAGS[n].value, FLAGS[n].present = v, p
+
+
+def _hp_target(name: str, alg: str) -> str | None:
+  """The hyperparameter of ``alg`` that flag ``name`` sets, or None."""
+  from fedsim import algorithms
+  fields = algorithms.config_fields(alg)
+  if name in common.HPARAMS and name in fields:
+    return name
+  if name.startswith(alg + "_") and name[len(alg) + 1:] in fields:
+    return name[len(alg) + 1:]
+  return None
+
+
+def _is_hp_flag(name: str) -> bool:
+  from fedsim import algorithms
+  return name in common.HPARAMS or any(
+      name.startswith(a + "_") and name[len(a) + 1:] in common.HPARAMS for a in algorithms.REGISTRY)
+
+
+def _fmt(v) -> str:
+  return repr(v) if isinstance(v, float) else str(v)
+
+
+def _num(x) -> str:
+  return "" if x is None else repr(float(x))
+
+
+class Sweep:
+  """The grid, its validation and its execution (see the module docstring)."""
+
+  def __init__(self):
+    from fedsim import algorithms
+    self.sweeps = parse_sweeps()
+    if FLAGS.seeds < 1:
+      raise ConfigError("seeds", f"must be >= 1; got {FLAGS.seeds}")
+    parse_target()  # syntax; the metric is checked against the tasks below
+    self.names = [n for n, _ in self.sweeps]
+    self.specs = list(FLAGS.algorithm)
+    self.labels = [common.run_label(s) for s in self.specs]
+    self.algs = {l: common.parse_spec(s)[0] for l, s in zip(self.labels, self.specs)}
+    self.grid = [dict(zip(self.names, c)) for c in itertools.product(*[v for _, v in self.sweeps])]
+    # Conflicts: a swept generic hyperparameter that a more specific flag or override shadows.
+    for name in self.names:
+      for spec, label in zip(self.specs, self.labels):
+        alg, overrides = common.parse_spec(spec)
+        hp = _hp_target(name, alg)
+        if hp is None:
+          continue
+        if hp in overrides:
+          raise ConfigError("sweep", f"{name} is also set by --algorithm={spec}; drop one")
+        if name == hp and FLAGS[f"{alg}_{hp}"].present and hp not in common.CORE_HPARAMS:
+          raise ConfigError("sweep", f"{name} is shadowed by --{alg}_{hp} for {alg}; drop one "
+                            f"or sweep {alg}_{hp}")
+        if name == hp and hp in common.CORE_HPARAMS and FLAGS[f"{alg}_{hp}"].present:
+          raise ConfigError("sweep", f"{name} is shadowed by --{alg}_{hp} for {alg}; drop one")
+    self.task_names = [n for n in self.names if not _is_hp_flag(n)]
+    # Every value of every flag, before compiling anything.
+    for combo in self.grid:
+      try:
+        with flag_values({**combo, "seed": 0}):
+          common.validate()
+      except ConfigError as e:
+        raise ConfigError("sweep", f"{_fmt_combo(combo)}: {e}") from None
+    self.tasks = {}  # (task combo, seed) -> Task, for the current task combo only
+    keys = set()
+    for tcombo in self.task_combos():
+      for seed in range(FLAGS.seeds):  # partitions can fail for some seeds only
+        try:
+          self.task(tcombo, seed)
+        except ConfigError as e:
+          where = f"{_fmt_combo(tcombo)}, " if tcombo else ""
+          raise ConfigError("sweep", f"{where}seed {seed}: {e}") from None
+      task = self.task(tcombo, 0)
+      for combo in self.grid:
+        if any(combo[n] != tcombo[n] for n in self.task_names):
+          continue
+        for label in self.labels:
+          hp = self.hparams(label, combo)
+          try:
+            alg = algorithms.build(self.algs[label], self.run_task(label, task), **hp)
+          except ConfigError:
+            raise
+          except ValueError as e:
+            raise ConfigError("sweep", f"{label} at {_fmt_combo(combo)}: {e}") from None
+          keys |= set(self.metric_keys(alg, self.run_task(label, task)))
+    self.target = parse_target(keys)
+    self.metric = self.target.metric if self.target else (
+        "test_accuracy" if "test_accuracy" in keys else "objective")
+
+  # --- the grid -------------------------------------------------------------
+  def task_combos(self):
+    seen, out = set(), []
+    for combo in self.grid:
+      t = tuple((n, _fmt(combo[n])) for n in self.task_names)
+      if t not in seen:
+        seen.add(t)
+        out.append({n: combo[n] for n in self.task_names})
+    return out
+
+  def task(self, tcombo: dict, seed: int):
+    key = (tuple(_fmt(tcombo[n]) for n in self.task_names), seed)
+    if key not in self.tasks:
+      if self.tasks and next(iter(self.tasks))[0] != key[0]:
+        self.tasks.clear()  # keep one task combination's K tasks in memory
+      with flag_values({**tcombo, "seed": seed}):
+        self.tasks[key] = common.build_task()
+    return self.tasks[key]
+
+  def hparams(self, label: str, combo: dict) -> dict:
+    spec = self.specs[self.labels.index(label)]
+    with flag_values(combo):
+      return common.hparams_for(spec)
+
+  def run_task(self, label, task):
+    if self.algs[label] in common.FFGB_FAMILY:  # scored on its value caches, as in run.py
+      from fedsim.tasks.functional import cache_view
+      return cache_view(task)
+    return task
+
+  def rounds(self, label, hp):
+    if FLAGS.comm_budget > 0:
+      return common.comm_rounds(self.algs[label], hp, FLAGS.num_clients, FLAGS.comm_budget)
+    return FLAGS.rounds
+
+  @staticmethod
+  def metric_keys(alg, task):
+    import jax
+    from fedsim.core import rng
+
+    def probe(key):
+      s = alg.init(rng.stream(key, "init"))
+      out = dict(task.evaluate(alg.solution(s), task.data))
+      if alg.metrics is not None:
+        out.update(alg.metrics(s))
+      return out
+    return jax.eval_shape(probe, jax.random.key(0)).keys()
+
+  def row_key(self, label, combo, seed):
+    return (label, *(_fmt(combo[n]) for n in self.names), str(seed))
+
+  def order(self):
+    """Row keys in the fixed order of results.csv: algorithm, grid point, seed."""
+    return [self.row_key(l, c, s) for l in self.labels for c in self.grid for s in range(FLAGS.seeds)]
+
+  def header(self):
+    cols = ["algorithm", *self.names, "seed", "final_objective", "best_objective"]
+    if self.metric != "objective":
+      cols += [f"final_{self.metric}", f"best_{self.metric}"]
+    return cols + ["rounds_to_target", "queries_to_target", "rounds", "queries", "diverged",
+                   "batch_size", "wall_time_s"]
+
+  def modes(self, label, task):
+    """Swept names of algorithm ``label`` -> (mode, reason); modes: ``vmap`` (traced,
+    batched with the seeds), ``per_value`` (one program per value), ``data`` (task
+    rebuilt per value), ``none`` (does not apply); plus whether seeds batch."""
+    from fedsim import algorithms
+    from fedsim.core.batched import hp_dtype, traceable
+    alg = self.algs[label]
+    build = lambda t, hp: algorithms.build(alg, t, **hp)
+    rt = self.run_task(label, task)
+    base = self.hparams(label, self.grid[0])
+    seeds_ok, why = traceable(build, rt, base, {})
+    out = {}
+    for name in self.names:
+      hp = _hp_target(name, alg)
+      if name in self.task_names:
+        out[name] = ("data", "changes the task; programs shared where identical")
+      elif hp is None:
+        out[name] = ("none", f"not a hyperparameter of {alg}")
+      elif not seeds_ok:
+        out[name] = ("per_value", "the algorithm cannot take traced data")
+      elif hp_dtype(base[hp]) is None:
+        out[name] = ("per_value", f"{type(base[hp]).__name__} value")
+      else:
+        ok, reason = traceable(build, rt, {k: v for k, v in base.items() if k != hp}, {hp: base[hp]})
+        out[name] = ("vmap", "traced scalar") if ok else ("per_value", reason)
+    vm = [n for n, (m, _) in out.items() if m == "vmap"]
+    if len(vm) > 1:  # jointly
+      hps = {_hp_target(n, alg): base[_hp_target(n, alg)] for n in vm}
+      ok, reason = traceable(build, rt, {k: v for k, v in base.items() if k not in hps}, hps)
+      if not ok:
+        out.update({n: ("per_value", "not jointly traceable: " + reason) for n in vm})
+    return seeds_ok, why, out
+
+  # --- execution --------------------------------------------------------------
+  def run(self, out_dir: str, done: dict, stop_after: int | None):
+    import jax
+    import numpy as np
+    from fedsim import algorithms
+    from fedsim.core import simulate
+    from fedsim.core.batched import ProgramCache, simulate_batched
+    from fedsim.core.errors import DivergenceError
+
+    cache, serial_runs, K = ProgramCache(), 0, FLAGS.seeds
+    header, order = self.header(), self.order()
+    rows = dict(done)
+    groups = []  # (tcombo, label, fixed values, [combos of the group])
+    tcombos = self.task_combos()
+    mode_cache = {}
+    for tcombo in tcombos:
+      for label in self.labels:
+        if label not in mode_cache:
+          mode_cache[label] = self.modes(label, self.task(tcombo, 0))
+          seeds_ok, why, modes = mode_cache[label]
+          how = ("vmapped in one program" if seeds_ok and FLAGS.batch_seeds else
+                 "one simulate run each (--batch_seeds=false)" if seeds_ok else f"one simulate run each ({why})")
+          print(f"[{label}] seeds: {how}", flush=True)
+          for n, (m, reason) in modes.items():
+            print(f"[{label}] {n}: {m} ({reason})", flush=True)
+        _, _, modes = mode_cache[label]
+        by_fixed = {}
+        for combo in self.grid:
+          if any(_fmt(combo[n]) != _fmt(tcombo[n]) for n in self.task_names):
+            continue
+          fixed = tuple((n, _fmt(combo[n])) for n in self.names if modes[n][0] != "vmap")
+          by_fixed.setdefault(fixed, []).append(combo)
+        groups += [(tcombo, label, combos) for combos in by_fixed.values()]
+
+    t_start, n_run = _clock(), 0
+    todo = [g for g in groups
+            if not all(self.row_key(g[1], c, s) in done for c in g[2] for s in range(K))]
+    print(f"sweep: {len(groups)} groups ({len(groups) - len(todo)} already in results.csv), "
+          f"{len(self.grid)} configurations x {len(self.labels)} algorithms x {K} seeds", flush=True)
+    for gi, (tcombo, label, combos) in enumerate(todo):
+      alg_name = self.algs[label]
+      seeds_ok, _, modes = mode_cache[label]
+      vm_hps = [(n, _hp_target(n, alg_name)) for n in self.names if modes[n][0] == "vmap"]
+      hp0 = self.hparams(label, combos[0])
+      static = {k: v for k, v in hp0.items() if k not in {h for _, h in vm_hps}}
+      traced = [{h: self.hparams(label, c)[h] for _, h in vm_hps} for c in combos] if vm_hps else []
+      rounds = self.rounds(label, hp0)
+      tasks = [self.run_task(label, self.task(tcombo, s)) for s in range(K)]
+      build = lambda t, hp, a=alg_name: algorithms.build(a, t, **hp)
+      t0 = _clock()
+      results = {}  # (combo index, seed) -> (records, diverged, batch size)
+      if seeds_ok and FLAGS.batch_seeds:
+        from fedsim.core.batched import stack_padded
+        batches = [list(range(K))] if stack_padded([t.data for t in tasks]) is not None else [[s] for s in range(K)]
+        for b in batches:
+          recs, div = simulate_batched(build, tasks[b[0]], [tasks[s].data for s in b], b, static,
+                                       traced, rounds, FLAGS.eval_every, cache=cache, clock=_clock)
+          for i, s in enumerate(b):
+            for v in range(len(combos)):
+              results[(v, s)] = (recs[i][v], div[i][v], len(b) * len(combos))
+      else:
+        for v, c in enumerate(combos):
+          hp = self.hparams(label, c)
+          for s in range(K):
+            hist, diverged = [], False
+            try:
+              simulate(build(tasks[s], hp), tasks[s], rounds, FLAGS.eval_every, jax.random.key(s),
+                       on_eval=hist.append)
+              jax.block_until_ready(hist)
+            except DivergenceError:
+              diverged = True
+            serial_runs += 1
+            results[(v, s)] = (hist, diverged, 1)
+      wall = _clock() - t0
+      for v, c in enumerate(combos):
+        for s in range(K):
+          hist, diverged, bsize = results[(v, s)]
+          rows[self.row_key(label, c, s)] = self.row(label, c, s, hist, diverged, bsize, wall)
+      _write_csv(os.path.join(out_dir, "results.csv"), header,
+                 [rows[k] for k in order if k in rows])
+      n_run += 1
+      el = _clock() - t_start
+      eta = el / n_run * (len(todo) - n_run)
+      finals = [results[(v, s)][0][-1].get(self.metric, float("nan"))
+                for v in range(len(combos)) for s in range(K) if results[(v, s)][0]]
+      desc = " ".join(f"{n}={_fmt(tcombo[n])}" for n in self.task_names)
+      fixed = " ".join(f"{n}={_fmt(combos[0][n])}" for n in self.names
+                       if n not in self.task_names and modes[n][0] != "vmap")
+      vms = " x ".join(f"{n} in {len(set(_fmt(c[n]) for c in combos))}" for n, _ in vm_hps)
+      print(f"[{gi + 1}/{len(todo)}] {label} {desc} {fixed} x {K} seeds{' x ' + vms if vms else ''}: "
+            f"final {self.metric} {np.mean(finals):.4g} +- {np.std(finals):.2g} ({wall:.1f}s); "
+            f"elapsed {el:.1f}s ETA {eta:.1f}s", flush=True)
+      if stop_after is not None and n_run >= stop_after:
+        print(f"test hook: stopping after {n_run} groups", flush=True)
+        os._exit(3)  # like a kill: no clean-up
+    stats = {"chunk_programs": cache.compiles.get("chunk", 0), "compilations": cache.compiles,
+             "compilations_total": cache.total, "cache_hits": cache.hits,
+             "compile_s": round(cache.seconds, 3), "serial_runs": serial_runs,
+             "groups_run": n_run, "groups": len(groups), "wall_time_s": _clock() - t_start,
+             "modes": {l: {n: m for n, (m, _) in mode_cache[l][2].items()} for l in mode_cache}}
+    with open(os.path.join(out_dir, "sweep_stats.json"), "w") as f:
+      json.dump(stats, f, indent=2)
+    print(f"compiled programs: {stats['chunk_programs']} round-chunk programs "
+          f"({cache.total} XLA compilations with init/eval: {cache.compiles}); "
+          f"{serial_runs} unbatched runs", flush=True)
+    return rows
+
+  def row(self, label, combo, seed, hist, diverged, bsize, wall):
+    m = self.metric
+    lower = any(w in m for w in LOWER_IS_BETTER) if not self.target else self.target.lower
+    vals = [r.get(m) for r in hist if r.get(m) is not None and math.isfinite(r.get(m))]
+    objs = [r["objective"] for r in hist if math.isfinite(r["objective"])]
+    hit = next((r for r in hist if self.target and r.get(m) is not None
+                and math.isfinite(r[m]) and self.target.reached(r[m])), None)
+    last = hist[-1] if hist else {}
+    out = {"algorithm": label, **{n: _fmt(combo[n]) for n in self.names}, "seed": str(seed),
+           "final_objective": _num(last.get("objective")),
+           "best_objective": _num(min(objs) if objs else None),
+           "rounds_to_target": str(hit["round"]) if hit else "",
+           "queries_to_target": str(hit["queries"]) if hit else "",
+           "rounds": str(last.get("round", "")), "queries": str(last.get("queries", "")),
+           "diverged": str(bool(diverged)), "batch_size": str(bsize), "wall_time_s": f"{wall:.3f}"}
+    if m != "objective":
+      out[f"final_{m}"] = _num(last.get(m))
+      out[f"best_{m}"] = _num((min(vals) if lower else max(vals)) if vals else None)
+    return [out[c] for c in self.header()]
+
+
+def _fmt_combo(combo):
+  return ",".join(f"{n}={_fmt(v)}" for n, v in combo.items())
+
+
+def _write_csv(path, header, rows):
+  """Writes the whole table to a temporary file and renames it over ``path`` (atomic)."""
+  buf = io.StringIO()
+  w = csv.writer(buf, lineterminator="\n")
+  w.writerow(header)
+  w.writerows(rows)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    f.write(buf.getvalue())
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def _read_done(path, header, valid: set) -> dict:
+  """Rows of an existing results.csv keyed like ``Sweep.row_key``; only keys of this grid."""
+  if not os.path.exists(path):
+    return {}
+  with open(path, newline="") as f:
+    table = list(csv.reader(f))
+  if not table or table[0] != header:
+    raise ConfigError("output_dir", f"{path} has other columns than this sweep; use a new --output_dir")
+  n = header.index("seed") + 1
+  return {tuple(r[:n]): r for r in table[1:] if tuple(r[:n]) in valid}
+
+
+def plot_summary(sweep: Sweep, rows: list[list[str]], path: str):
+  """summary.png: final metric against the first swept heterogeneity parameter."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  import numpy as np
+  header = sweep.header()
+  col = f"final_{sweep.metric}" if sweep.metric != "objective" else "final_objective"
+  x_name = next((n for n in sweep.names if n in HETEROGENEITY), sweep.names[0] if sweep.names else None)
+  others = [n for n in sweep.names if n != x_name]
+  lines = {}
+  for r in rows:
+    d = dict(zip(header, r))
+    key = d["algorithm"] + "".join(f", {n}={d[n]}" for n in others)
+    x = d[x_name] if x_name else "-"
+    y = float(d[col]) if d[col] else float("nan")
+    lines.setdefault(key, {}).setdefault(x, []).append(y)
+  fig, ax = plt.subplots(figsize=(6, 4))
+  numeric = True
+  try:
+    [float(x) for pts in lines.values() for x in pts]
+  except ValueError:
+    numeric = False
+  for key, pts in lines.items():
+    xs = list(pts)
+    pos = [float(x) for x in xs] if numeric else list(range(len(xs)))
+    mean = [np.nanmean(pts[x]) for x in xs]
+    std = [np.nanstd(pts[x], ddof=1) if len(pts[x]) > 1 else 0.0 for x in xs]
+    ax.errorbar(pos, mean, yerr=std, marker="o", capsize=3, label=key)
+    if not numeric:
+      ax.set_xticks(pos, xs)
+  xs_all = [float(x) for pts in lines.values() for x in pts] if numeric else []
+  if xs_all and min(xs_all) > 0 and max(xs_all) >= 10 * min(xs_all):
+    ax.set_xscale("log")
+  ax.set_xlabel(x_name or "")
+  ax.set_ylabel(f"final {sweep.metric} (mean \u00b1 std, {FLAGS.seeds} seeds)")
+  ax.legend(fontsize=8)
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def main(argv):
+  del argv
+  if not FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+  out_dir = FLAGS.output_dir
+  try:
+    sweep = Sweep()  # validates the flags at every grid point
+    config = {k: v for k, v in sorted(FLAGS.flag_values_dict().items())
+              if k in _own_flags() and k != "output_dir"}
+    config = json.loads(json.dumps(config, default=str))
+    cfg_path = os.path.join(out_dir, "sweep_config.json")
+    if os.path.exists(cfg_path):
+      with open(cfg_path) as f:
+        old = json.load(f)
+      diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+      if diff:
+        raise ConfigError("output_dir", f"{out_dir} holds a sweep with other flags (differs in "
+                          f"{', '.join('--' + d for d in diff)}); use a new --output_dir or the same flags")
+    elif os.path.exists(os.path.join(out_dir, "results.csv")):
+      raise ConfigError("output_dir", f"{out_dir}/results.csv exists without sweep_config.json; "
+                        "use a new --output_dir")
+    valid = set(sweep.order())
+    done = _read_done(os.path.join(out_dir, "results.csv"), sweep.header(), valid)
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  os.makedirs(out_dir, exist_ok=True)
+  if not os.path.exists(cfg_path):
+    with open(cfg_path + ".tmp", "w") as f:
+      json.dump(config, f, indent=2, sort_keys=True)
+    os.replace(cfg_path + ".tmp", cfg_path)
+  stop = os.environ.get("FEDSIM_SWEEP_STOP_AFTER")  # test hook: simulate a kill
+  rows = sweep.run(out_dir, done, int(stop) if stop else None)
+  ordered = [rows[k] for k in sweep.order() if k in rows]
+  plot_summary(sweep, ordered, os.path.join(out_dir, "summary.png"))
+  print(f"wrote {out_dir}/results.csv ({len(ordered)} rows), summary.png, sweep_stats.json", flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=common.parse_flags_or_exit)
