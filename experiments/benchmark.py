@@ -184,20 +184,7 @@ def write_outputs(output_dir: str, records: Sequence[dict], env: dict, settings:
 # ----------------------------------------------------------------------------- binary
 
 
-def set_blas_threads(n: int) -> list:
-  """Limits every loaded BLAS/LAPACK library to ``n`` threads (0: leave the default).
-
-  Loads jaxlib's LAPACK first (one tiny Cholesky) so its OpenBLAS is among the
-  libraries limited. Returns [(library path, threads)] after the change.
-  """
-  import jax
-  import jax.numpy as jnp
-  from threadpoolctl import threadpool_info, threadpool_limits
-  jax.block_until_ready(jnp.linalg.cholesky(jnp.eye(2)))
-  if n > 0:
-    threadpool_limits(limits=n, user_api="blas")
-  return [[i["filepath"], i["num_threads"]] for i in threadpool_info() if i.get("user_api") == "blas"]
-
+set_blas_threads = common.set_blas_threads  # shared with experiments.run / sweep
 
 
 def define_flags():

@@ -229,6 +229,10 @@ def define_flags():
                      "(0 = task default: attack 0.3, metric_opt 0.2)")
   flags.DEFINE_bool("save_learners", False, "FFGB family: write each round's learners to "
                     "<output_dir>/<alg>/learners/ (needs store_learners >= eval_every)")
+  flags.DEFINE_integer("blas_threads", 1, "threads of the BLAS/LAPACK libraries behind XLA's CPU linear "
+                       "algebra (threadpoolctl; 0 = the libraries' default). 1 by default: jaxlib's "
+                       "Cholesky/LU (FZooS GP and RFF fits, FFGB rf_ridge) runs 2 spinning OpenBLAS "
+                       "threads that slow it 100x when other processes share the cores")
   # Checkpoint/resume and multi-host runs (issue 8; BUILD.md "Devices and hosts").
   flags.DEFINE_integer("checkpoint_every", 0, "save the full state every K rounds (at the first chunk "
                        "end at or after each multiple; last 2 kept) under <output_dir>/<alg>/checkpoints; "
@@ -344,6 +348,8 @@ def validate():
   validate_distributed()
   if FLAGS.checkpoint_every < 0:
     raise ConfigError("checkpoint_every", f"must be >= 0 (0 = off); got {FLAGS.checkpoint_every}")
+  if FLAGS.blas_threads < 0:
+    raise ConfigError("blas_threads", f"must be >= 0 (0 = the libraries' default); got {FLAGS.blas_threads}")
   import jax
   if not 0 <= FLAGS.num_devices <= jax.device_count():
     raise ConfigError("num_devices", f"must be in [0, {jax.device_count()}]; got {FLAGS.num_devices}")
@@ -481,6 +487,23 @@ def fzoos_task_kwargs() -> dict:
   """The attack / metric_opt arguments of ``make_task`` from the flags (seed 000 §6.2-6.3)."""
   return dict(portion=FLAGS.portion, opt_metric=FLAGS.opt_metric, attack_target=FLAGS.attack_target,
               perturbation_box=FLAGS.perturbation_box)
+
+
+def set_blas_threads(n: int) -> list:
+  """Limits every loaded BLAS/LAPACK library to ``n`` threads (0: leave the default).
+
+  Loads jaxlib's LAPACK first (one tiny Cholesky) so its OpenBLAS is among the
+  libraries limited (threadpoolctl, a scikit-learn dependency). XLA's own CPU
+  matmuls do not use these libraries and are unaffected. Returns
+  [[library path, threads]] after the change.
+  """
+  import jax
+  import jax.numpy as jnp
+  from threadpoolctl import threadpool_info, threadpool_limits
+  jax.block_until_ready(jnp.linalg.cholesky(jnp.eye(2)))
+  if n > 0:
+    threadpool_limits(limits=n, user_api="blas")
+  return [[i["filepath"], i["num_threads"]] for i in threadpool_info() if i.get("user_api") == "blas"]
 
 
 def smooth_erm_kwargs() -> dict:

@@ -122,6 +122,7 @@ def main(argv):
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
 
+  common.set_blas_threads(FLAGS.blas_threads)
   mesh = client_mesh(FLAGS.num_devices or None)
   task = shard_task(task, mesh)
   os.makedirs(FLAGS.output_dir, exist_ok=True)  # every process (checkpoints need it)

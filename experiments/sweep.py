@@ -579,6 +579,7 @@ def main(argv):
     with open(cfg_path + ".tmp", "w") as f:
       json.dump(config, f, indent=2, sort_keys=True)
     os.replace(cfg_path + ".tmp", cfg_path)
+  common.set_blas_threads(FLAGS.blas_threads)
   stop = os.environ.get("FEDSIM_SWEEP_STOP_AFTER")  # test hook: simulate a kill
   rows = sweep.run(out_dir, done, int(stop) if stop else None)
   ordered = [rows[k] for k in sweep.order() if k in rows]

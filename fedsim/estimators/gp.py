@@ -226,9 +226,12 @@ def posterior_grad_cov_trace(kind: str, post: GPPosterior, xs, ainv=None):
   cc = jnp.sum(xc * xc, axis=1)                              # (c,)
   sq = jnp.maximum(cc[:, None] - 2.0 * cx + gn[None, :], 0.0)
   g = kernel_grad_scale(kind, sq, post.lengthscale, post.variance) * post.mask  # (c, n)
-  # D_ab = (x - x_a).(x - x_b) = |x|^2 - x.x_a - x.x_b + x_a.x_b
-  D = cc[:, None, None] - cx[:, :, None] - cx[:, None, :] + G[None]
-  quad = jnp.einsum("ca,cb,cab,ab->c", g, g, D, ainv)
+  # sum_ab g_a g_b A^{-1}_ab D_ab with D_ab = (x - x_a).(x - x_b) = |x|^2 - x.x_a - x.x_b + x_a.x_b,
+  # expanded so no (c, n, n) tensor is formed (A^{-1} symmetric):
+  #   |x|^2 g^T A^{-1} g - 2 (g o cx)^T A^{-1} g + g^T (A^{-1} o G) g;  O(c n^2) time, O(c n) memory.
+  ag = g @ ainv                                              # (c, n)
+  quad = (cc * jnp.sum(g * ag, axis=1) - 2.0 * jnp.sum(g * cx * ag, axis=1)
+          + jnp.sum(g * (g @ (ainv * G)), axis=1))
   return d * kappa(kind, post.lengthscale, post.variance) - quad
 
 
