@@ -474,8 +474,9 @@ def _check_fzoos_task_flags():
     raise ConfigError("portion", f"must be in (0, 1]; got {FLAGS.portion}")
   if not (math.isfinite(FLAGS.perturbation_box) and FLAGS.perturbation_box >= 0):
     raise ConfigError("perturbation_box", f"must be >= 0 (0 = task default); got {FLAGS.perturbation_box}")
-  if FLAGS.task == "metric_opt" and FLAGS.opt_metric not in ("precision", "recall", "f1", "jaccard"):
-    raise ConfigError("opt_metric", f"unknown {FLAGS.opt_metric!r}; accepted: precision, recall, f1, jaccard")
+  from fedsim.tasks.metric_opt import METRICS
+  if FLAGS.task == "metric_opt" and FLAGS.opt_metric not in METRICS:
+    raise ConfigError("opt_metric", f"unknown {FLAGS.opt_metric!r}; accepted: {', '.join(METRICS)}")
   if FLAGS.task == "attack":
     if FLAGS.classifier not in ("cnn", "mlp"):
       raise ConfigError("classifier", f"unknown {FLAGS.classifier!r} for --task=attack; accepted: cnn, mlp")
