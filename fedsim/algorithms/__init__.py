@@ -84,4 +84,6 @@ REGISTRY.update({
     "fedprox_zo": (ZOBaselineConfig, {"correction": "prox"}, make_zo_baseline),
     "scaffold_zo1": (ZOBaselineConfig, {"correction": "scaffold1"}, make_zo_baseline),
     "scaffold_zo2": (ZOBaselineConfig, {"correction": "scaffold2"}, make_zo_baseline),
+    # [code] gd_opt: FedAvg with exact local gradients and the same Adam loop (an oracle).
+    "fedavg_true_grad": (ZOBaselineConfig, {"estimator": "true"}, make_zo_baseline),
 })

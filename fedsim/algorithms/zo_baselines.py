@@ -23,6 +23,13 @@ Queries per client per round: 1 + T (Q + 1) = 211 at T = 10, Q = 20 ([code]:
 each client also evaluates y_i(x_{r-1}) at the round start; that query is
 counted, as in the paper's x-axes).
 
+``estimator``: ``fd`` (default, eq. 3) or ``true``, the authors' ``gd_opt`` oracle
+(registry name ``fedavg_true_grad``): g = jax.grad f_i(x) exactly, FedAvg with
+the same Adam local loop. It is outside the query model; its rounds count 0
+queries. It is the reference of the spec's sanity check (specs/fzoos.md §7
+check 5: at C = 0.5 it reaches F < F* + 0.01 within 10 rounds) and isolates
+client drift from estimator error.
+
 ``fd_normalization``: ``code`` (default) divides the FD sum by lambda Q like the
 authors' code (scale 1), ``unbiased`` uses fedsim's d/(lambda Q) scale (FedZO
 eq. 2). Adam makes the two almost identical, except that the prox term's
@@ -48,6 +55,7 @@ from fedsim.core.types import FederatedAlgorithm, Task, make_stats
 from fedsim.estimators import finite_difference
 
 CORRECTIONS = ("none", "prox", "scaffold1", "scaffold2")
+ESTIMATORS = ("fd", "true")
 FD_NORMALIZATIONS = ("code", "unbiased")
 
 
@@ -71,6 +79,8 @@ class ZOBaselineConfig:
     track_cosine: 0 (default) or 1: record cos(ghat, grad F(x)) at every local
       step (Fig. 4; grad F by ``jax.grad`` of the true F, not counted);
       metrics as :func:`fedsim.algorithms.fzoos.cosine_metrics`.
+    estimator: ``fd`` (eq. 3) or ``true`` (exact local gradients, [code]
+      ``gd_opt``; 0 queries counted).
   """
   lr: float = 0.01
   local_steps: int = 10
@@ -84,10 +94,14 @@ class ZOBaselineConfig:
   fd_normalization: str = "code"
   accept_if_improves: int = 0
   track_cosine: int = 0
+  estimator: str = "fd"
 
 
 def queries_per_client_round(cfg: ZOBaselineConfig, stochastic: bool = False) -> int:
-  """1 + T (Q + 1) ([code]); 211 at T = 10, Q = 20 (times b1 for stochastic tasks)."""
+  """1 + T (Q + 1) ([code]); 211 at T = 10, Q = 20 (times b1 for stochastic tasks);
+  0 for the ``true``-gradient oracle."""
+  if cfg.estimator == "true":
+    return 0
   b = cfg.batch_size if stochastic else 1
   return b * (1 + cfg.local_steps * (cfg.fd_directions + 1))
 
@@ -111,6 +125,8 @@ def make_zo_baseline(task: Task, cfg: ZOBaselineConfig, name: str = "fedzo_fd") 
   """
   if cfg.correction not in CORRECTIONS:
     raise ValueError(f"unknown correction {cfg.correction!r}; accepted: {', '.join(CORRECTIONS)}")
+  if cfg.estimator not in ESTIMATORS:
+    raise ValueError(f"unknown estimator {cfg.estimator!r}; accepted: {', '.join(ESTIMATORS)}")
   if cfg.fd_normalization not in FD_NORMALIZATIONS:
     raise ValueError(f"unknown fd_normalization {cfg.fd_normalization!r}; "
                      f"accepted: {', '.join(FD_NORMALIZATIONS)}")
@@ -131,6 +147,8 @@ def make_zo_baseline(task: Task, cfg: ZOBaselineConfig, name: str = "fedzo_fd") 
     return task.loss(unravel(x), batch)
 
   def fd(f, x, key):
+    if cfg.estimator == "true":
+      return jax.grad(f)(x)                                             # [code] gd_opt oracle
     return norm * finite_difference.fd_gradient(f, x, key, Q, cfg.smoothing, cfg.direction)
 
   def F_true(x, clients):
