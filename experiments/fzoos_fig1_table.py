@@ -9,7 +9,14 @@ column is exact), e.g.::
     python -m experiments.run --flagfile=experiments/flagfiles/fzoos_fig1_quadratic.cfg \\
       --heterogeneity=$C --seed=$S --eval_every=1 --output_dir=runs/fig1/C${C}_s$S
   done; done
-  python -m experiments.fzoos_fig1_table runs/fig1 [--budget=26800] [--markdown=table.md]
+  python -m experiments.fzoos_fig1_table runs/fig1 [more roots] [--budget=26800] [--markdown=table.md]
+
+Several roots merge (e.g. a separate ``--algorithm=fedavg_true_grad`` oracle run).
+``--fig4`` tabulates instead Fig. 4 (App. F.1; specs §7 check 7) from runs of
+``fzoos_fig4_cosine.cfg`` laid out the same way: the last record's
+``grad_cosine`` (mean over the T local steps), ``grad_cosine_early`` (t <= T/2)
+and ``grad_cosine_late``, with the checks FZooS > every FD baseline and FZooS's
+late < early.
 
 Prints, per C and method, the mean +- std over seeds of F(x_R) (check 5) and of
 the best-so-far F within a total-query budget (check 6; default 26,800 =
@@ -33,6 +40,8 @@ from absl import app, flags
 _BUDGET = flags.DEFINE_integer("budget", 26800, "Total-query budget (all clients) of check 6.")
 _MARKDOWN = flags.DEFINE_string("markdown", None, "Also write the table to this markdown file.")
 _METRIC = flags.DEFINE_string("metric", "objective", "Metric to tabulate (lower is better).")
+_GAP = flags.DEFINE_float("gap", 0.1, "Column: first round with optimality_gap <= this (F - F*).")
+_FIG4 = flags.DEFINE_bool("fig4", False, "Tabulate the Fig. 4 gradient cosines instead.")
 
 
 def load(root: str, metric: str) -> dict:
@@ -64,15 +73,56 @@ def _fmt(vals):
   return f"{statistics.mean(vals):.4f} ± {sd:.4f}"
 
 
+def _merge(roots, metric):
+  data: dict = {}
+  for root in roots:
+    for C, methods in load(root, metric).items():
+      for method, seeds in methods.items():
+        data.setdefault(C, {}).setdefault(method, {}).update(seeds)
+  return data
+
+
+def fig4_table(data) -> str:
+  """Fig. 4 rows and checks (module docstring)."""
+  lines = ["| C | method | seeds | cos mean over t ± std | early (t <= T/2) | late (t > T/2) | round |",
+           "|---|---|---|---|---|---|---|"]
+  means, checks = {}, []
+  for C in sorted(data):
+    for method in sorted(data[C]):
+      seeds = data[C][method]
+      cols = [[recs[-1][k] for recs in seeds.values()]
+              for k in ("grad_cosine", "grad_cosine_early", "grad_cosine_late")]
+      means[C, method] = [statistics.mean(c) for c in cols]
+      rounds = sorted({recs[-1]["round"] for recs in seeds.values()})
+      lines.append(f"| {C:g} | {method} | {len(seeds)} | " + " | ".join(_fmt(c) for c in cols)
+                   + f" | {','.join(map(str, rounds))} |")
+    if (C, "fzoos") in means:
+      fz = means[C, "fzoos"]
+      worse = [m for (c, m), v in means.items() if c == C and m != "fzoos" and v[0] >= fz[0]]
+      checks.append(f"C={C:g}: FZooS cosine {fz[0]:.4f} above every FD baseline: "
+                    f"{'yes' if not worse else 'NO (' + ', '.join(worse) + ')'}")
+      checks.append(f"C={C:g}: FZooS late {fz[2]:.4f} < early {fz[1]:.4f}: {'yes' if fz[2] < fz[1] else 'NO'}")
+  return "\n".join(lines + [""] + [f"- {c}" for c in checks])
+
+
 def main(argv):
-  if len(argv) != 2:
-    raise app.UsageError("usage: python -m experiments.fzoos_fig1_table ROOT")
-  metric, budget = _METRIC.value, _BUDGET.value
-  data = load(argv[1], metric)
+  if len(argv) < 2:
+    raise app.UsageError("usage: python -m experiments.fzoos_fig1_table ROOT [ROOT ...]")
+  metric, budget = ("grad_cosine" if _FIG4.value else _METRIC.value), _BUDGET.value
+  data = _merge(argv[1:], metric)
   if not data:
-    raise app.UsageError(f"no ROOT/C*_s*/*/metrics.jsonl under {argv[1]}")
-  lines = [f"| C | method | seeds | F(x_R) mean ± std | best F within {budget} queries | last round |",
-           "|---|---|---|---|---|---|"]
+    raise app.UsageError(f"no ROOT/C*_s*/*/metrics.jsonl with {metric!r} under {argv[1:]}")
+  if _FIG4.value:
+    text = fig4_table(data)
+    print(text)
+    if _MARKDOWN.value:
+      with open(_MARKDOWN.value, "w") as fh:
+        fh.write(text + "\n")
+    return
+  gap = _GAP.value
+  lines = [f"| C | method | seeds | F(x_R) mean ± std | best F within {budget} queries "
+           f"| rounds to gap <= {gap:g} (mean; never = -) | last round |",
+           "|---|---|---|---|---|---|---|"]
   final, budgeted = {}, {}
   for C in sorted(data):
     for method in sorted(data[C]):
@@ -82,7 +132,12 @@ def main(argv):
       bud = [best_within(recs, budget, metric) for recs in seeds.values()] if counted else []
       final[C, method], budgeted[C, method] = statistics.mean(fin), (statistics.mean(bud) if bud else None)
       last = sorted({recs[-1]["round"] for recs in seeds.values()})
-      lines.append(f"| {C:g} | {method} | {len(seeds)} | {_fmt(fin)} | {_fmt(bud)} | {','.join(map(str, last))} |")
+      hits = [next((r["round"] for r in recs if r.get("optimality_gap", math.inf) <= gap), None)
+              for recs in seeds.values()]
+      reached = [h for h in hits if h is not None]
+      hit_txt = (f"{statistics.mean(reached):.1f} ({len(reached)}/{len(hits)} seeds)" if reached else "-")
+      lines.append(f"| {C:g} | {method} | {len(seeds)} | {_fmt(fin)} | {_fmt(bud)} | {hit_txt} "
+                   f"| {','.join(map(str, last))} |")
   checks = []
   for C in sorted(data):
     if (C, "fzoos") not in final:

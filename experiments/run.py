@@ -108,6 +108,8 @@ def main(argv):
 
   try:
     common.validate()
+    if FLAGS.task in ("attack", "attack_cw", "metric_opt", "finetune"):
+      print(f"building task {FLAGS.task} (trains or loads cached models) ...", flush=True)
     task = common.build_task()
     hps = {common.run_label(spec): common.hparams_for(spec) for spec in FLAGS.algorithm}
     names = {common.run_label(spec): common.parse_spec(spec)[0] for spec in FLAGS.algorithm}

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from absl import logging
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -190,6 +191,7 @@ def train_or_load(model: nn.Module, x: np.ndarray, y: np.ndarray, *, seed: int,
   params = load_params(path, template, key)
   if params is not None:
     return params, str(path), True
+  logging.info("training %s (%d samples, %d steps; cached to %s)", safe, len(y), config.steps, path)
   params = train_classifier(model, x, y, seed, config)
   save_params(path, params, key)
   return params, str(path), False

@@ -1,0 +1,85 @@
+"""Rounds to reach the baselines' final value (seed 000 §6.2-6.3; the attack and metric
+targets of the FZooS issue) from ``experiments.run`` output folders.
+
+Layout: ``ROOT/<run>/<algorithm>/metrics.jsonl``, one ``<run>`` per target image
+(attack) or seed (metric optimisation), e.g.::
+
+  for j in 0 1 2 3; do python -m experiments.run --flagfile=experiments/flagfiles/fzoos_attack_mnist.cfg \\
+      --attack_target=$j --output_dir=runs/attack/t$j; done
+  python -m experiments.fzoos_reach_table runs/attack --metric=objective
+  python -m experiments.fzoos_reach_table runs/metric --metric=objective
+
+Per run: target = the best final value among the baselines (every algorithm other
+than ``--method``; lower is better unless ``--higher_is_better``); for every
+algorithm, the first evaluated round at which it is at least as good as the target
+(``-`` if never). The summary counts the runs in which ``--method`` gets there in
+strictly fewer rounds than every baseline, and prints the mean final values.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import statistics
+
+from absl import app, flags
+
+_METRIC = flags.DEFINE_string("metric", "objective", "Metric to compare.")
+_HIGHER = flags.DEFINE_bool("higher_is_better", False, "Higher metric values are better.")
+_METHOD = flags.DEFINE_string("method", "fzoos", "The method compared with the others.")
+
+
+def first_reach(recs, target, higher):
+  for r in recs:
+    if (r[_METRIC.value] >= target) if higher else (r[_METRIC.value] <= target):
+      return r["round"]
+  return None
+
+
+def main(argv):
+  if len(argv) != 2:
+    raise app.UsageError("usage: python -m experiments.fzoos_reach_table ROOT")
+  metric, higher, me = _METRIC.value, _HIGHER.value, _METHOD.value
+  runs: dict = {}
+  for f in sorted(glob.glob(os.path.join(argv[1], "*", "*", "metrics.jsonl"))):
+    recs = [json.loads(line) for line in open(f) if line.strip()]
+    recs = [r for r in recs if metric in r and r[metric] is not None and math.isfinite(r[metric])]
+    if recs:
+      run, alg = f.split(os.sep)[-3], f.split(os.sep)[-2]
+      runs.setdefault(run, {})[alg] = recs
+  if not runs:
+    raise app.UsageError(f"no ROOT/*/*/metrics.jsonl with {metric!r} under {argv[1]}")
+  methods = sorted({a for r in runs.values() for a in r})
+  print(f"| run | target (best baseline final {metric}) | " + " | ".join(methods) + " |")
+  print("|---|---|" + "---|" * len(methods))
+  wins, counted, finals = 0, 0, {m: [] for m in methods}
+  for run in sorted(runs):
+    algs = runs[run]
+    for m in methods:
+      if m in algs:
+        finals[m].append(algs[m][-1][metric])
+    base = [algs[a][-1][metric] for a in algs if a != me]
+    if not base or me not in algs:
+      continue
+    target = max(base) if higher else min(base)
+    reach = {a: first_reach(algs[a], target, higher) for a in algs}
+    cells = [f"{reach[m]} ({algs[m][-1][metric]:.4g})" if m in algs and reach[m] is not None
+             else (f"- ({algs[m][-1][metric]:.4g})" if m in algs else "n/a") for m in methods]
+    print(f"| {run} | {target:.4g} | " + " | ".join(cells) + " |")
+    counted += 1
+    others = [reach[a] for a in algs if a != me]
+    if reach[me] is not None and all(o is None or reach[me] < o for o in others):
+      wins += 1
+  print()
+  print(f"- {me} reaches the best baseline's final {metric} in strictly fewer rounds than every "
+        f"baseline in {wins}/{counted} runs (cells: first round reaching the target, (final value)).")
+  for m in methods:
+    if finals[m]:
+      sd = statistics.stdev(finals[m]) if len(finals[m]) > 1 else 0.0
+      print(f"- {m}: mean final {metric} {statistics.mean(finals[m]):.4f} ± {sd:.4f} over {len(finals[m])} runs")
+
+
+if __name__ == "__main__":
+  app.run(main)
