@@ -132,3 +132,38 @@ def test_select_lengthscale_prefers_the_generating_scale():
     y = jnp.sin(4 * X[:, 0])  # wiggly: short lengthscale
     ls = gp.select_lengthscale("se", X, y, jnp.ones(60, bool), (0.1, 0.3, 1.0, 3.0, 10.0))
     assert float(ls) in (0.1, 0.3)
+
+
+@pytest.mark.parametrize("kind", gp.KERNELS)
+def test_lemma_c1_gradient_error_bound_on_exact_gp_samples(kind):
+  """Lemma C.1 (specs §4 item 2, §7 check 2): with f ~ GP(0, k), ||grad mu(x) - grad f(x)||^2 <=
+  omega ||dsigma^2(x)||, omega = d + 2 (sqrt(d) + 1) ln(1/delta), in at least 1 - delta of the
+  draws (delta = 0.05). (y at the n inputs, grad f(x)) is drawn jointly and exactly from its
+  Gaussian (covariances k, d_x k, d_x d_x' k); the whitened error must also have E||.||^2 = d
+  (it is N(0, I) when eq. 5's mean and covariance are right), which a wrong covariance fails."""
+  with jax.enable_x64(True):
+    n, d, ls, noise, trials, delta = 15, 4, 0.7, 1e-4, 400, 0.05
+    X = jax.random.uniform(jax.random.key(11), (n, d), jnp.float64)
+    x = jnp.full((d,), 0.5, jnp.float64)
+    k = lambda a, b: gp.kernel_from_sqdist(kind, jnp.sum((a - b) ** 2), ls, 1.0)
+    Kxx = jax.vmap(lambda a: jax.vmap(lambda b: k(a, b))(X))(X) + noise * jnp.eye(n)
+    Kgx = jax.vmap(lambda b: jax.grad(k)(x, b))(X).T                       # (d, n) cov(grad f(x), y)
+    Kgg = gp.kappa(kind, ls) * jnp.eye(d)                                   # d_x d_x' k at x = x'
+    if kind == "se":  # the closed form agrees with autodiff (Matern's sqrt(r^2) has no autodiff at r = 0)
+      np.testing.assert_allclose(jax.jacfwd(jax.grad(k, argnums=0), argnums=1)(x, x), Kgg, rtol=1e-12)
+    cov = jnp.block([[Kxx, Kgx.T], [Kgx, Kgg]])
+    L = jnp.linalg.cholesky(cov + 1e-12 * jnp.eye(n + d))
+    z = jax.random.normal(jax.random.key(12), (trials, n + d), jnp.float64) @ L.T
+    ys, gs = z[:, :n], z[:, n:]
+    mask = jnp.ones((n,), bool)
+    post = jax.vmap(lambda y: gp.fit(kind, X, y, mask, x, ls, 1.0, noise))(ys)
+    mu = jax.vmap(lambda p: gp.posterior_mean_grad(kind, p, x))(post)
+    S = gp.posterior_grad_cov(kind, jax.tree.map(lambda a: a[0], post), x)   # same for every draw
+    err = mu - gs
+    omega = d + 2 * (np.sqrt(d) + 1) * np.log(1 / delta)
+    ok = np.sum(np.asarray(err) ** 2, axis=1) <= omega * float(jnp.linalg.norm(S, 2))
+    assert ok.mean() >= 1 - delta, ok.mean()
+    w = jnp.linalg.solve(jnp.linalg.cholesky(S), err.T)                     # whitened (d, trials)
+    chi2 = np.asarray(jnp.sum(w ** 2, axis=0))
+    # mean of chi^2_d over 400 draws: sd sqrt(2d/400) = 0.14 at d = 4
+    assert abs(chi2.mean() - d) < 0.6, chi2.mean()
