@@ -93,13 +93,13 @@ def fit_weights(rff: RFF, X, y, mask, ridge=1e-8):
   """
   m = mask.astype(rff.V.dtype)
   Phi = features(rff, X) * m[:, None]                          # (n, M)
-  A = Phi @ Phi.T + jnp.diag(ridge * m + (1.0 - m))
-  # A is PSD; redo with more ridge if the factor is not finite (sequential, see
-  # fedsim.estimators.gp._cholesky_retry).
+  A = Phi @ Phi.T + jnp.diag(ridge * m + (1.0 - m))            # Khat + sigma^2 I (eq. 6)
+  # A is PD for ridge > 0; only where its factor is not finite (round-off), redo with
+  # extra jitter (sequential, see fedsim.estimators.gp._cholesky_retry).
   eye = jnp.eye(A.shape[0], dtype=A.dtype)
-  L1 = jnp.linalg.cholesky(A + ridge * eye)
-  r2 = jnp.where(jnp.all(jnp.isfinite(L1)), ridge, 1e-6 + 100.0 * ridge)
-  L = jnp.linalg.cholesky(A + r2 * eye)
+  L1 = jnp.linalg.cholesky(A)
+  extra = jnp.where(jnp.all(jnp.isfinite(L1)), 0.0, 1e-6 + 100.0 * ridge)
+  L = jnp.linalg.cholesky(A + extra * eye)
   beta = jax.scipy.linalg.cho_solve((L, True), jnp.where(mask, y, 0.0).astype(A.dtype))
   return Phi.T @ beta
 
