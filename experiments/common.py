@@ -225,6 +225,9 @@ def define_flags():
   flags.DEFINE_string("opt_metric", "precision", "metric_opt objective 1 - macro METRIC: "
                       "precision, recall, f1, jaccard")
   flags.DEFINE_integer("attack_target", -1, "attack: index of the eligible target image (-1 = --seed)")
+  flags.DEFINE_integer("model_train_steps", 0, "attack / metric_opt: Adam steps of the task's "
+                       "classifiers (0 = task default: attack 400, metric_opt 2000); fewer steps leave "
+                       "more test points near a decision boundary")
   flags.DEFINE_float("perturbation_box", 0.0, "attack / metric_opt box eps of the perturbation "
                      "(0 = task default: attack 0.3, metric_opt 0.2)")
   flags.DEFINE_bool("save_learners", False, "FFGB family: write each round's learners to "
@@ -474,6 +477,8 @@ def _check_fzoos_task_flags():
     raise ConfigError("portion", f"must be in (0, 1]; got {FLAGS.portion}")
   if not (math.isfinite(FLAGS.perturbation_box) and FLAGS.perturbation_box >= 0):
     raise ConfigError("perturbation_box", f"must be >= 0 (0 = task default); got {FLAGS.perturbation_box}")
+  if FLAGS.model_train_steps < 0:
+    raise ConfigError("model_train_steps", f"must be >= 0 (0 = task default); got {FLAGS.model_train_steps}")
   from fedsim.tasks.metric_opt import METRICS
   if FLAGS.task == "metric_opt" and FLAGS.opt_metric not in METRICS:
     raise ConfigError("opt_metric", f"unknown {FLAGS.opt_metric!r}; accepted: {', '.join(METRICS)}")
@@ -487,7 +492,7 @@ def _check_fzoos_task_flags():
 def fzoos_task_kwargs() -> dict:
   """The attack / metric_opt arguments of ``make_task`` from the flags (seed 000 §6.2-6.3)."""
   return dict(portion=FLAGS.portion, opt_metric=FLAGS.opt_metric, attack_target=FLAGS.attack_target,
-              perturbation_box=FLAGS.perturbation_box)
+              perturbation_box=FLAGS.perturbation_box, model_train_steps=FLAGS.model_train_steps)
 
 
 def set_blas_threads(n: int) -> list:

@@ -28,7 +28,7 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
               hidden_layers: int = 1, activation: str = "relu", shift_kind: str = "w1",
               feature_shift: float = 0.0, tabular_loss: str = "square", portion: float | None = None,
               perturbation_box: float = 0.0, attack_target: int = -1, opt_metric: str = "precision",
-              **smooth_erm):
+              model_train_steps: int = 0, **smooth_erm):
   """Builds task ``name``.
 
   Supervised tasks load ``dataset`` (fedsim.data.load_dataset), split its
@@ -51,7 +51,8 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
   ``holder_eta``, ``raw_dim``); errors name the flag.
   ``attack`` / ``metric_opt`` (seed 000 §6.2-6.3, fedsim.tasks.attack /
   fedsim.tasks.metric_opt) take ``portion`` (None: 0.7 for attack, 0.3 for
-  metric_opt), ``perturbation_box`` (0: the task's default), ``attack_target``
+  metric_opt), ``perturbation_box`` (0: the task's default), ``model_train_steps`` (Adam
+  steps of the task's classifiers; 0: the task's default), ``attack_target``
   and ``opt_metric``; ``attack`` uses ``classifier`` (cnn, mlp).
 
   Raises:
@@ -107,14 +108,17 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
   if name in ("attack", "metric_opt"):  # seed 000 (FZooS) §6.2-6.3
     portion = float(portion if portion is not None else (0.7 if name == "attack" else 0.3))
     box = float(perturbation_box or 0.0)
+    import dataclasses as _dc
     if name == "attack":
-      from fedsim.tasks.attack import make_attack_task
+      from fedsim.tasks.attack import TRAIN_CONFIG, make_attack_task
+      tc = _dc.replace(TRAIN_CONFIG, steps=int(model_train_steps)) if model_train_steps else TRAIN_CONFIG
       return make_attack_task(ds, num_clients, seed=seed, portion=portion, model=classifier, box=box,
-                              target=int(attack_target), cache_dir=cache_dir)
-    from fedsim.tasks.metric_opt import make_metric_opt_task
+                              target=int(attack_target), cache_dir=cache_dir, train_config=tc)
+    from fedsim.tasks.metric_opt import TRAIN_CONFIG as MO_TRAIN, make_metric_opt_task
+    tc = _dc.replace(MO_TRAIN, steps=int(model_train_steps)) if model_train_steps else MO_TRAIN
     return make_metric_opt_task(ds, num_clients, seed=seed, portion=portion,
                                 metric=opt_metric, box=box,
-                                cache_dir=cache_dir)
+                                cache_dir=cache_dir, train_config=tc)
   if name == "attack_cw":
     from fedsim.tasks.attack_cw import make_attack_cw_task
     return make_attack_cw_task(ds, num_clients, seed=seed, target_class=target_class, c=attack_c,

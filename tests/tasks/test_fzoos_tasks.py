@@ -113,6 +113,7 @@ def test_metric_opt_task(digits, tmp_path):
     (["--task=attack", "--classifier=softmax"], "--classifier"),
     (["--task=metric_opt", "--opt_metric=auc"], "--opt_metric"),
     (["--task=metric_opt", "--perturbation_box=-1"], "--perturbation_box"),
+    (["--task=metric_opt", "--model_train_steps=-5"], "--model_train_steps"),
     (["--task=quadratic", "--algorithm=fzoos", "--fzoos_track_cosine=2"], "--fzoos_track_cosine"),
 ])
 def test_bad_flags_exit_2(args, flag, tmp_path):
