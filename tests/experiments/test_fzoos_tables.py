@@ -44,8 +44,8 @@ def test_fig1_table_final_budget_gap_and_checks(tmp_path):
   out = _py("experiments.fzoos_fig1_table", root, "--budget=200", "--gap=0.1")
   assert "| 5 | fzoos | 2 | 0.1000 ± 0.1414 | 0.2750 ± 0.3182 | 2.0 (1/2 seeds) | 3 |" in out, out
   assert "| 5 | fedzo_fd | 2 | 0.3000 ± 0.0000 | 2.5000 ± 0.0000 | - | 3 |" in out, out
-  assert "C=5 F(x_R): FZooS 0.1000 below every baseline: yes" in out
-  assert "C=50 F(x_R): FZooS 0.5000 below every baseline: NO (fedzo_fd lower or equal)" in out
+  assert "C=5 F(x_R): fzoos 0.1000 below every FD baseline: yes" in out
+  assert "C=50 F(x_R): fzoos 0.5000 below every FD baseline: NO (fedzo_fd lower or equal)" in out
   assert "fzoos: F(x_R) over C=5,50: 0.1000, 0.5000 non-decreasing: yes" in out
   assert "fedzo_fd: F(x_R) over C=5,50: 0.3000, 0.1000 non-decreasing: NO" in out
 
@@ -75,3 +75,14 @@ def test_reach_table_counts_fewer_rounds(tmp_path):
   assert "| t0 | 0.5 | - (1) | 2 (0.3) | 4 (0.5) |" in out, out
   assert "| t1 | 0.2 | 4 (0.2) | - (0.7) | n/a |" in out, out
   assert "in 1/2 runs" in out
+
+
+def test_fig1_table_method_flag_and_variants_are_not_baselines(tmp_path):
+  root = str(tmp_path)
+  _write(root, "C5_s0", "fzoos", _curve([3.0, 1.0, 0.5], 100))
+  _write(root, "C5_s0", "fzoos-gamma_schedule=one", _curve([3.0, 1.0, -0.01], 100))
+  _write(root, "C5_s0", "fedzo_fd", _curve([3.0, 1.0, 0.2], 200))
+  out = _py("experiments.fzoos_fig1_table", root)
+  assert "C=5 F(x_R): fzoos 0.5000 below every FD baseline: NO (fedzo_fd lower or equal)" in out, out
+  out = _py("experiments.fzoos_fig1_table", root, "--method=fzoos-gamma_schedule=one")
+  assert "C=5 F(x_R): fzoos-gamma_schedule=one -0.0100 below every FD baseline: yes" in out, out
