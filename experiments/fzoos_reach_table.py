@@ -54,7 +54,7 @@ def main(argv):
   methods = sorted({a for r in runs.values() for a in r})
   print(f"| run | target (best baseline final {metric}) | " + " | ".join(methods) + " |")
   print("|---|---|" + "---|" * len(methods))
-  wins, counted, finals = 0, 0, {m: [] for m in methods}
+  wins, counted, stuck_runs, finals = 0, 0, 0, {m: [] for m in methods}
   for run in sorted(runs):
     algs = runs[run]
     for m in methods:
@@ -64,10 +64,14 @@ def main(argv):
     if not base or me not in algs:
       continue
     target = max(base) if higher else min(base)
+    start = algs[me][0][metric]
+    stuck = target == start and algs[me][0]["round"] == 0
+    stuck_runs += int(stuck)
     reach = {a: first_reach(algs[a], target, higher) for a in algs}
     cells = [f"{reach[m]} ({algs[m][-1][metric]:.4g})" if m in algs and reach[m] is not None
              else (f"- ({algs[m][-1][metric]:.4g})" if m in algs else "n/a") for m in methods]
-    print(f"| {run} | {target:.4g} | " + " | ".join(cells) + " |")
+    note = " (= round 0: no baseline improves)" if stuck else ""
+    print(f"| {run} | {target:.4g}{note} | " + " | ".join(cells) + " |")
     counted += 1
     others = [reach[a] for a in algs if a != me]
     if reach[me] is not None and all(o is None or reach[me] < o for o in others):
@@ -75,6 +79,9 @@ def main(argv):
   print()
   print(f"- {me} reaches the best baseline's final {metric} in strictly fewer rounds than every "
         f"baseline in {wins}/{counted} runs (cells: first round reaching the target, (final value)).")
+  if stuck_runs:
+    print(f"- in {stuck_runs}/{counted} runs no baseline improves on the starting value, so every method "
+          f"'reaches' the target at round 0; compare the final values instead.")
   for m in methods:
     if finals[m]:
       sd = statistics.stdev(finals[m]) if len(finals[m]) > 1 else 0.0

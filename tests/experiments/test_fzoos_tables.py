@@ -86,3 +86,12 @@ def test_fig1_table_method_flag_and_variants_are_not_baselines(tmp_path):
   assert "C=5 F(x_R): fzoos 0.5000 below every FD baseline: NO (fedzo_fd lower or equal)" in out, out
   out = _py("experiments.fzoos_fig1_table", root, "--method=fzoos-gamma_schedule=one")
   assert "C=5 F(x_R): fzoos-gamma_schedule=one -0.0100 below every FD baseline: yes" in out, out
+
+
+def test_reach_table_flags_runs_where_no_baseline_moves(tmp_path):
+  root = str(tmp_path)
+  _write(root, "s0", "fzoos", _curve([0.5, 0.4, 0.3], 1))
+  _write(root, "s0", "fedzo_fd", _curve([0.5, 0.5, 0.5], 1))
+  out = _py("experiments.fzoos_reach_table", root)
+  assert "| s0 | 0.5 (= round 0: no baseline improves) | 0 (0.5) | 0 (0.3) |" in out, out
+  assert "in 1/1 runs no baseline improves" in out
