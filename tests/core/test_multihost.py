@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ARGS = ["--algorithm=fedavg,fedzo", "--num_clients=10", "--clients_per_round=4", "--eval_every=2",
@@ -45,6 +46,7 @@ def _two_processes(out, *extra):
   return outs
 
 
+@pytest.mark.slow
 def test_two_processes_agree_with_one_and_resume(tmp_path):
   # 2 processes x 2 fake devices, N = 10 padded to 12; "interrupted" after round 5
   # with a checkpoint at round 4 (orbax, both processes), then resumed to round 6.

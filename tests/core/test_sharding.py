@@ -8,6 +8,7 @@ import textwrap
 
 import jax
 import numpy as np
+import pytest
 
 from fedsim.core import sharding
 from fedsim.core.sharding import client_mesh, shard_task, unpad
@@ -64,6 +65,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_ten_clients_one_vs_eight_devices_padded_same_metrics():
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True,

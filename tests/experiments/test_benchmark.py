@@ -174,6 +174,7 @@ def test_ffgb_loop_trains_the_engine_learners():
       assert jnp.allclose(a, b[i], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_quick_looped_algorithms():
   settings = benchmark.Settings.make(quick=True)
   lines = []
@@ -195,6 +196,7 @@ def test_quick_looped_algorithms():
   assert table.count("| hiso | 4 |") == 1 and "learners/s" in table
 
 
+@pytest.mark.slow
 def test_quick_scaling_compile_roofline(tmp_path):
   from experiments.bench import compile_time, roofline, scaling
   settings = benchmark.Settings.make(quick=True)
@@ -236,6 +238,7 @@ def test_quick_scaling_compile_roofline(tmp_path):
   assert "## scaling" in md and "## roofline" in md and "## compile" in md and "log-log slope" in md
 
 
+@pytest.mark.slow
 def test_quick_fzoos_and_ffgb_suites():
   from experiments.bench import ffgb_speed, fzoos_speed
   settings = benchmark.Settings.make(quick=True)

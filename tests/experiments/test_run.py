@@ -84,6 +84,7 @@ def test_per_algorithm_flag_beats_global(tmp_path):
   assert hp["fedzo"]["smoothing"] == 1e-3 and hp["fedavg"]["batch_size"] == 20
 
 
+@pytest.mark.slow
 def test_checkpoint_and_resume_equal_uninterrupted_run(tmp_path):
   args = ["--algorithm=fedavg,fedzo", "--num_clients=8", "--clients_per_round=3", "--eval_every=2",
           "--lr=0.05"]

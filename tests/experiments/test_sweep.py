@@ -44,6 +44,7 @@ def test_bad_sweep_values_exit_2_with_one_line(args, needle, tmp_path):
   assert not os.path.exists(tmp_path / "out" / "results.csv")
 
 
+@pytest.mark.slow
 def test_alpha_sweep_three_programs_and_kill_resume(tmp_path):
   """3 alpha x 2 seeds of FedZO: 3 compiled round programs, 6 rows; a run killed
   after its first group and restarted writes the same results.csv, byte for byte
