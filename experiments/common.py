@@ -329,12 +329,8 @@ def validate():
     raise ConfigError("algorithm", "an entry is repeated; give repeated algorithms different overrides")
   if not FLAGS.algorithm:
     raise ConfigError("algorithm", f"empty; accepted: {', '.join(algorithms.REGISTRY)}")
-  if FLAGS.task not in TASKS:
-    raise ConfigError("task", f"unknown {FLAGS.task!r}; accepted: {', '.join(TASKS)}")
-  if FLAGS.dataset not in DATASETS:
-    raise ConfigError("dataset", f"unknown {FLAGS.dataset!r}; accepted: {', '.join(DATASETS)}")
-  if FLAGS.partition not in PARTITIONS:
-    raise ConfigError("partition", f"unknown {FLAGS.partition!r}; accepted: {', '.join(PARTITIONS)}")
+  for flag, accepted in (("task", TASKS), ("dataset", DATASETS), ("partition", PARTITIONS)):
+    _check_one_of(flag, accepted)
   if FLAGS.num_clients < 1:
     raise ConfigError("num_clients", f"must be >= 1; got {FLAGS.num_clients}")
   if not 1 <= FLAGS.clients_per_round <= FLAGS.num_clients:
@@ -419,13 +415,10 @@ def validate():
     raise ConfigError("comm_budget", f"must be >= 0 (0 = use --rounds); got {FLAGS.comm_budget}")
   if FLAGS.hidden_layers < 1:
     raise ConfigError("hidden_layers", f"must be >= 1; got {FLAGS.hidden_layers}")
-  if FLAGS.activation not in ("relu", "leaky_relu"):
-    raise ConfigError("activation", f"unknown {FLAGS.activation!r}; accepted: relu, leaky_relu")
+  _check_one_of("activation", ("relu", "leaky_relu"))
   if FLAGS.task == "shift_tabular":
-    if FLAGS.shift_kind not in ("tv", "w1"):
-      raise ConfigError("shift_kind", f"unknown {FLAGS.shift_kind!r}; accepted: tv, w1")
-    if FLAGS.tabular_loss not in ("square", "ce"):
-      raise ConfigError("tabular_loss", f"unknown {FLAGS.tabular_loss!r}; accepted: square, ce")
+    _check_one_of("shift_kind", ("tv", "w1"))
+    _check_one_of("tabular_loss", ("square", "ce"))
     hi = 1.0 if FLAGS.shift_kind == "tv" else math.inf
     if not (0 <= FLAGS.feature_shift <= hi and math.isfinite(FLAGS.feature_shift)):
       raise ConfigError("feature_shift", f"must be in [0, {hi:g}] for shift_kind={FLAGS.shift_kind} "
@@ -480,13 +473,20 @@ def _check_fzoos_task_flags():
   if FLAGS.model_train_steps < 0:
     raise ConfigError("model_train_steps", f"must be >= 0 (0 = task default); got {FLAGS.model_train_steps}")
   from fedsim.tasks.metric_opt import METRICS
-  if FLAGS.task == "metric_opt" and FLAGS.opt_metric not in METRICS:
-    raise ConfigError("opt_metric", f"unknown {FLAGS.opt_metric!r}; accepted: {', '.join(METRICS)}")
+  if FLAGS.task == "metric_opt":
+    _check_one_of("opt_metric", METRICS)
   if FLAGS.task == "attack":
     if FLAGS.classifier not in ("cnn", "mlp"):
       raise ConfigError("classifier", f"unknown {FLAGS.classifier!r} for --task=attack; accepted: cnn, mlp")
     if FLAGS.dataset not in ("digits", "mnist"):
       raise ConfigError("dataset", f"--task=attack needs images; accepted: digits, mnist")
+
+
+def _check_one_of(flag: str, accepted) -> None:
+  """Raises ConfigError(flag, "unknown V; accepted: A, B") unless FLAGS.<flag> is in ``accepted``."""
+  value = getattr(FLAGS, flag)
+  if value not in accepted:
+    raise ConfigError(flag, f"unknown {value!r}; accepted: {', '.join(accepted)}")
 
 
 def fzoos_task_kwargs() -> dict:

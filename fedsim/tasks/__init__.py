@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from fedsim.core.errors import ConfigError
 from fedsim.tasks.classification import make_classification_task
 from fedsim.tasks.quadratic import make_quadratic_task
@@ -108,14 +110,13 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
   if name in ("attack", "metric_opt"):  # seed 000 (FZooS) §6.2-6.3
     portion = float(portion if portion is not None else (0.7 if name == "attack" else 0.3))
     box = float(perturbation_box or 0.0)
-    import dataclasses as _dc
     if name == "attack":
       from fedsim.tasks.attack import TRAIN_CONFIG, make_attack_task
-      tc = _dc.replace(TRAIN_CONFIG, steps=int(model_train_steps)) if model_train_steps else TRAIN_CONFIG
+      tc = dataclasses.replace(TRAIN_CONFIG, steps=int(model_train_steps)) if model_train_steps else TRAIN_CONFIG
       return make_attack_task(ds, num_clients, seed=seed, portion=portion, model=classifier, box=box,
                               target=int(attack_target), cache_dir=cache_dir, train_config=tc)
     from fedsim.tasks.metric_opt import TRAIN_CONFIG as MO_TRAIN, make_metric_opt_task
-    tc = _dc.replace(MO_TRAIN, steps=int(model_train_steps)) if model_train_steps else MO_TRAIN
+    tc = dataclasses.replace(MO_TRAIN, steps=int(model_train_steps)) if model_train_steps else MO_TRAIN
     return make_metric_opt_task(ds, num_clients, seed=seed, portion=portion,
                                 metric=opt_metric, box=box,
                                 cache_dir=cache_dir, train_config=tc)
