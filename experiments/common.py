@@ -47,7 +47,7 @@ HPARAMS = {
     "noise_model": (str, "AirComp noise: real_full, complex_real_part, code_compat"),
     "empty_round": (str, "AirComp round with no device: skip (keep model), resample (code)"),
     "transceiver": (str, "AirComp simulation: shortcut (eq. 17), full (eqs. 14-17)"),
-    "variant": (str, "DZOPA / ZONE-S form: paper, code (the authors' code)"),
+    "variant": (str, "DZOPA / ZONE-S / FZooS and its FD baselines: paper, code (the authors' code preset)"),
     "consensus_weight": (float, "DZOPA code variant: consensus weight gamma_c"),
     "alpha": (float, "DZOPA consensus weight alpha / ZONE-S alpha (default 1/N)"),
     "beta": (float, "DZOPA dual step beta"),
@@ -65,6 +65,8 @@ HPARAMS = {
     "clip_hi": (float, "HiSo upper clip of H (Assumption 4; default off)"),
     "preconditioner": (str, "HiSo directions: diagonal (paper), scalar (ablation: mean(H) 1)"),
     "step_norm": (str, "HiSo step scale: none (eq. 8, factor absorbed in eta; code), trace (eq. 7: H / harmonic mean)"),
+    "weight_decay": (float, "DeComFL/HiSo SGD weight decay lambda: eta (Delta x + lambda x) (paper 0; "
+                     "code 1e-5 on MNIST, presets hiso_code / decomfl_code)"),
     # FedLRGD / FedAve / GD (seed 004; specs/fedlrgd.md).
     "phi": (float, "communication-to-computation ratio phi of the oracle-complexity ledger (Definition 1)"),
     "step_size": (float, "FedLRGD / GD step (default 1/L1 of the task)"),
@@ -87,8 +89,13 @@ HPARAMS.update({
     "eta_decay_p": (float, "FFGB step exponent p"),
     "eta_cap": (float, "FFGB cap on eta"),
     "mu": (float, "FFGB Tikhonov mu (eq. 3; experiments 0)"),
-    "weak_learner": (str, "FFGB oracle: mlp, cnn (image data), rf_ridge, scaled"),
-    "gamma": (float, "FFGB scaled-oracle gamma / FFGB.C assumed gamma"),
+    "weak_learner": (str, "FFGB oracle: mlp, cnn (image data), rf_ridge, scaled (WO^2, eq. 23), "
+                     "wo_inf (eq. 24; ffgb_c default), wo_lip (Sobolev eq. 25; ffgb_l default)"),
+    "wo_family": (str, "FFGB wo_inf / wo_lip learner class: mlp, cnn, rf, linear"),
+    "wo_p": (float, "FFGB wo_inf smooth max: power mean ((1/n) sum r_j^p)^(1/p) of squared residuals (>= 1)"),
+    "sobolev_weight": (float, "FFGB wo_lip weight of eq. 25's gradient term (paper 1)"),
+    "sobolev_samples": (int, "FFGB wo_lip Monte-Carlo points per client round (eq. 25's integral)"),
+    "gamma": (float, "FFGB scaled-oracle gamma / FFGB.C's gamma of (13) (ffgb_c default 0.5)"),
     "oracle_steps": (int, "FFGB mlp oracle Adam steps (paper 1000)"),
     "oracle_lr": (float, "FFGB mlp oracle Adam lr (paper 0.005)"),
     "oracle_batch": (int, "FFGB mlp oracle batch (code 128)"),
@@ -96,11 +103,14 @@ HPARAMS.update({
     "mu_eta_cap": (float, "FFGB cap on mu*eta (Lemma D.2 needs <= 1)"),
     "clip_G": (float, "FFGB.C gradient bound G of Assumption 3.2 (CE: sqrt 2)"),
     "clip_B": (float, "FFGB.C projection radius B (default 2G/(mu gamma), Thm D.1)"),
-    "lip_L": (float, "FFGB.L Lipschitz constant L of the McShane extension (eq. 17)"),
+    "lip_L": (float, "FFGB.L Lipschitz constant L of (16)-(17): wo_lip's query gradient "
+                     "(default: the task's, shift_tabular 3)"),
     "rf_features": (int, "FFGB rf_ridge oracle: random Fourier features D"),
     "rf_bandwidth": (float, "FFGB rf_ridge oracle: bandwidth relative to sqrt(d)"),
     "ridge": (float, "FFGB rf_ridge oracle: ridge lambda per sample"),
     "mlp_init": (str, "FFGB mlp oracle init: default (lecun), faithful ([code] N(0, 1/fan_in^2))"),
+    "mlp_output_act": (bool, "FFGB mlp oracle: leaky ReLU after the output layer too ([code]; paper false)"),
+    "oracle_dedup": (bool, "FFGB mlp/cnn oracle: drop repeated minibatch indices ([code] torch.unique)"),
     "ffgb_l_query": (str, "FFGB.L query: fixed (u - Delta, specs §2.4), printed (Alg. 4 as printed)"),
 })
 # Hyperparameters that are core flags (always given, no per-algorithm default).
@@ -127,7 +137,8 @@ CHOICES = {
     "lr_schedule": ("fedpaq", "constant"),
     "quantizer": ("none", "qsgd"),
     "eta_schedule": ("paper", "code", "theory"),
-    "weak_learner": ("scaled", "rf_ridge", "mlp", "cnn"),
+    "weak_learner": ("scaled", "rf_ridge", "mlp", "cnn", "wo_inf", "wo_lip"),
+    "wo_family": ("mlp", "cnn", "rf", "linear"),
     "mlp_init": ("default", "faithful"),
     "ffgb_l_query": ("fixed", "printed"),
 }
@@ -140,7 +151,7 @@ HPARAMS.update({
     "lengthscale": (float, "FZooS SE lengthscale l of the RFF and the fixed GP (paper 1.0)"),
     "gp_window": (int, "FZooS local GP window (nearest history points, code 150)"),
     "rff_window": (int, "FZooS RFF fit window (points nearest x_r, code 500)"),
-    "history_size": (int, "FZooS per-client ring-buffer slots"),
+    "history_size": (int, "FZooS per-client history slots: 0 = the whole run (from --rounds), H > 0 = ring of the last H queries"),
     "gamma_schedule": (str, "FZooS correction length: inv_t (paper), one, zero (Fig. 6b ablations)"),
     "correction_point": (str, "FZooS correction at: current iterate (eq. 8), round_start (Fig. 6b)"),
     "prox_gamma": (float, "FedProx-ZO correction weight gamma (code 1)"),
@@ -211,7 +222,8 @@ def define_flags():
   flags.DEFINE_string("feature_map", "identity", "logistic_soft / ridge features: identity, holder")
   flags.DEFINE_float("holder_eta", 2.5, "Hölder order eta of --feature_map=holder (||u - c_j||^eta)")
   flags.DEFINE_integer("raw_dim", 1, "D: dimension of the raw points of --feature_map=holder")
-  flags.DEFINE_bool("x64", False, "enable float64 (jax_enable_x64) before anything is built (FedLRGD r > 12)")
+  flags.DEFINE_bool("x64", False, "enable float64 (jax_enable_x64) before anything is built; same random "
+                    "draws (FedLRGD: its weight solve is float64 either way, its GD steps need x64 at r >= 16)")
   flags.DEFINE_integer("seed", 0, "root seed (data partition, initialisation, all randomness)")
   flags.DEFINE_integer("eval_every", 10, "rounds per compiled chunk / between evaluations")
   flags.DEFINE_string("output_dir", "runs/main", "where config.json, metrics and curves.png go")
@@ -255,7 +267,22 @@ def define_flags():
 
 
 def _define(name, typ, default, help_):
-  {float: flags.DEFINE_float, int: flags.DEFINE_integer, str: flags.DEFINE_string}[typ](name, default, help_)
+  {float: flags.DEFINE_float, int: flags.DEFINE_integer, str: flags.DEFINE_string,
+   bool: flags.DEFINE_bool}[typ](name, default, help_)
+
+
+def _convert(typ, value: str):
+  """``NAME=VALUE`` override text -> typ (bool: true/false/1/0, any case).
+
+  Raises:
+    ValueError: not a value of typ.
+  """
+  if typ is bool:
+    low = value.lower()
+    if low not in ("true", "false", "1", "0"):
+      raise ValueError(value)
+    return low in ("true", "1")
+  return typ(value)
 
 
 def parse_spec(spec: str):
@@ -278,7 +305,7 @@ def parse_spec(spec: str):
       raise ConfigError("algorithm", f"bad override {item!r} in {spec!r}; accepted NAME=VALUE "
                         f"with NAME in: {accepted}")
     try:
-      out[key] = HPARAMS[key][0](value)
+      out[key] = _convert(HPARAMS[key][0], value)
     except ValueError:
       raise ConfigError("algorithm", f"{key}={value!r} in {spec!r} is not a {HPARAMS[key][0].__name__}")
   return name, out
@@ -305,6 +332,9 @@ def hparams_for(spec: str) -> dict:
   if "clients_per_round" in cfg:
     flag = FLAGS[f"{alg}_clients_per_round"]
     cfg["clients_per_round"] = flag.value if flag.present else FLAGS.clients_per_round
+  if "rounds" in cfg:  # FZooS sizes its history from the run (seed 000 Alg. 2 keeps the trajectory)
+    cfg["rounds"] = (comm_rounds(alg, cfg, FLAGS.num_clients, FLAGS.comm_budget)
+                     if FLAGS.comm_budget > 0 else FLAGS.rounds)
   cfg.update(overrides)
   return cfg
 
@@ -373,6 +403,8 @@ def validate():
       raise ConfigError(where("nu"), f"must be in [0, 1]; got {hp['nu']}")
     if "eps" in hp and not hp["eps"] >= 0:
       raise ConfigError(where("eps"), f"must be >= 0; got {hp['eps']}")
+    if "weight_decay" in hp and not hp["weight_decay"] >= 0:
+      raise ConfigError(where("weight_decay"), f"must be >= 0; got {hp['weight_decay']}")
     for n in ("h0", "clip_lo", "clip_hi"):
       if n in hp:
         _positive(where(n), hp[n])
@@ -388,6 +420,9 @@ def validate():
       _positive(where("channel_var"), hp["channel_var"])
     if "snr_db" in hp and math.isnan(hp["snr_db"]):
       raise ConfigError(where("snr_db"), "must be a number of dB or inf")
+    if hp.get("transceiver") == "full" and hp.get("noise_model") == "code_compat":  # seed 001 §IV
+      raise ConfigError(where("noise_model"), "code_compat (the authors' closed-form noise std) cannot "
+                        "be simulated by transceiver=full; accepted with full: real_full, complex_real_part")
     for n in ("beta1", "beta2"):
       if n in hp and not 0 <= hp[n] < 1:
         raise ConfigError(where(n), f"must be in [0, 1); got {hp[n]}")
@@ -402,8 +437,8 @@ def validate():
       raise ConfigError(where("qsgd_levels"), f"must be >= 1; got {hp['qsgd_levels']}")
     if hp.get("schedule_offset") is not None and hp["schedule_offset"] < 0:
       raise ConfigError(where("schedule_offset"), f"must be >= 0; got {hp['schedule_offset']}")
-    for n in ("track_cosine", "accept_if_improves"):  # FZooS family (seed 000)
-      if n in hp and hp[n] not in (0, 1):
+    for n in ("track_cosine", "accept_if_improves"):  # FZooS family (seed 000); None = the preset's
+      if hp.get(n) is not None and hp[n] not in (0, 1):
         raise ConfigError(where(n), f"must be 0 or 1; got {hp[n]}")
     if alg in FFGB_FAMILY:
       validate_ffgb(alg, hp, where)
@@ -533,7 +568,7 @@ def parse_flags_or_exit(argv):
   return argv
 
 
-FFGB_FAMILY = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l")
+FFGB_FAMILY = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l", "ffgb_code", "ffgb_nores_code")
 FFGB_TASKS = ("softmax", "mlp", "cnn", "shift_tabular")  # tasks with per-client points x (seed 002)
 
 
@@ -560,9 +595,19 @@ def validate_ffgb(alg: str, hp: dict, where):
       raise ConfigError(where(n), f"must be >= 0 and finite; got {hp[n]}")
   if not 0 < hp["gamma"] <= 1:
     raise ConfigError(where("gamma"), f"must be in (0, 1]; got {hp['gamma']}")
-  for n in ("oracle_steps", "oracle_batch", "rf_features"):
+  for n in ("oracle_steps", "oracle_batch", "rf_features", "sobolev_samples"):
     if hp[n] < 1:
       raise ConfigError(where(n), f"must be >= 1; got {hp[n]}")
+  if not (hp["wo_p"] >= 1 and math.isfinite(hp["wo_p"])):
+    raise ConfigError(where("wo_p"), f"must be >= 1 and finite; got {hp['wo_p']}")
+  if not (hp["sobolev_weight"] >= 0 and math.isfinite(hp["sobolev_weight"])):
+    raise ConfigError(where("sobolev_weight"), f"must be >= 0 and finite; got {hp['sobolev_weight']}")
+  if hp["weak_learner"] == "wo_lip" and alg != "ffgb_l":
+    raise ConfigError(where("weak_learner"), f"wo_lip (eq. 25) needs FFGB.L's closed-form query "
+                      f"gradient; accepted for {alg}: scaled, rf_ridge, mlp, cnn, wo_inf")
+  if hp["weak_learner"] in ("wo_inf", "wo_lip") and hp["wo_family"] == "cnn" and (
+      hp["weak_learner"] == "wo_lip" or FLAGS.task == "shift_tabular" or FLAGS.dataset == "libsvm"):
+    raise ConfigError(where("wo_family"), "cnn needs image data (and wo_inf); accepted: mlp, rf, linear")
   if hp["store_learners"] < 0:
     raise ConfigError(where("store_learners"), f"must be >= 0; got {hp['store_learners']}")
   if FLAGS.save_learners and hp["store_learners"] < FLAGS.eval_every:

@@ -1,6 +1,7 @@
 r"""FedLRGD's simulation suite (specs/fedlrgd.md §3.3; the paper runs none).
 
-Always float64 (x64 is enabled at start-up: cond(G^(i)) reaches 1e7 at r ~ 8).
+Float64 (x64 is enabled at start-up: cond(G^(i)) reaches 1e7 at r ~ 8), except
+the float32 runs of ``--study=precision`` (a scoped ``jax.enable_x64(False)``).
 
 ``--study=fidelity`` (S2): soft-label logistic regression; per seed one task
 with the largest rank's server pool; every r of ``--ranks`` is a server mask of
@@ -23,7 +24,20 @@ on the instance with r = ``--reference_rank``.
 the first step with gap <= eps) and the smallest Gamma(FedAve) = T (b + phi m)
 over b (T = the first epoch with gap <= eps), for phi in ``--phis`` and eps in
 ``--eps``; the table marks where FedLRGD's Gamma is below FedAve's and
-Proposition 1's prediction (eta > (8/3 + 2 alpha + 2) d, alpha = 1).
+Proposition 1's prediction (eta > (8/3 + 2 alpha + 2) d, alpha = 1). Both
+methods start from the same theta^(0) (the engine's: ``init_params`` of the
+run's init stream; FedLRGD's anchors are the engine's too), and FedAve's gap is
+measured on the instance of FedLRGD's best rank r (same r server samples, n = m
+s + r, same F_*; FedAve never reads the server samples, so one run is scored on
+every instance); :func:`crossover_runs` checks that their round-0 gaps agree.
+
+``--study=precision``: FedLRGD in float32 against float64 on the fidelity
+setting, per r of ``--ranks`` and seed: the engine's FedLRGD (``init``: float64
+weight solve, whatever the precision) built once with x64 off (scoped) and
+once with x64 on, plus the float32 run with a float32 solve of the same
+system (the behaviour before the float64 set-up); the median relative
+gradient error over ``--num_thetas`` points and the gap after S = ``--rounds``
+steps (F evaluated in float64 on the host).
 
   python -m experiments.fedlrgd_suite --flagfile=experiments/flagfiles/fedlrgd_s2_fidelity.cfg
 
@@ -43,7 +57,7 @@ import numpy as np
 from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
-STUDIES = ("fidelity", "convergence", "crossover")
+STUDIES = ("fidelity", "convergence", "crossover", "precision")
 
 
 def define_flags():
@@ -226,21 +240,104 @@ def _plot_fidelity(rows, gaps, ranks):
   plt.close(fig)
 
 
-def _run_engine(name, task, rounds, eval_every, seed, **hp):
-  """Records (round, gap, oracle_compute, oracle_uploads) of one engine run."""
+def with_instance_gaps(task, masks, f_stars):
+  """``task`` whose ``evaluate`` also reports ``gap_j`` = F_j(theta) - F*_j for every instance j:
+  the same clients and server pool with server mask ``masks[j]`` (r_j server samples, n_j = m s
+  + r_j, eq. (3)) and optimum ``f_stars[j]``. Lets one FedAve run (which never reads the server
+  samples) be scored on the instance of each FedLRGD rank."""
+  import dataclasses
+  import jax
+  import jax.numpy as jnp
+  from fedsim.tasks.logistic_soft import pooled_objective_and_grad
+  masks, f_stars = jnp.asarray(masks), jnp.asarray(f_stars)
+
+  def evaluate(params, data):
+    out = dict(task.evaluate(params, data))
+    objective = lambda mask: pooled_objective_and_grad(
+        task.per_example_loss, params, {**data, "server": {**data["server"], "mask": mask}})[0]
+    gaps = jax.vmap(objective)(masks) - f_stars.astype(params.dtype)
+    out.update({f"gap_{j}": gaps[j] for j in range(masks.shape[0])})
+    return out
+
+  return dataclasses.replace(task, evaluate=evaluate)
+
+
+def _run_engine(name, task, rounds, eval_every, seed, instances=None, **hp):
+  """Records (round, gap, oracle_compute, oracle_uploads) of one engine run; with
+  ``instances`` = (masks (K, R), f_stars (K,)), also ``gaps`` (K,) on every instance
+  (:func:`with_instance_gaps`)."""
   import jax
   from fedsim import algorithms
   from fedsim.algorithms import fedlrgd as fl
   from fedsim.core import simulate
   from fedsim.core.errors import DivergenceError
-  alg, task_l = fl.with_ledger_metrics(algorithms.build(name, task, **hp), task, 0.0)
+  alg = algorithms.build(name, task, **hp)
+  scored = with_instance_gaps(task, *instances) if instances is not None else task
+  alg, task_l = fl.with_ledger_metrics(alg, scored, 0.0)
   recs = []
   try:
     simulate(alg, task_l, rounds, eval_every, jax.random.key(seed), on_eval=recs.append)
   except DivergenceError:
     pass
-  return [{"round": r["round"], "gap": r["optimality_gap"], "compute": r["oracle_compute"],
-           "uploads": r["oracle_uploads"]} for r in recs]
+  out = [{"round": r["round"], "gap": r["optimality_gap"], "compute": r["oracle_compute"],
+          "uploads": r["oracle_uploads"]} for r in recs]
+  if instances is not None:
+    for o, r in zip(out, recs):
+      o["gaps"] = [r[f"gap_{j}"] for j in range(len(instances[1]))]
+  return out
+
+
+def engine_start(task, seed):
+  """(theta^(0) (p,), anchors (R, p)) of an engine run with root key ``jax.random.key(seed)``:
+  every algorithm's theta^(0) is ``task.init_params`` of the run's init stream, and FedLRGD's
+  anchors are :func:`fedsim.algorithms.fedlrgd.draw_anchors` (U[-1,1]^p) of its sub-stream."""
+  import jax
+  from jax.flatten_util import ravel_pytree
+  from fedsim.algorithms import fedlrgd as fl
+  from fedsim.core import rng
+  init_key, _ = rng.init_keys(jax.random.key(seed))
+  theta0, _ = ravel_pytree(task.init_params(init_key))
+  R = task.data["server"]["mask"].shape[0]
+  return theta0, fl.draw_anchors(fl.anchor_key(init_key), theta0, R, "uniform", 1.0)
+
+
+def crossover_runs(task, ranks, seed, num_steps, fedave_settings, fedave_rounds, eval_every, mu):
+  """FedLRGD for every rank and FedAve for every setting on one task, scored on the same instances.
+
+  Both methods start from the same theta^(0) (:func:`engine_start`), and for every r of
+  ``ranks`` both are scored on the same instance: r server samples, n = m s + r, its own F_*.
+
+  Args:
+    task: a logistic_soft task with a server pool of R >= max(ranks).
+    ranks: the K ranks r.
+    seed: the root seed of the runs.
+    num_steps: S, FedLRGD's GD steps.
+    fedave_settings: {label: FedAve hyperparameters}.
+    fedave_rounds, eval_every: FedAve's epochs and evaluation period.
+    mu: the task's L2 weight.
+
+  Returns:
+    dict: ``theta0`` (p,), ``fedlrgd_gaps`` (K, S+1) (F - F_* on instance r after 0..S
+    steps), ``fedave`` {label: records with ``round`` and ``gaps`` (K,)}.
+
+  Raises:
+    RuntimeError: the two methods' round-0 gaps differ (not the same start or instances).
+  """
+  import jax.numpy as jnp
+  masks, f_stars = _masks_and_fstars(task, ranks)
+  theta0, anchors = engine_start(task, seed)
+  fn = rank_sweep_fn(mu, num_steps)
+  out = fn(jnp.asarray(masks), task.data, anchors, anchors[:1], theta0, 1.0 / task.info["L1"],
+           jnp.asarray(f_stars))
+  gaps = np.asarray(out["gaps"])                                   # (K, S+1)
+  fedave = {label: _run_engine("fedave", task, fedave_rounds, eval_every, seed,
+                               instances=(masks, f_stars), **hp)
+            for label, hp in fedave_settings.items()}
+  for label, recs in fedave.items():
+    if not np.allclose(recs[0]["gaps"], gaps[:, 0], rtol=1e-9, atol=1e-12):
+      raise RuntimeError(f"fedave {label} and fedlrgd start from different F - F_*: "
+                         f"{recs[0]['gaps']} vs {gaps[:, 0].tolist()}")
+  return {"theta0": np.asarray(theta0), "fedlrgd_gaps": gaps, "fedave": fedave}
 
 
 def convergence():
@@ -301,60 +398,72 @@ def _first(values, eps):
   return int(idx[0]) if idx.size else None
 
 
-def crossover():
-  import jax
-  import jax.numpy as jnp
+def crossover_row(gaps, fedave, ranks, s, m, phi, eps):
+  """One crossover cell: the cheapest FedLRGD and FedAve runs that reach F - F_* <= eps.
+
+  FedLRGD: min over r of Gamma = r^2 + r s + r S + phi m r (Theorem 2's count), S = the first
+  step with gap <= eps on instance r. FedAve: min over its settings of Gamma = T (b + phi m)
+  (App. D, tau = 1), T = the first evaluated epoch with gap <= eps on the instance of FedLRGD's
+  best r (the largest r if FedLRGD never reaches eps).
+
+  Args:
+    gaps: (K, S+1) FedLRGD gaps per rank; fedave: {(b, step): records with ``round``, ``gaps`` (K,)};
+    ranks: the K ranks; s, m: samples per client, clients; phi, eps: Definition 1's phi, accuracy.
+
+  Returns:
+    dict: server_samples, fedlrgd {gamma, r, S} or None, fedave {gamma, b, T, step} or None,
+    ratio (0 / inf / nan when one / the other / both never reach eps), fedlrgd_wins.
+  """
   from fedsim.algorithms import theory_fedlrgd as th
-  from fedsim.tasks.logistic_soft import with_server_size
+  best_lr = None
+  for j, r in enumerate(ranks):
+    S_r = _first(gaps[j], eps)
+    if S_r is not None:
+      g = th.gamma_fedlrgd(r, s, S_r, phi, m)
+      if best_lr is None or g < best_lr[0]:
+        best_lr = (g, r, S_r)
+  j_inst = ranks.index(best_lr[1]) if best_lr else len(ranks) - 1
+  best_fa = None
+  for (b, lr), recs in fedave.items():
+    T = _first([rec["gaps"][j_inst] for rec in recs], eps)
+    if T is not None:
+      T = recs[T]["round"]
+      g = th.gamma_fedave(T, b, phi, 1.0, m)
+      if best_fa is None or g < best_fa[0]:
+        best_fa = (g, b, T, lr)
+  ratio = best_lr[0] / best_fa[0] if best_lr and best_fa else (
+      0.0 if best_lr else math.inf if best_fa else math.nan)
+  return {"server_samples": ranks[j_inst],
+          "fedlrgd": best_lr and {"gamma": best_lr[0], "r": best_lr[1], "S": best_lr[2]},
+          "fedave": best_fa and {"gamma": best_fa[0], "b": best_fa[1], "T": best_fa[2], "step": best_fa[3]},
+          "ratio": ratio, "fedlrgd_wins": bool(ratio < 1)}
+
+
+def crossover():
+  from fedsim.algorithms import theory_fedlrgd as th
   ranks, phis, epss = _ints("ranks"), _floats("phis"), _floats("eps")
-  m, s, S, p = FLAGS.num_clients, FLAGS.samples_per_client, FLAGS.rounds, FLAGS.num_features
-  fn = rank_sweep_fn(FLAGS.l2_penalty, S)
+  m, s = FLAGS.num_clients, FLAGS.samples_per_client
   rows = []
   for d in _ints("crossover_dims"):
     for eta in _floats("crossover_etas"):
       t0 = time.perf_counter()
       task = _task(FLAGS.seed, max(ranks), feature_map="holder", holder_eta=eta, raw_dim=d)
-      masks, f_stars = _masks_and_fstars(task, ranks)
-      anchors = jax.random.uniform(jax.random.key(1000 + FLAGS.seed), (masks.shape[1], p), jnp.float64, -1, 1)
-      theta0 = task.init_params(jax.random.key(FLAGS.seed))
-      out = jax.device_get(fn(jnp.asarray(masks), task.data, anchors, anchors[:1], theta0,
-                              1.0 / task.info["L1"], jnp.asarray(f_stars)))
-      gaps = np.asarray(out["gaps"])                              # (K, S+1)
-      ref = with_server_size(task, max(ranks))
-      fedave = {(b, lr): _run_engine("fedave", ref, FLAGS.fedave_rounds, FLAGS.eval_every, FLAGS.seed,
-                                     local_steps=b, **_fedave_step(lr, ref))
-                for b in _ints("fedave_local_steps") for lr in FLAGS.fedave_lrs}
+      settings = {(b, lr): dict(local_steps=b, **_fedave_step(lr, task))
+                  for b in _ints("fedave_local_steps") for lr in FLAGS.fedave_lrs}
+      res = crossover_runs(task, ranks, FLAGS.seed, FLAGS.rounds, settings, FLAGS.fedave_rounds,
+                           FLAGS.eval_every, FLAGS.l2_penalty)
+      gaps, fedave = res["fedlrgd_gaps"], res["fedave"]
       for eps in epss:
         for phi in phis:
-          best_lr = None
-          for j, r in enumerate(ranks):
-            S_r = _first(gaps[j], eps)
-            if S_r is not None:
-              g = th.gamma_fedlrgd(r, s, S_r, phi, m)
-              if best_lr is None or g < best_lr[0]:
-                best_lr = (g, r, S_r)
-          best_fa = None
-          for (b, lr), recs in fedave.items():
-            T = _first([r["gap"] for r in recs], eps)
-            if T is not None:
-              T = recs[T]["round"]
-              g = th.gamma_fedave(T, b, phi, 1.0, m)
-              if best_fa is None or g < best_fa[0]:
-                best_fa = (g, b, T, lr)
-          ratio = best_lr[0] / best_fa[0] if best_lr and best_fa else (
-              0.0 if best_lr else math.inf if best_fa else math.nan)
-          rows.append({"d": d, "eta": eta, "phi": phi, "eps": eps,
-                       "fedlrgd": best_lr and {"gamma": best_lr[0], "r": best_lr[1], "S": best_lr[2]},
-                       "fedave": best_fa and {"gamma": best_fa[0], "b": best_fa[1], "T": best_fa[2],
-                                              "step": best_fa[3]},
-                       "ratio": ratio, "fedlrgd_wins": bool(ratio < 1),
+          row = crossover_row(gaps, fedave, ranks, s, m, phi, eps)
+          rows.append({"d": d, "eta": eta, "phi": phi, "eps": eps, **row,
                        "prop1_predicts_win": th.proposition1_predicts_win(d, eta)})
       print(f"[crossover] d={d} eta={eta}: {time.perf_counter() - t0:.1f}s", flush=True)
-  lines = ["| d | eta | phi | eps | FedLRGD (r, S) | Gamma FedLRGD | FedAve (b, T, step) | Gamma FedAve | ratio | "
-           "FedLRGD below | Prop. 1 predicts |", "|" + "---|" * 11]
+  lines = ["| d | eta | phi | eps | server samples | FedLRGD (r, S) | Gamma FedLRGD | FedAve (b, T, step) | "
+           "Gamma FedAve | ratio | FedLRGD below | Prop. 1 predicts |", "|" + "---|" * 12]
   fmt = lambda x, keys: "-" if not x else "(" + ", ".join(str(x[k]) for k in keys) + ")"
   for row in rows:
-    lines.append(f"| {row['d']} | {row['eta']:g} | {row['phi']:g} | {row['eps']:g} | "
+    lines.append(f"| {row['d']} | {row['eta']:g} | {row['phi']:g} | {row['eps']:g} | {row['server_samples']} | "
                  f"{fmt(row['fedlrgd'], ('r', 'S'))} | {row['fedlrgd']['gamma'] if row['fedlrgd'] else math.inf:.3g} | "
                  f"{fmt(row['fedave'], ('b', 'T', 'step'))} | {row['fedave']['gamma'] if row['fedave'] else math.inf:.3g} | "
                  f"{row['ratio']:.3g} | {'yes' if row['fedlrgd_wins'] else 'no'} | "
@@ -363,6 +472,53 @@ def crossover():
   print(table)
   with open(os.path.join(FLAGS.output_dir, "crossover.md"), "w") as f:
     f.write(table + "\n")
+  return {"rows": rows}
+
+
+def precision():
+  import jax
+  import jax.numpy as jnp
+  from fedsim import algorithms
+  from fedsim.algorithms import fedlrgd as fl
+  from fedsim.core import rng
+  from fedsim.tasks.logistic_soft import LOSSES, logistic_objective_np, with_server_size
+  ranks, S = _ints("ranks"), FLAGS.rounds
+  grad_f = jax.grad(lambda th, ex: LOSSES["logistic_soft"](th, ex, FLAGS.l2_penalty))
+  errors = jax.jit(lambda d, W, th: fl.relative_errors(grad_f, d, W, th))
+  solve32 = jax.jit(lambda d, a: fl.setup(grad_f, d, a).weights)
+  final = jax.jit(lambda d, W, th0, step: fl.inexact_gd(grad_f, d, W, th0, step, S)[0][-1])
+  runs = {}
+  for seed in range(FLAGS.seeds):
+    for x64 in (False, True):
+      with jax.enable_x64(x64):
+        base = _task(seed, max(ranks))
+        dt = base.data["server"]["x"].dtype
+        thetas = jax.random.uniform(jax.random.key(2000 + seed), (FLAGS.num_thetas, FLAGS.num_features),
+                                    jnp.float32, -1.0, 1.0).astype(dt)
+        for r in ranks:
+          task = with_server_size(base, r)
+          state = jax.jit(algorithms.build("fedlrgd", task).init)(*rng.init_keys(jax.random.key(seed)))
+          d = task.data
+          pooled = lambda a, b: np.concatenate([np.asarray(a, np.float64)[:r],
+                                                np.asarray(b, np.float64).reshape(-1, *np.shape(a)[1:])])
+          x = pooled(d["server"]["x"], d["clients"]["x"])
+          y = pooled(d["server"]["y"], d["clients"]["y"])
+          variants = {"float64": state.weights} if x64 else {
+              "float32": state.weights, "float32, float32 solve": solve32(d, state.anchors)}
+          for name, W in variants.items():
+            th = np.asarray(final(d, W, state.theta, 1.0 / task.info["L1"]), np.float64)
+            runs.setdefault((r, name), []).append(
+                (float(jnp.median(errors(d, W, thetas))),
+                 logistic_objective_np(th, x, y, FLAGS.l2_penalty) - task.info["F_star"]))
+  rows = []
+  print("| r | run | median rel. gradient error | median final gap | max final gap |")
+  print("|---|---|---|---|---|")
+  for (r, name), v in sorted(runs.items()):
+    v = np.asarray(v)
+    rows.append({"r": r, "run": name, "median_rel_err": float(np.median(v[:, 0])),
+                 "median_final_gap": float(np.median(v[:, 1])), "max_final_gap": float(np.max(v[:, 1]))})
+    print(f"| {r} | {name} | {rows[-1]['median_rel_err']:.1e} | {rows[-1]['median_final_gap']:.1e} | "
+          f"{rows[-1]['max_final_gap']:.1e} |")
   return {"rows": rows}
 
 
@@ -380,7 +536,8 @@ def main(argv):
   jax.config.update("jax_enable_x64", True)   # this binary only; before any array exists
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   t0 = time.perf_counter()
-  result = {"fidelity": fidelity, "convergence": convergence, "crossover": crossover}[FLAGS.study]()
+  result = {"fidelity": fidelity, "convergence": convergence, "crossover": crossover,
+            "precision": precision}[FLAGS.study]()
   result["flags"] = {f.name: f.value for f in FLAGS.get_flags_for_module(sys.modules[__name__])}
   result["seconds"] = time.perf_counter() - t0
   with open(os.path.join(FLAGS.output_dir, "results.json"), "w") as f:

@@ -44,9 +44,9 @@ def main(argv):
 
   task = make_task("quadratic", num_clients=_N.value, dim=_DIM.value, heterogeneity=_C.value,
                    seed=_SEED.value)
-  alg = build("fzoos", task, num_rff=_M.value)
+  alg = build("fzoos", task, num_rff=_M.value, rounds=_ROUNDS.value)  # history: the whole run
   root = jax.random.key(_SEED.value)
-  state = jax.jit(alg.init)(rng.stream(root, "init"))
+  state = jax.jit(alg.init)(*rng.init_keys(root))
   step = jax.jit(alg.round)
   clients = task.data["clients"]
   grads = jax.jit(jax.vmap(jax.grad(task.loss), in_axes=(None, 0)))

@@ -46,7 +46,7 @@ def main():
                          clients_per_round=8)
   root = jax.random.key(a.seed)
   lam = np.asarray(task.data["eval"]["lam"], np.float64)
-  state = jax.jit(alg.init)(rng.stream(root, "init"))
+  state = jax.jit(alg.init)(*rng.init_keys(root))
   if a.oracle:
     state = state._replace(h=jnp.asarray(lam, state.h.dtype))
   rounds_key = rng.stream(root, "rounds")

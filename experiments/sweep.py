@@ -293,7 +293,7 @@ class Sweep:
     from fedsim.core import rng
 
     def probe(key):
-      s = alg.init(rng.stream(key, "init"))
+      s = alg.init(*rng.init_keys(key))
       out = dict(task.evaluate(alg.solution(s), task.data))
       if alg.metrics is not None:
         out.update(alg.metrics(s))

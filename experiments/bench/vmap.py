@@ -107,7 +107,7 @@ def prepare_vmapped(alg, task, settings: Settings):
   from fedsim.core import engine, rng
 
   key = jax.random.key(settings.seed)
-  state = jax.jit(alg.init)(rng.stream(key, "init"))
+  state = jax.jit(alg.init)(*rng.init_keys(key))
   rounds_key = rng.stream(key, "rounds")
   length = settings.rounds_per_chunk
   t = time.perf_counter()
@@ -476,8 +476,9 @@ def single_client_task(task, i: int):
 
 
 def fzoos_hparams(settings: Settings, num_rff: int) -> dict:
-  """FZooS defaults (seed 000 App. E) with T = ``fzoos_steps`` and M = ``num_rff``."""
-  return {"local_steps": settings.fzoos_steps, "num_rff": num_rff}
+  """FZooS defaults (seed 000 App. E) with T = ``fzoos_steps`` and M = ``num_rff``; the
+  history sized for Fig. 1's R = 50 rounds (fedsim.algorithms.fzoos, "History")."""
+  return {"local_steps": settings.fzoos_steps, "num_rff": num_rff, "rounds": 50}
 
 
 def benchmark_fzoos_loop(settings: Settings, log: Callable[[str], None] = print) -> dict:
@@ -502,8 +503,8 @@ def benchmark_fzoos_loop(settings: Settings, log: Callable[[str], None] = print)
     tasks1 = [single_client_task(task, i) for i in range(s)]
     alg1 = algorithms.build("fzoos", tasks1[0], **hp)
     round1 = jax.jit(alg1.round)
-    init_key = rng.stream(jax.random.key(settings.seed), "init")
-    states = [jax.jit(alg1.init)(init_key) for _ in range(s)]   # same shared RFF draw for all
+    init_keys = rng.init_keys(jax.random.key(settings.seed))
+    states = [jax.jit(alg1.init)(*init_keys) for _ in range(s)]   # same shared RFF draw for all
     datas = [t.data for t in tasks1]
     box = {"states": states, "round": 0}
 

@@ -12,10 +12,11 @@ import dataclasses
 from fedsim.algorithms.fedavg import FedAvgConfig, make_fedavg
 from fedsim.algorithms.dzopa import DZOPAConfig, make_dzopa
 from fedsim.algorithms.fedzo import FedZOConfig, make_fedzo
-from fedsim.algorithms.ffgb import FFGBConfig, make_ffgb
+from fedsim.algorithms.ffgb import FFGB_CODE, FFGBConfig, make_ffgb
 from fedsim.algorithms.fedave import FedAveConfig, GDConfig, make_fedave, make_gd
 from fedsim.algorithms.fedlrgd import FedLRGDConfig, make_fedlrgd
-from fedsim.algorithms.hiso import DeComFLConfig, HiSoConfig, make_decomfl, make_hiso
+from fedsim.algorithms.hiso import (DECOMFL_CODE, HISO_CODE, DeComFLConfig, HiSoConfig,
+                                    make_decomfl, make_hiso)
 from fedsim.algorithms.zone_s import ZONESConfig, make_zone_s
 from fedsim.core.errors import ConfigError
 
@@ -32,6 +33,10 @@ REGISTRY = {
     # Scalar-only ZO from shared seeds (seed 003); DeComFL is HiSo with H = I.
     "decomfl": (DeComFLConfig, {}, make_decomfl),
     "hiso": (HiSoConfig, {}, make_hiso),
+    # The authors' code settings (ZidongLiu/DeComFL, adam_forward.py on MNIST; see
+    # fedsim/algorithms/hiso.py): eps 0, P = 1, b = 8, SGD weight decay 1e-5 (DeComFL: central FD).
+    "hiso_code": (HiSoConfig, HISO_CODE, make_hiso),
+    "decomfl_code": (DeComFLConfig, DECOMFL_CODE, make_decomfl),
     # Low-rank gradient approximation (seed 004 Alg. 1), its FedPAQ baseline (App. D)
     # and exact GD on the pooled data (the reference); specs/fedlrgd.md.
     "fedlrgd": (FedLRGDConfig, {}, make_fedlrgd),
@@ -39,10 +44,18 @@ REGISTRY = {
     "gd": (GDConfig, {}, make_gd),
     # Federated functional gradient boosting (seed 002; specs/ffgb.md): Alg. 2, its
     # no-residual ablation (Fig. 2a), Alg. 5 (corrected FFGB.C) and Alg. 4 (sign-fixed FFGB.L).
+    # FFGB.C / FFGB.L use the oracles their theorems assume: WO^inf (eq. 13 / 24) and the
+    # Sobolev WO^lip (eqs. 19-20 / 25); FFGB.C's gamma of (13) is 0.5, not the exact-oracle
+    # 1 that zeroes the residual (G1 = 0; ffgb.FFGBConfig.gamma).
     "ffgb": (FFGBConfig, {}, make_ffgb),
     "ffgb_nores": (FFGBConfig, {}, make_ffgb),
-    "ffgb_c": (FFGBConfig, {}, make_ffgb),
-    "ffgb_l": (FFGBConfig, {}, make_ffgb),
+    # The authors' code (shenzebang/fed_functional_gradient f555c72, script/mnist_batch_ffgd.sh;
+    # fedsim/algorithms/ffgb.py FFGB_CODE): code step schedule, N(0, 1/fan_in^2) weights, leaky
+    # ReLU on the output, de-duplicated minibatches <= 128, 2000 Adam steps.
+    "ffgb_code": (FFGBConfig, FFGB_CODE, make_ffgb),
+    "ffgb_nores_code": (FFGBConfig, FFGB_CODE, make_ffgb),
+    "ffgb_c": (FFGBConfig, {"weak_learner": "wo_inf", "gamma": 0.5}, make_ffgb),
+    "ffgb_l": (FFGBConfig, {"weak_learner": "wo_lip"}, make_ffgb),
 }
 
 

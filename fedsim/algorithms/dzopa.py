@@ -233,7 +233,8 @@ def make_dzopa(task: Task, cfg: DZOPAConfig, name: str = "dzopa") -> FederatedAl
       scale_by_dim=cfg.variant == "code")
   queries = n * h * (cfg.batch_size if task.stochastic else 1) * (cfg.fd_directions + 1)
 
-  def init(key):
+  def init(key, shared_key):
+    del shared_key  # no draws shared by all parties (rng.init_keys)
     x0, _ = flat_problem(task, key)
     x = jnp.broadcast_to(x0, (n, d))  # every client starts at x^0 (the code: zeros)
     return DZOPAState(x=x, v=jnp.zeros_like(x))

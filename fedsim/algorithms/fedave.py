@@ -20,6 +20,9 @@ term, which makes eta_0 ~ 1/(L1 b)) so that the first epochs are not taken with
 the 4/mu step that the bound never uses. ``constant``: eta_t = ``lr``.
 Optional quantizer (``quantizer=qsgd``): [30]'s low-precision quantizer
 Q_s(x)_i = ||x||_2 sign(x_i) xi_i(x, s) (QSGD, Alistarh et al. 2017), unbiased.
+S_t and QSGD's uniforms are drawn in float32, as are the minibatches of the
+logistic_soft / ridge tasks (their ``sample_batch``), so there a run with x64
+enabled is the same experiment as a float32 run.
 
 FedAve trains on the clients' data only: the server's r samples (which exist
 for FedLRGD) are not used, while the reported objective is the paper's F of
@@ -108,7 +111,8 @@ def qsgd(x, key, levels: int):
   safe = jnp.where(norm > 0, norm, 1.0)
   a = levels * jnp.abs(x) / safe
   low = jnp.floor(a)
-  xi = (low + (jax.random.uniform(key, x.shape, x.dtype) < a - low).astype(x.dtype)) / levels
+  u = jax.random.uniform(key, x.shape, jnp.float32).astype(x.dtype)   # float32 draws: same under x64
+  xi = (low + (u < a - low).astype(x.dtype)) / levels
   return jnp.where(norm > 0, norm * jnp.sign(x) * xi, jnp.zeros_like(x))
 
 
@@ -157,14 +161,15 @@ def make_fedave(task: Task, cfg: FedAveConfig, name: str = "fedave") -> Federate
   loss = lambda x, batch: task.loss(unravel(x), batch)
   up_bytes = qsgd_bytes(p, cfg.qsgd_levels) if cfg.quantizer == "qsgd" else p * BYTES_PER_REAL
 
-  def init(key):
+  def init(key, shared_key):
+    del shared_key  # no draws shared by all parties (rng.init_keys)
     x0, _ = flat_problem(task, key)
     return FedAveState(theta=x0, epoch=jnp.zeros((), jnp.int32), ledger=zero_ledger())
 
   def local_update(theta, client, key, eta):
     def step(x, l):
       batch = task.sample_batch(client, jax.random.fold_in(key, l), cfg.batch_size)
-      return x - eta * jax.grad(loss)(x, batch), None
+      return x - eta * jax.grad(loss)(x, batch), None   # theta^c_{t,l+1} = theta^c_{t,l} - eta_t grad~f_c
     x, _ = jax.lax.scan(step, theta, jnp.arange(b))
     return x - theta
 
@@ -177,7 +182,7 @@ def make_fedave(task: Task, cfg: FedAveConfig, name: str = "fedave") -> Federate
         state.theta, clients, rng.client_keys(k_clients, idx), eta)    # (M, p)
     if cfg.quantizer == "qsgd":
       deltas = jax.vmap(lambda d, k: qsgd(d, k, cfg.qsgd_levels))(deltas, rng.client_keys(k_quant, idx))
-    theta = state.theta + pairwise_sum(deltas) / M                      # server average
+    theta = state.theta + pairwise_sum(deltas) / M   # theta_{t+1} = theta_t + (1/(tau m)) sum_{S_t} Delta^c_t
     ledger = add_epochs(state.ledger, epochs=1, compute=b * cfg.batch_size, comm_epochs=1, uploads=M)
     stats = make_stats(queries=M * b * cfg.batch_size, bytes_up=M * up_bytes,
                        bytes_down=M * p * BYTES_PER_REAL, participants=M)
@@ -244,7 +249,8 @@ def make_gd(task: Task, cfg: GDConfig, name: str = "gd") -> FederatedAlgorithm:
   s_max = int(clients["mask"].shape[1]) if isinstance(clients, dict) and "mask" in clients else 1
   p = int(jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0])
 
-  def init(key):
+  def init(key, shared_key):
+    del shared_key  # no draws shared by all parties (rng.init_keys)
     x0, _ = flat_problem(task, key)
     return GDState(theta=x0, ledger=zero_ledger())
 
@@ -254,7 +260,7 @@ def make_gd(task: Task, cfg: GDConfig, name: str = "gd") -> FederatedAlgorithm:
     ledger = add_epochs(state.ledger, epochs=1, compute=s_max, comm_epochs=1, uploads=m)
     stats = make_stats(queries=n.astype(jnp.int32), bytes_up=m * p * BYTES_PER_REAL,
                        bytes_down=m * p * BYTES_PER_REAL, participants=m)
-    return GDState(theta=state.theta - step * g, ledger=ledger), stats
+    return GDState(theta=state.theta - step * g, ledger=ledger), stats   # theta - (1/L1) grad F, eq. (3)
 
   return attach_metrics(FederatedAlgorithm(name=name, init=init, round=round_fn,
                                            solution=lambda s: unravel(s.theta), hparams=cfg), cfg.phi)

@@ -10,6 +10,9 @@ pseudo-gradient -mean_delta. FedAvg's server optimizer is SGD with
 Queries: one per-example gradient evaluation counts one query, so a client
 spends ``local_steps * batch_size`` per round. Bytes: d float32 down and d up
 per participating client.
+
+FedOpt's server step is Reddi et al. 2021 Alg. 2 written out
+(:func:`scale_by_fedopt`), not optax's bias-corrected ``adam`` / ``yogi``.
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ class FedAvgConfig:
     server_optimizer: ``sgd`` (FedAvg), ``adam``, ``yogi``, ``adagrad`` (FedOpt).
     server_lr: server learning rate eta (FedAvg: 1.0; FedOpt defaults from
       Reddi et al. 2021 App. D grids: 1e-2 for Adam/Yogi, 1e-1 for Adagrad).
-    beta1, beta2: server moment decays, Reddi et al. 2021 §5: 0.9, 0.99.
-    tau: adaptivity epsilon, Reddi et al. 2021 §5: 1e-3.
+    beta1, beta2: server moment decays, Reddi et al. 2021 §5: 0.9, 0.99
+      (beta2 is unused by FedAdagrad).
+    tau: adaptivity epsilon, Reddi et al. 2021 §5: 1e-3; also v_{-1} = tau^2.
     client_block: clients per vmapped block (0 = all at once; None = the
       backend's default, fedsim.core.client_map.default_client_block); an
       execution setting, not a hyperparameter of the method.
@@ -59,45 +63,67 @@ class FedAvgConfig:
 
 
 def server_optimizer(cfg: FedAvgConfig) -> optax.GradientTransformation:
-  """The optax server optimizer applied to the pseudo-gradient -mean_delta.
+  """The server optimizer applied to the pseudo-gradient -Delta_t (Delta_t the mean delta).
 
-  ``adam`` is ``optax.adam(server_lr, b1, b2, eps=tau)`` (optax bias-corrects the
-  moments; Reddi et al.'s Alg. 2 does not, which only rescales early steps).
-  ``yogi`` and ``adagrad`` follow Reddi et al. 2021 Alg. 2 exactly (no bias
-  correction; Yogi's v_{-1} = tau^2, Adagrad's v_{-1} = 0): m_t = b1 m + (1 - b1) Delta,
-  Yogi v_t = v - (1 - b2) Delta^2 sign(v - Delta^2), Adagrad v_t = v + Delta^2,
-  x <- x + eta m_t / (sqrt(v_t) + tau). (optax.yogi bias-corrects and starts m
-  at its accumulator value, so it is not FedYogi.)
+  ``sgd`` is ``optax.sgd(server_lr)``: x <- x + eta Delta_t (FedAvg with eta = 1).
+  ``adam``, ``yogi`` and ``adagrad`` are Reddi et al. 2021 Alg. 2 exactly
+  (:func:`scale_by_fedopt`): m_{-1} = 0, v_{-1} = tau^2 (line 1: v_{-1} >= tau^2),
+  no bias correction, x <- x + eta m_t / (sqrt(v_t) + tau). optax's own
+  ``adam`` / ``yogi`` are not: they bias-correct, and ``optax.yogi`` starts m
+  at its accumulator value (and its ``initial_accumulator_value`` argument
+  is what an earlier FedYogi passed for v_{-1}).
+
+  Raises:
+    ValueError: unknown ``server_optimizer``.
   """
   name, lr = cfg.server_optimizer, cfg.server_lr
   if name == "sgd":
     return optax.sgd(lr)
-  if name == "adam":
-    return optax.adam(lr, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.tau)
-  if name in ("yogi", "adagrad"):
-    return optax.chain(_scale_by_reddi(name, cfg.beta1, cfg.beta2, cfg.tau), optax.scale(-lr))
+  if name in FEDOPT:
+    return optax.chain(scale_by_fedopt(name, cfg.beta1, cfg.beta2, cfg.tau), optax.scale(-lr))
   raise ValueError(f"unknown server optimizer {name!r}; accepted: {', '.join(SERVER_OPTIMIZERS)}")
 
 
-def _scale_by_reddi(kind: str, beta1, beta2, tau) -> optax.GradientTransformation:
-  """m_t / (sqrt(v_t) + tau) of Reddi et al. 2021 Alg. 2 for FedYogi / FedAdagrad.
+FEDOPT = ("adam", "yogi", "adagrad")
 
-  Receives the pseudo-gradient g = -Delta; m, v track g (v depends on g^2 only).
+
+def scale_by_fedopt(kind: str, beta1, beta2, tau) -> optax.GradientTransformation:
+  """m_t / (sqrt(v_t) + tau) of Reddi et al. 2021 Alg. 2 (FedAdagrad, FedYogi, FedAdam).
+
+  With Delta_t the round's mean delta (lines 10-15):
+    m_t = beta1 m_{t-1} + (1 - beta1) Delta_t                              (line 11)
+    FedAdagrad: v_t = v_{t-1} + Delta_t^2                                  (line 12)
+    FedYogi:    v_t = v_{t-1} - (1 - beta2) Delta_t^2 sign(v_{t-1} - Delta_t^2)  (line 13)
+    FedAdam:    v_t = beta2 v_{t-1} + (1 - beta2) Delta_t^2                (line 14)
+    x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)                            (line 15)
+  from m_{-1} = 0 and v_{-1} = tau^2 (line 1 asks v_{-1} >= tau^2; the smallest
+  value), no bias correction. It receives the pseudo-gradient g = -Delta_t, so
+  m tracks -Delta_t (v depends on g^2 = Delta_t^2 only) and the caller's
+  ``optax.scale(-eta)`` gives line 15. State: (m, v), pytrees like the params.
+
+  Raises:
+    ValueError: ``kind`` not in :data:`FEDOPT`.
   """
+  if kind not in FEDOPT:
+    raise ValueError(f"unknown FedOpt server optimizer {kind!r}; accepted: {', '.join(FEDOPT)}")
   tmap = jax.tree_util.tree_map
 
   def init(params):
-    v0 = tau ** 2 if kind == "yogi" else 0.0
-    return (tmap(jnp.zeros_like, params), tmap(lambda p: jnp.full_like(p, v0), params))
+    return (tmap(jnp.zeros_like, params), tmap(lambda p: jnp.full_like(p, tau ** 2), params))
+
+  def second_moment(v, g):
+    g2 = g * g
+    if kind == "adagrad":
+      return v + g2                                           # line 12
+    if kind == "yogi":
+      return v - (1 - beta2) * g2 * jnp.sign(v - g2)          # line 13
+    return beta2 * v + (1 - beta2) * g2                       # line 14
 
   def update(g, state, params=None):
     del params
     m, v = state
-    m = tmap(lambda a, b: beta1 * a + (1 - beta1) * b, m, g)
-    if kind == "yogi":
-      v = tmap(lambda a, b: a - (1 - beta2) * b * b * jnp.sign(a - b * b), v, g)
-    else:
-      v = tmap(lambda a, b: a + b * b, v, g)
+    m = tmap(lambda a, b: beta1 * a + (1 - beta1) * b, m, g)  # line 11
+    v = tmap(second_moment, v, g)
     return tmap(lambda a, b: a / (jnp.sqrt(b) + tau), m, v), (m, v)
 
   return optax.GradientTransformation(init, update)

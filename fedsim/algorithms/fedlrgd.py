@@ -1,72 +1,96 @@
 r"""FedLRGD, federated low-rank gradient descent (seed 004, Algorithm 1; specs/fedlrgd.md §2.1).
 
-The server's r samples x^(0,1..r) are the pivots; it picks r parameter anchors
-vartheta^(1..r) and, per coordinate i, the r x r matrix
+What the code does, line by line of Algorithm 1 (seed 004 §III-B):
 
-    G^(i)[j, k] = g_i(x^(0,j); vartheta^(k)),   g_i = df/dtheta_i                     (34)
+* Line 1: the server draws r parameter anchors vartheta^(1..r) (``anchor_dist``:
+  U[-a, a]^p, App. A's box for a = 1, or theta^(0) + a N(0, I); the paper says
+  "arbitrary", a.e. distinct, footnotes 2-3). Its r samples x^(0,1..r) are the
+  pivots (the server's whole dataset; r = the rank).
+* Lines 2-4 (epoch 1, Type B, b_1 = r^2): per coordinate i the r x r matrix
 
-Each client c solves, per coordinate, (G^(i))^T v^(i,c) = h^(i,c) with
-h^(i,c)_k = sum_j g_i(x^(c,j); vartheta^(k))                                          (35)
-and uploads its r x p weights over r epochs. The server then runs S steps of
-inexact GD with step 1/L1 on
+      G^(i)[j, k] = g_i(x^(0,j); vartheta^(k)),   g_i = df/dtheta_i                  (34)
 
-    grad^F_i(theta) = (1/n) sum_k g_i(x^(0,k); theta) (1 + sum_c v_k^(i,c))            (41)
-    theta <- theta - (1/L1) grad^F(theta)                                             (42)
+  (rows: server samples j; columns: anchors k) and its factorisation
+  (``weights_solver``: ``solve`` = LU of G^T, default; ``inverse`` = the
+  paper-literal (G^(i))^{-1} of line 4; ``pinv`` / ``ridge`` = deviations for a
+  singular G, specs §6.3).
+* Lines 5-9 (epochs 2..r+1): client c sums its gradients at every anchor,
+  h^(i,c)_k = sum_j g_i(x^(c,j); vartheta^(k)) (line 6, b_2 = r s), and solves
 
-with n = m s + r. After the set-up the clients never compute again.
+      (v^(i,c))^T = (h^(i,c))^T (G^(i))^{-1},  i.e.  (G^(i))^T v^(i,c) = h^(i,c)    (35)
 
-**Epochs of Algorithm 1 and engine rounds.** ``--rounds`` is S, the server's GD
-iterations: engine round t (t = 0..S-1) is GD iteration t+1 (Alg. 1 line 11).
-The set-up epochs 1..r+1 (line 1-9: the server's r^2 anchor gradients and
-factorisations, the clients' r s gradients and solves, the r upload epochs)
-run inside the *first* engine round, behind a ``lax.cond`` on ``state.ready``
-(the set-up needs the client data, which only ``round`` receives). The first
-round's :class:`RoundStats` therefore carries the set-up's ledgers: queries
-r^2 + sum_c r s_c (plus the round's r), bytes_up = m r p reals (m uploads of p
-reals in each of the r communication epochs), participants = m r (uploads:
-client-epochs), bytes_down = the broadcast of the anchors and the p r x r
-factors (free in the paper's Definition 1; counted here). Every later round
-costs r queries (the server's gradients at theta, line 11) and no bytes.
+  uploading the r x p weights as r p-vectors, one per epoch (lines 8-9).
+* Line 10: W[i, k] = 1 + sum_c v_k^(i,c) (the "1 +" is the server sample's own term).
+* Line 11 (epoch r+2, Type B, r gradients per step): S steps of inexact GD
 
-**The oracle-complexity ledger (Definition 1).** ``state.ledger`` counts the
-epochs exactly: ``compute`` = sum_t b_t (r^2 in epoch 1, r s in epoch 2, 0 in
-epochs 3..r+1, r per GD step in epoch r+2), ``uploads`` = sum over
-communication epochs of the number of uploading clients (tau m = m per epoch,
-r epochs), ``comm_epochs`` = r, ``epochs`` = r + 2 once the GD epoch has
-started. Gamma = compute + phi * uploads = r^2 + r s + r S + phi m r (Theorem 2).
-The engine's records cannot carry an algorithm's own counters (RoundStats
-has fixed int32 fields, and the records hold only those totals and
-``task.evaluate``), so :func:`with_ledger_metrics` wraps an algorithm and its
-task for ``fedsim.core.simulate`` and :func:`ledger_on_eval` adds
-``oracle_complexity`` (Gamma) to every record (used by
-``experiments.fedlrgd_suite``). :func:`attach_metrics` sets a ``metrics``
-field if ``FederatedAlgorithm`` ever gains one (the requested engine hook), so
-``experiments.run`` records would then carry Gamma too.
+      grad^F_i(theta) = (1/n) sum_k g_i(x^(0,k); theta) W[i, k],   n = m s + r       (41)
+      theta <- theta - (1/L1) grad^F(theta)                                           (42)
 
-**Padding (sweeping r does not recompile; specs/fedlrgd.md §6.2).** Everything
-is shaped by the static R = the task's server pool size (``max_rank``); r is the
-number of True entries of the server mask, a value in the data. Padded anchors
-and server rows are masked: G_pad = [[G, 0], [0, c I]] per coordinate (c =
+  (step ``step_size``, default 1/L1 of the task). The clients never compute
+  again after line 7. ``project_box`` (default off) clips theta to [-b, b]^p
+  after each step (projected inexact GD, §II-C; a deviation).
+
+**Engine rounds.** ``--rounds`` is S: engine round t (t = 0..S-1) is GD step
+t+1 of line 11. Lines 1-10 (the set-up) run once in ``init``, on the data of
+the task the algorithm was built with (the engine passes that data to every
+round). The first round's :class:`RoundStats` carries the set-up's traffic
+(``state.charged`` marks it done): queries r^2 + sum_c r s_c (+ that round's
+r), bytes_up = m r p reals (m uploads of p reals in each of the r
+communication epochs), participants = m r (client-epochs), bytes_down = m (r p
++ p r^2) reals (the broadcast of the anchors and the p r x r factors of line
+5: free in Definition 1, counted here). Every later round costs r queries
+(line 11) and no bytes.
+
+**Oracle-complexity ledger (Definition 1).** ``state.ledger`` counts
+``compute`` = sum_t b_t (r^2 in epoch 1, r s in epoch 2 with s = the padded
+samples per client, 0 in epochs 3..r+1, r per GD step in epoch r+2),
+``uploads`` = sum over communication epochs of the uploading clients (tau m =
+m per epoch, r epochs), ``comm_epochs`` = r and ``epochs`` = r + 2 once the GD
+epoch has started, so Gamma = compute + phi uploads = r^2 + r s + r S + phi m r
+(Theorem 2). The algorithm's ``metrics`` (set by :func:`attach_metrics`) put
+these counts and Gamma into every engine record (Gamma in the run's float
+dtype: exact below 2^24 in float32); :func:`with_ledger_metrics` +
+:func:`ledger_on_eval` give Gamma as an exact host float
+(``experiments.fedlrgd_suite``). FedAve and GD (``fedave.py``) share the ledger.
+
+**Padding (sweeping r does not recompile; specs §6.2).** Everything is shaped
+by the static R = the task's server pool size (``max_rank``); r is the number of
+True entries of the server mask, a value in the data. Padded anchors and server
+rows are masked: G_pad = [[G, 0], [0, c I]] per coordinate (c =
 sigma_max(G^(i)), so cond(G_pad) = cond(G) and pinv's relative cut-off is the
 unpadded one), h_pad = [h, 0] so v_pad = [v, 0], and padded server gradients
 are zero in (41).
 
-**Precision.** The weights are computed in the task's float dtype. cond(G^(i))
-explodes with r (~1e7 at r = 8-10, 1e11 at r = 20; §6.3): run with x64
-enabled (``jax.enable_x64(True)`` or ``--x64``) for r > ~12; float32 works only
-for small r. ``weights_solver`` picks the solve: ``solve`` (LU of G^T on the
-server, ``lu_solve`` on the clients; default), ``inverse`` (the paper-literal
-(G^(i))^{-1} of line 4 and eq. (35)), ``pinv`` (``rcond``-truncated
-pseudo-inverse; a deviation for singular G) or ``ridge`` (Tikhonov
-(A^T A + lam I)^{-1} A^T with A = G^T and lam = ridge_lambda sigma_max^2; a
-deviation). Per-coordinate cond(G^(i)) and sigma_min are kept in the state and
-reported by :func:`diagnostics` against assumption (8), ||G^-1|| <= r^alpha.
+**Precision.** cond(G^(i)) grows fast with r (1e7 - 1e11 from r ~ 8-12 on
+the 2-feature logistic task; specs §0 item 8, §6.3), so lines 2-10 always run
+in float64, in ``init`` (:func:`setup_float64`): in the compiled graph when x64
+is enabled (``--x64``), otherwise through ``jax.pure_callback`` on the host CPU
+under a scoped ``jax.enable_x64(True)`` (nothing global changes), on the run's
+data and anchors upcast exactly to float64; W and the diagnostics come back
+rounded to the run's float dtype. (``init`` is a single-device computation,
+so the set-up also runs when the clients are sharded over devices.) The GD
+steps of line 11 run in the run's dtype. Measured (2 features, m = 50, s = 40,
+3 seeds, 20 random theta, S = 300): with float64
+weights a float32 run matches the x64 run at r <= 12 (median relative
+gradient error 3.5e-4 / 2.1e-4 vs 3.5e-4 / 1.9e-4 at r = 8 / 12), while at
+r = 16 / 20 the float32 evaluation of (41) (terms far larger than their sum)
+limits it to 1.7e-5 / 1.0e-5 vs 1.6e-6 / 2.3e-7 with x64; the final gaps
+were <= 3e-12 in both precisions from r = 16 on. A float32 solve of the same
+system (the behaviour before) gives weights off by O(1) at r = 16 whose
+interpolant is about as accurate (1.1e-5 / 2.4e-6): the weights are an
+ill-posed function of the data, so what the float64 solve buys a float32 run
+is the paper's weights (the x64 run's), not a smaller error
+(experiments/flagfiles/fedlrgd_precision.cfg). Use ``--x64`` for studies of
+the gradient error at large r. The random draws (theta^(0), anchors) are made
+in float32 and cast, so ``--x64`` changes the arithmetic, not the experiment.
+Per-coordinate cond(G^(i)) and sigma_min are kept in the state and reported
+by :func:`diagnostics` against assumption (8), ||G^-1|| <= r^alpha.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import chex
 import jax
@@ -399,6 +423,50 @@ def setup(grad_f, data, anchors, solver: str = "solve", rcond: float = 1e-10,
   return Setup(W, smax, smin, cond)
 
 
+def _upcast64(a):
+  a = np.asarray(a)
+  return a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a
+
+
+def setup_float64(grad_f, data, anchors, solver: str = "solve", rcond: float = 1e-10,
+                  ridge_lambda: float = 1e-10) -> Setup:
+  """Algorithm 1, lines 1-10 (:func:`setup`) computed in float64 whatever the run's precision.
+
+  With float64 anchors (x64 enabled) this is :func:`setup` in the compiled
+  graph. With float32 anchors, a ``jax.pure_callback`` runs :func:`setup` on the
+  host CPU under a scoped ``jax.enable_x64(True)`` (nothing global changes) on
+  the server / client data and anchors upcast exactly to float64; the results
+  are rounded to float32 on the way back. Jit-able; under ``vmap`` the callback
+  runs once per batch element.
+
+  Args:
+    grad_f: ``(theta (p,), example) -> (p,)``; must be dtype-polymorphic (it is
+      traced again with float64 inputs).
+    data: a task's data with ``server`` (R samples, mask) and ``clients``.
+    anchors: (R, p) float32 or float64.
+    solver, rcond, ridge_lambda: see :func:`server_factors`.
+
+  Returns:
+    :class:`Setup` in the anchors' dtype (W (p, R), sigma_max, sigma_min, cond (p,)).
+  """
+  if anchors.dtype == jnp.float64:
+    return setup(grad_f, data, anchors, solver, rcond, ridge_lambda)
+  dt = anchors.dtype
+  R, p = anchors.shape
+  fn = jax.jit(lambda d, a: setup(grad_f, d, a, solver, rcond, ridge_lambda))   # traced under x64
+
+  def host(server, clients, anch):
+    cpu = jax.devices("cpu")[0]
+    with jax.enable_x64(True), jax.default_device(cpu):
+      d = jax.tree_util.tree_map(_upcast64, {"server": server, "clients": clients})
+      res = jax.device_get(fn(d, _upcast64(anch)))
+    return Setup(*(np.asarray(v).astype(dt) for v in res))
+
+  shapes = Setup(jax.ShapeDtypeStruct((p, R), dt), *([jax.ShapeDtypeStruct((p,), dt)] * 3))
+  return jax.pure_callback(host, shapes, data["server"], data["clients"], anchors,
+                           vmap_method="sequential")
+
+
 def num_samples(data):
   """n = sum of client masks + r (the 1/n of eq. (41))."""
   return (jnp.sum(data["clients"]["mask"].astype(jnp.int32)) +
@@ -422,13 +490,28 @@ def exact_grad(grad_f, theta, data):
   return total / num_samples(data).astype(gc.dtype)
 
 
+def anchor_key(init_key):
+  """The key of the anchors (Alg. 1 line 1): a sub-stream of the run's init key
+  (theta^(0) uses the init key itself, as every other algorithm does)."""
+  return jax.random.fold_in(init_key, 0x4A4E)
+
+
 def draw_anchors(key, theta0, num: int, dist: str, scale: float):
-  """num anchors (num, p): ``uniform`` U[-scale, scale]^p or ``gaussian`` theta0 + scale N(0, I)."""
+  """Alg. 1 line 1: num anchors (num, p) in theta0's dtype.
+
+  ``uniform``: U[-scale, scale]^p; ``gaussian``: theta0 + scale N(0, I). The
+  draws are made in float32 and cast, so a run with x64 enabled gets the same
+  anchors (rounded once) as a float32 run with the same key.
+
+  Raises:
+    ValueError: unknown ``dist``.
+  """
   p = theta0.shape[0]
   if dist == "uniform":
-    return jax.random.uniform(key, (num, p), theta0.dtype, -scale, scale)
+    u = jax.random.uniform(key, (num, p), jnp.float32, -scale, scale)
+    return u.astype(theta0.dtype)
   if dist == "gaussian":
-    return theta0[None] + scale * jax.random.normal(key, (num, p), theta0.dtype)
+    return theta0[None] + scale * jax.random.normal(key, (num, p), jnp.float32).astype(theta0.dtype)
   raise ValueError(f"unknown anchor_dist {dist!r}; accepted: {', '.join(ANCHOR_DISTS)}")
 
 
@@ -437,12 +520,13 @@ def draw_anchors(key, theta0, num: int, dist: str, scale: float):
 # ----------------------------------------------------------------------------------------------
 
 class FedLRGDState(NamedTuple):
-  """theta (p,); anchors (R, p); weights W (p, R); ready (set-up done); sigma_min,
-  cond (p,) of each G^(i); ledger (Definition 1)."""
+  """theta (p,); anchors (R, p); weights W (p, R) of line 10; charged (the set-up's
+  epochs are in the ledgers: False until the first round); sigma_min, cond (p,) of
+  each G^(i); ledger (Definition 1)."""
   theta: jax.Array
   anchors: jax.Array
   weights: jax.Array
-  ready: jax.Array
+  charged: jax.Array
   sigma_min: jax.Array
   cond: jax.Array
   ledger: OracleLedger
@@ -481,9 +565,27 @@ def step_size_of(task: Task, cfg) -> float:
 def make_fedlrgd(task: Task, cfg: FedLRGDConfig, name: str = "fedlrgd") -> FederatedAlgorithm:
   """Builds FedLRGD on a task with a server dataset (``data["server"]``).
 
+  ``init(key, shared_key)`` draws theta^(0) = the task's ``init_params(key)``
+  (the same start as every other algorithm) and the anchors (line 1, from
+  :func:`anchor_key`), and runs lines 2-10 on the task's data in float64
+  (:func:`setup_float64`; a host callback unless x64 is enabled). ``round`` is
+  one GD step of line 11 (eqs. (41)-(42)); the first round also charges the
+  set-up's epochs to the ledgers (module doc). ``round`` must be given the data
+  of the task the algorithm was built with (as ``fedsim.core.simulate`` does):
+  the weights were computed from it.
+
+  Args:
+    task: a task with ``data["server"]`` and ``per_example_loss`` (logistic_soft, ridge).
+    cfg: :class:`FedLRGDConfig`.
+    name: the registry name.
+
+  Returns:
+    A :class:`FederatedAlgorithm` whose state is :class:`FedLRGDState`.
+
   Raises:
     ValueError: bad hyperparameters, a task without server data or per-example
-      loss, or a set-up whose per-round byte ledger would overflow int32.
+      loss, client data not addressable from this process (the set-up reads it on
+      the host), or a set-up whose per-round byte ledger would overflow int32.
   """
   check_config(cfg)
   if "server" not in task.data:
@@ -497,33 +599,34 @@ def make_fedlrgd(task: Task, cfg: FedLRGDConfig, name: str = "fedlrgd") -> Feder
   if m * (R * p + p * R * R) * BYTES_PER_REAL > _INT32_MAX or m * R * p * BYTES_PER_REAL > _INT32_MAX:
     raise ValueError(f"the set-up round's byte ledger (m={m}, R={R}, p={p}) exceeds int32; "
                      "use fewer clients or a smaller max_rank")
+  leaves = jax.tree_util.tree_leaves({"server": task.data["server"], "clients": task.data["clients"]})
+  if not all(getattr(a, "is_fully_addressable", True) for a in leaves):
+    raise ValueError("fedlrgd's set-up reads every client's data on this host; its data is spread "
+                     "over several processes (multi-process runs are not supported)")
+  # The set-up's data, on the host (gathered once if the task is sharded).
+  setup_data = jax.tree_util.tree_map(np.asarray, {"server": task.data["server"],
+                                                   "clients": task.data["clients"]})
 
-  def init(key):
-    # theta^(0) from the same key as every other algorithm (same start); anchors
-    # from their own sub-stream.
+  def init(key, shared_key):
+    del shared_key  # no draws shared by all parties (rng.init_keys)
     theta0, _ = ravel_pytree(task.init_params(key))
-    k_anchor = jax.random.fold_in(key, 0x4A4E)
-    anchors = draw_anchors(k_anchor, theta0, R, cfg.anchor_dist, cfg.anchor_scale)   # line 1
-    zp = jnp.zeros((p,), theta0.dtype)
-    return FedLRGDState(theta=theta0, anchors=anchors, weights=jnp.zeros((p, R), theta0.dtype),
-                        ready=jnp.asarray(False), sigma_min=zp, cond=zp, ledger=zero_ledger())
-
-  def do_setup(state, data):
-    res = setup(grad_f, data, state.anchors, cfg.weights_solver, cfg.rcond, cfg.ridge_lambda)
-    return state._replace(weights=res.weights, sigma_min=res.sigma_min, cond=res.cond,
-                          ready=jnp.asarray(True))
+    anchors = draw_anchors(anchor_key(key), theta0, R, cfg.anchor_dist, cfg.anchor_scale)   # line 1
+    data = jax.tree_util.tree_map(lambda a: jnp.asarray(a, theta0.dtype if a.dtype.kind == "f" else a.dtype),
+                                  setup_data)
+    res = setup_float64(grad_f, data, anchors, cfg.weights_solver, cfg.rcond,               # lines 2-10
+                        cfg.ridge_lambda)
+    return FedLRGDState(theta=theta0, anchors=anchors, weights=res.weights, charged=jnp.asarray(False),
+                        sigma_min=res.sigma_min, cond=res.cond, ledger=zero_ledger())
 
   def round_fn(state: FedLRGDState, key, data):
     del key  # FedLRGD is deterministic once the anchors are drawn
-    first = ~state.ready
-    state = jax.lax.cond(state.ready, lambda s, d: s, do_setup, state, data)
     r = jnp.sum(data["server"]["mask"].astype(jnp.int32))
     n = num_samples(data)
     ghat = approx_grad(grad_f, state.theta, data["server"], state.weights, n)      # (41)
     theta = state.theta - step * ghat                                              # (42)
     if cfg.project_box is not None:
       theta = jnp.clip(theta, -cfg.project_box, cfg.project_box)
-    f = first.astype(jnp.int32)
+    f = (~state.charged).astype(jnp.int32)   # 1 in the first round: the set-up's epochs 1..r+1
     s_counts = jnp.sum(data["clients"]["mask"].astype(jnp.int32))
     ledger = add_epochs(state.ledger, epochs=f * (r + 2),       # epochs 1..r+1, then r+2 opens
                         compute=f * (r * r + r * s_max) + r,   # b_1 = r^2, b_2 = r s; r per GD step
@@ -532,7 +635,7 @@ def make_fedlrgd(task: Task, cfg: FedLRGDConfig, name: str = "fedlrgd") -> Feder
                        bytes_up=f * m * r * p * BYTES_PER_REAL,
                        bytes_down=f * m * (r * p + p * r * r) * BYTES_PER_REAL,
                        participants=f * m * r)
-    return state._replace(theta=theta, ledger=ledger), stats
+    return state._replace(theta=theta, ledger=ledger, charged=jnp.asarray(True)), stats
 
   return attach_metrics(FederatedAlgorithm(name=name, init=init, round=round_fn,
                                            solution=lambda s: unravel(s.theta), hparams=cfg), cfg.phi)

@@ -20,6 +20,7 @@ import jax
 
 from fedsim.algorithms.local import make_delta_averaging, local_optimizer
 from fedsim.algorithms.fedavg import FedAvgConfig, server_optimizer
+from fedsim.algorithms.fzoos import with_accept_if_improves
 from fedsim.channels import aircomp
 from fedsim.core.types import FederatedAlgorithm, Task
 from fedsim.estimators import finite_difference
@@ -48,6 +49,11 @@ class FedZOConfig:
     client_block: clients per vmapped block (0 = all at once; None = the
       backend's default, fedsim.core.client_map.default_client_block); an
       execution setting, not a hyperparameter of the method.
+    accept_if_improves: 0 (default, Alg. 1) or 1: after each round keep x_{r-1}
+      unless the true F = (1/N) sum_i f_i (all N clients' full data, outside
+      the query model, not counted) improves: the FZooS authors' server rule
+      for every method they compare (seed 000 code, settings.py l. 79-80;
+      fedsim.algorithms.fzoos.accept_if_improves, shared).
   """
   lr: float = 1e-3
   smoothing: float = 1e-3
@@ -66,6 +72,7 @@ class FedZOConfig:
   empty_round: str = "skip"
   transceiver: str = "shortcut"
   client_block: int | None = None
+  accept_if_improves: int = 0
 
 
 AGGREGATIONS = ("mean", "aircomp")
@@ -106,20 +113,26 @@ def make_fedzo(task: Task, cfg: FedZOConfig, name: str = "fedzo") -> FederatedAl
   """Builds FedZO (seed 001 Alg. 1).
 
   Raises:
-    ValueError: unknown direction law, local optimizer or weighting.
+    ValueError: unknown direction law, local optimizer or weighting;
+      accept_if_improves not 0 or 1.
   """
   if cfg.direction not in finite_difference.LAWS:
     raise ValueError(f"unknown direction {cfg.direction!r}; accepted: {', '.join(finite_difference.LAWS)}")
   if cfg.aggregation not in AGGREGATIONS:
     raise ValueError(f"unknown aggregation {cfg.aggregation!r}; accepted: {', '.join(AGGREGATIONS)}")
+  if cfg.accept_if_improves not in (0, 1):
+    raise ValueError(f"accept_if_improves must be 0 or 1; got {cfg.accept_if_improves!r}")
   aggregator, m = None, cfg.clients_per_round or task.num_clients
   if cfg.aggregation == "aircomp":
     ch = aircomp_config(cfg)
     aircomp.validate(ch)
     aggregator, m = aircomp_aggregator(task.num_clients, ch), task.num_clients
-  return make_delta_averaging(
+  alg = make_delta_averaging(
       name, task, zo_oracle(cfg.direction, cfg.fd_directions, cfg.smoothing),
       local_opt=local_optimizer(cfg.local_optimizer, cfg.lr),
       server_opt=server_optimizer(FedAvgConfig(server_lr=1.0)), local_steps=cfg.local_steps,
       batch_size=cfg.batch_size, clients_per_round=m, weighting=cfg.weighting, aggregator=aggregator, queries_per_step=(cfg.batch_size if task.stochastic else 1) * (cfg.fd_directions + 1),
       client_block=cfg.client_block, hparams=cfg)
+  if cfg.accept_if_improves:
+    alg = with_accept_if_improves(alg, task)
+  return alg

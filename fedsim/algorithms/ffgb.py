@@ -35,11 +35,33 @@ import numpy as np
 
 from fedsim.core import rng
 from fedsim.core.sampling import sample_clients
-from fedsim.core.types import FederatedAlgorithm, Task, make_stats
-from fedsim.models.weak_learners import gamma_hat, make_oracle
+from fedsim.core.types import FederatedAlgorithm, Task, make_stats, times
+from fedsim.models.weak_learners import empirical_lip, gamma_hat, gamma_hat_inf, input_jacobian, \
+    make_oracle, sobolev_points
 
 VARIANTS = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l")
 SCHEDULES = ("paper", "code", "theory")
+
+# The authors' code as a preset (issue 15): shenzebang/fed_functional_gradient at
+# its paper-era commit f555c72 (2021-03-26), script/mnist_batch_ffgd.sh (the MNIST
+# runs, Figs. 3-4) -> run_ffgd.py --backend joblib -> core/ffgd_joblib.py, utils.py.
+# Registry names ``ffgb_code`` / ``ffgb_nores_code`` (run_ffgd_no_res.py: the same
+# with use_residual=False) take these as defaults; explicit flags still override.
+FFGB_CODE = {
+    "eta_schedule": "code",   # utils.py l. 236-239: eta0 / ((n_round + 1) K + k + 1)^p, k = 0..K-1
+    "eta0": 20.0,             # script l. 42: --step_size_0 20
+    "eta_decay_p": 1.0,       # script l. 43: --p 1
+    "local_steps": 2,         # script l. 43: --worker_local_steps 2
+    "mu": 0.0,                # core/ffgd_joblib.py l. 39-48: no Tikhonov term
+    "weak_learner": "mlp",    # utils.py l. 344-345: type="MLP" on mnist (32-32, script l. 44)
+    "mlp_init": "faithful",   # utils.py l. 151, 154, 157: weight ~ N(0, (1/fan_in)^2)
+    "mlp_output_act": True,   # utils.py l. 173: leaky ReLU after fc3 too
+    "oracle_dedup": True,     # utils.py l. 191: torch.unique(torch.randint(0, n, (mb_size,)))
+    "oracle_batch": 128,      # script l. 43: --oracle_mb_size 128
+    "oracle_lr": 5e-3,        # script l. 44: --oracle_step_size 5e-3
+    "oracle_steps": 2000,     # script l. 44: --oracle_local_steps 2000 (paper App. B.3: 1000)
+}
+CODE_PRESETS = {"ffgb_code": "ffgb", "ffgb_nores_code": "ffgb_nores"}  # registry name -> variant
 G_CE = math.sqrt(2.0)  # ||softmax - e_y||_2 <= sqrt(2) (specs §2.3)
 
 
@@ -59,16 +81,46 @@ class FFGBConfig:
     mu_eta_cap: clamp mu*eta <= this (Lemma D.2 needs mu*eta <= 1; specs §2.3).
     mu: Tikhonov weight (eq. 3). The experiments/[code] use 0.
     clients_per_round: m (None = N), drawn without replacement (App. F).
-    weak_learner: ``mlp`` / ``cnn`` (App. B.1), ``rf_ridge`` or ``scaled`` (§4.2).
+    weak_learner: ``mlp`` / ``cnn`` (App. B.1), ``rf_ridge`` or ``scaled`` (§4.2)
+      fit the query in L2 (WO^2, eq. 23); ``wo_inf`` (eq. 24, the oracle (13) of
+      FFGB.C's Thm 3.2) and ``wo_lip`` (Sobolev, eq. 25, the oracle (19)-(20)
+      of FFGB.L's Thm 3.3) train a ``wo_family`` learner
+      (fedsim.models.weak_learners). The registry's defaults are ``mlp`` for
+      ``ffgb`` / ``ffgb_nores``, ``wo_inf`` for ``ffgb_c``, ``wo_lip`` for ``ffgb_l``.
+    wo_family: learner class of wo_inf / wo_lip: ``mlp`` (App. B.1), ``cnn``,
+      ``rf`` (random Fourier features), ``linear``.
+    wo_p: power p of wo_inf's smooth max ((1/n) sum_j r_j^p)^{1/p} of the squared
+      residuals (p = 1: eq. 23's mean; p -> inf: eq. 24's max).
+    sobolev_weight: weight of eq. 25's gradient term (paper 1).
+    sobolev_samples: Monte-Carlo points per client round for eq. 25's integral
+      (uniform in the client's bounding box).
     gamma: the scaled oracle's gamma, and the assumed gamma of FFGB.C's
-      clipping constants G1 = (1-gamma)G/gamma, G2 = (2-gamma)G/gamma (Alg. 5).
+      clipping constants G1 = (1-gamma)G/gamma, G2 = (2-gamma)G/gamma (Alg. 5)
+      and B = 2G/(mu gamma). Thm 3.2 / D.1 assume the oracle meets (13) with
+      this gamma; gamma = 1 claims an EXACT oracle, and then G1 = 0 clips the
+      residual Delta to 0 (no error feedback), which is only right if h = phi
+      on the support. The registry's ``ffgb_c`` default is therefore 0.5 (a
+      learned oracle is not exact; the paper gives no value: G1 = G, G2 = 3G);
+      the metrics ``gamma_hat_inf_min``, ``clip_fraction_G1`` /
+      ``clip_fraction_G2`` show whether (13) held with it (Lemma D.1: then both
+      clips are no-ops on the supports).
     oracle_steps, oracle_lr, oracle_batch: Adam WO^2 (App. B.3: 1000, 0.005; [code] 128).
-    mlp_init: ``default`` or ``faithful`` ([code] N(0, 1/fan_in^2)).
+    mlp_init: ``default`` or ``faithful`` ([code] weights N(0, 1/fan_in^2),
+      biases PyTorch's U(+-1/sqrt(fan_in))).
     mlp_output_act: leaky ReLU on the output ([code] quirk; paper False).
+    oracle_dedup: mlp / cnn oracle minibatches drop repeated indices ([code]
+      ``torch.unique(torch.randint(0, n, (128,)))``: at most oracle_batch rows).
     rf_features, rf_bandwidth, ridge: the rf_ridge oracle.
     clip_G: G of Assumption 3.2 (CE: sqrt 2).
     clip_B: the projection radius B of Alg. 1/5 (None: 2G/(mu gamma), Thm D.1).
-    lip_L: FFGB.L's Lipschitz constant L (McShane extension, eq. 17).
+    lip_L: FFGB.L's L of (16)-(17). On the support the McShane extension
+      u_i interpolates the labels under (16), so the query uses u_i(x_ij) =
+      y_ij and L does not enter Alg. 4 there (nor the step of Thm 3.3, which
+      is 4/(mu(tK+k+1)) with mu = 1); L shapes u_i OFF the support, whose
+      input-gradient grad u_i(x) = L (x - x_j*)/||x - x_j*|| (j* the argmin of
+      eq. 17) is in the Sobolev target of ``wo_lip`` (eq. 25). None: the
+      task's ``info["lip_L"]`` (shift_tabular: 3); ``wo_lip`` without either
+      raises.
     one_shot: FFGB.L Remark 3.1: learners computed in round 0 only.
     ffgb_l_query: ``fixed`` u_i - Delta (specs §2.4 sign fix) or ``printed``
       Delta - u_i (Alg. 4 as printed; for the sign test only).
@@ -83,18 +135,23 @@ class FFGBConfig:
   mu: float = 0.0
   clients_per_round: int | None = None
   weak_learner: str = "mlp"
+  wo_family: str = "mlp"
+  wo_p: float = 8.0
+  sobolev_weight: float = 1.0
+  sobolev_samples: int = 64
   gamma: float = 1.0
   oracle_steps: int = 1000
   oracle_lr: float = 0.005
   oracle_batch: int = 128
   mlp_init: str = "default"
   mlp_output_act: bool = False
+  oracle_dedup: bool = False
   rf_features: int = 256
   rf_bandwidth: float = 1.0
   ridge: float = 1e-3
   clip_G: float = G_CE
   clip_B: float | None = None
-  lip_L: float = 1.0
+  lip_L: float | None = None
   one_shot: bool = False
   ffgb_l_query: str = "fixed"
   store_learners: int = 0
@@ -113,6 +170,8 @@ class FFGBState(NamedTuple):
     clip_change: FFGB.C: max |clip(v) - v| on the clients' supports, last round.
     hbar: FFGB.L one-shot: (hbar_train (K, N, M, C), hbar_test (K, M_test, C), thetas).
     store: ring buffer of learners (see :func:`attach_learner_writer`) or None.
+    diag: dict of float32 scalars, the last round's diagnostics (ffgb_c and
+      ffgb_l only; {} otherwise), see :func:`make_ffgb`'s ``metrics``.
   """
   f_train: jax.Array
   f_test: jax.Array
@@ -123,6 +182,7 @@ class FFGBState(NamedTuple):
   clip_change: jax.Array
   hbar: Any
   store: Any
+  diag: Any
 
 
 def step_sizes(cfg: FFGBConfig, variant: str, t):
@@ -179,7 +239,20 @@ def make_client_round(task: Task, cfg: FFGBConfig, variant: str, oracle):
 
   Returns ``client(key, x, y, mask, n, f_i, etas) -> (thetas, aux)`` with
   thetas stacked over k (leading axis K) and aux = dict(g, delta, h, phi (K, M, C)
-  per step (g is g^{k+1}), gamma_hat (K,), clip_change (K,)).
+  per step (g is g^{k+1}), gamma_hat (K,), clip_change (K,)); for ffgb_c and
+  ffgb_l also gamma_hat_inf, learner_lip, query_lip (K,) (empirical oracle
+  quality of (13) and Lipschitz constants on the support,
+  fedsim.models.weak_learners), entries (K,) = n C, and for ffgb_c
+  n_clip_G1 / n_clip_G2 (K,): on-support entries the Alg. 5 line 6 / line 5
+  clip changes.
+
+  With a Sobolev oracle (``wo_lip``, FFGB.L only) the client draws
+  ``sobolev_samples`` points z in its bounding box once per round and carries
+  the residual's input-Jacobian there, so the query's Jacobian is closed form
+  (specs §2.4-2.5): grad phi_k = grad u_i - grad Delta^{k-1} with
+  grad Delta^k = grad Delta^{k-1} - grad u_i + grad h^k (Alg. 4 line 6
+  differentiated), i.e. grad phi_k = k grad u_i - sum_{kappa<k} grad h^kappa,
+  and grad u_i from eq. 17 (fedsim.tasks.functional.mcshane_grad, L = lip_L).
   """
   loss = task.info.get("loss", "ce")
   C = _num_outputs(task)
@@ -188,19 +261,42 @@ def make_client_round(task: Task, cfg: FFGBConfig, variant: str, oracle):
   G1 = (1.0 - cfg.gamma) * G / cfg.gamma
   G2 = (2.0 - cfg.gamma) * G / cfg.gamma
   mu = cfg.mu
+  diag = variant in ("ffgb_c", "ffgb_l")
+  sob = variant == "ffgb_l" and getattr(oracle, "sobolev", False)
+  if getattr(oracle, "sobolev", False) and variant != "ffgb_l":
+    raise ValueError(f"weak_learner={oracle.name} (Sobolev, eq. 25) needs the closed-form query "
+                     f"gradient of FFGB.L; accepted for {variant}: scaled, rf_ridge, mlp, cnn, wo_inf")
+  L = lip_constant(task, cfg)
+  if sob and L is None:
+    raise ValueError("weak_learner=wo_lip needs lip_L (L of eq. 16-17): set it or use a task "
+                     "with info['lip_L']")
 
   def client(key, x, y, mask, n, f_i, etas):
     m = mask[:, None]
     keys = jax.random.split(key, cfg.local_steps)
+    if sob:  # eq. 25's Monte-Carlo points and grad u_i there (eq. 17), once per round
+      from fedsim.tasks.functional import mcshane_grad
+      xf = x.reshape(x.shape[0], -1)
+      z = sobolev_points(jax.random.fold_in(key, 1 << 20), xf, mask, cfg.sobolev_samples)
+      du = mcshane_grad(xf, y, L, z, mask)  # (S, C, d)
+      d_grad0 = jnp.zeros_like(du)
+    else:
+      d_grad0 = jnp.zeros(())
 
     def kstep(carry, inp):
-      g, delta = carry
+      g, delta, d_grad = carry
       kk, eta = inp
+      extra = {}
       if variant == "ffgb_l":
         u = y  # McShane u_i interpolates the data (eq. 17): u_i(x_ij) = y_ij
         phi = (u - delta) if cfg.ffgb_l_query == "fixed" else (delta - u)  # Alg. 4 line 4 (sign fix)
         phi = jnp.where(m, phi, 0.0)
-        theta = oracle.fit(kk, x, phi, mask, n)
+        if sob:
+          dphi = (du - d_grad) if cfg.ffgb_l_query == "fixed" else (d_grad - du)  # grad of line 4
+          theta = oracle.fit(kk, x, phi, mask, n, z, dphi)  # WO^lip, eq. 25
+          d_grad = d_grad - du + input_jacobian(oracle.apply, theta, z)  # grad of line 6
+        else:
+          theta = oracle.fit(kk, x, phi, mask, n)
         h = jnp.where(m, oracle.apply(theta, x), 0.0)
         g_new = (1.0 - eta) * g + eta * h  # Alg. 4 line 5
         d_new = delta - u + h  # Alg. 4 line 6
@@ -214,6 +310,8 @@ def make_client_round(task: Task, cfg: FFGBConfig, variant: str, oracle):
         if variant == "ffgb_c":
           h_use, d_clip = clip(h, G2), clip(d_new, G1)  # Alg. 5 lines 5-6
           change = jnp.maximum(jnp.max(jnp.abs(h_use - h) * m), jnp.max(jnp.abs(d_clip - d_new) * m))
+          extra = dict(n_clip_G1=jnp.sum(m & (jnp.abs(d_new) > G1)).astype(jnp.float32),
+                       n_clip_G2=jnp.sum(m & (jnp.abs(h) > G2)).astype(jnp.float32))
           d_new = d_clip
         else:
           h_use, change = h, jnp.zeros(())
@@ -222,10 +320,14 @@ def make_client_round(task: Task, cfg: FFGBConfig, variant: str, oracle):
           d_new = jnp.zeros_like(d_new)
       g_new = jnp.where(m, g_new, 0.0)
       aux = dict(g=g_new, delta=d_new, h=h, phi=phi, gamma_hat=gamma_hat(h, phi, mask),
-                 clip_change=change)
-      return (g_new, d_new), (theta, aux)
+                 clip_change=change, **extra)
+      if diag:
+        aux.update(gamma_hat_inf=gamma_hat_inf(h, phi, mask), learner_lip=empirical_lip(h, x, mask),
+                   query_lip=empirical_lip(phi, x, mask),
+                   entries=jnp.sum(mask).astype(jnp.float32) * C)
+      return (g_new, d_new, d_grad), (theta, aux)
 
-    (_, _), (thetas, aux) = jax.lax.scan(kstep, (f_i, jnp.zeros_like(f_i)), (keys, etas))
+    (_, _, _), (thetas, aux) = jax.lax.scan(kstep, (f_i, jnp.zeros_like(f_i), d_grad0), (keys, etas))
     return thetas, aux
 
   return client
@@ -233,6 +335,24 @@ def make_client_round(task: Task, cfg: FFGBConfig, variant: str, oracle):
 
 def _num_outputs(task: Task) -> int:
   return int(task.info.get("num_outputs", task.info.get("num_classes", 1)))
+
+
+def lip_constant(task: Task, cfg: FFGBConfig) -> float | None:
+  """FFGB.L's L (eqs. 16-17): ``cfg.lip_L``, else ``task.info["lip_L"]``, else None."""
+  if cfg.lip_L is not None:
+    return float(cfg.lip_L)
+  v = task.info.get("lip_L")
+  return None if v is None else float(v)
+
+
+def diag_keys(variant: str) -> tuple:
+  """Names of the per-round diagnostics in ``FFGBState.diag`` (and the metrics)."""
+  if variant == "ffgb_c":
+    return ("clip_fraction_G1", "clip_fraction_G2", "clip_fraction_G2_all", "learner_lip",
+            "query_lip", "gamma_hat_inf_min", "gamma_hat_inf_mean", "clip_fraction_B")
+  if variant == "ffgb_l":
+    return ("learner_lip", "query_lip", "gamma_hat_inf_min", "gamma_hat_inf_mean", "f_lip")
+  return ()
 
 
 def _apply_clip(variant, cfg):
@@ -255,7 +375,9 @@ def build_oracle(task: Task, cfg: FFGBConfig):
   return make_oracle(cfg.weak_learner, num_outputs=_num_outputs(task), feature_shape=fs,
                      gamma=cfg.gamma, steps=cfg.oracle_steps, lr=cfg.oracle_lr,
                      batch=cfg.oracle_batch, output_act=cfg.mlp_output_act, init=cfg.mlp_init,
-                     rf_features=cfg.rf_features, rf_bandwidth=cfg.rf_bandwidth, ridge=cfg.ridge)
+                     rf_features=cfg.rf_features, rf_bandwidth=cfg.rf_bandwidth, ridge=cfg.ridge,
+                     family=cfg.wo_family, wo_p=cfg.wo_p, sobolev_weight=cfg.sobolev_weight,
+                     dedup=cfg.oracle_dedup)
 
 
 def comm_per_round(cfg: FFGBConfig, num_clients: int) -> int:
@@ -265,7 +387,9 @@ def comm_per_round(cfg: FFGBConfig, num_clients: int) -> int:
 
 
 def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgorithm:
-  """Builds ``ffgb``, ``ffgb_nores``, ``ffgb_c`` or ``ffgb_l`` on ``task``.
+  """Builds ``ffgb``, ``ffgb_nores``, ``ffgb_c`` or ``ffgb_l`` on ``task``
+  (``ffgb_code`` / ``ffgb_nores_code``: the first two under the registry
+  defaults :data:`FFGB_CODE`, see :data:`CODE_PRESETS`).
 
   ``task.data["clients"]`` needs ``x`` (N, M, ...), ``y`` ((N, M) int labels
   for CE, (N, M, C) float targets for square loss), ``mask``; ``task.info``
@@ -275,9 +399,9 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
   Raises:
     ValueError: unknown variant / schedule / oracle, or bad settings.
   """
-  variant = name
+  variant = CODE_PRESETS.get(name, name)
   if variant not in VARIANTS:
-    raise ValueError(f"unknown FFGB variant {name!r}; accepted: {', '.join(VARIANTS)}")
+    raise ValueError(f"unknown FFGB variant {name!r}; accepted: {', '.join(VARIANTS + tuple(CODE_PRESETS))}")
   if cfg.eta_schedule not in SCHEDULES:
     raise ValueError(f"eta_schedule must be one of {', '.join(SCHEDULES)}; got {cfg.eta_schedule!r}")
   if cfg.eta_schedule == "theory" and variant != "ffgb_l" and cfg.mu <= 0:
@@ -309,11 +433,13 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
   theta_shape = jax.eval_shape(oracle.fit, jax.random.key(0), cd["x"][0], jnp.zeros((M, C)),
                                cd["mask"][0], jnp.int32(1))
   num_params = sum(int(np.prod(l.shape)) for l in jax.tree_util.tree_leaves(theta_shape))
-  cap = 2 ** 31 - 1
-  bytes_up = min(m * K * num_params * 4, cap)
-  bytes_down = min((N - 1) * m * K * num_params * 4, cap)
+  # Exact ledgers (specs §1.4: upload K, download (N - 1) K learners per sampled
+  # client): static Python ints of any size, kept exact as RoundStats units.
+  bytes_up = m * K * num_params * 4
+  bytes_down = (N - 1) * m * K * num_params * 4
   models = comm_per_round(cfg, N)
   R = int(cfg.store_learners)
+  B = clip_radius_B(cfg) if variant == "ffgb_c" else float("inf")
 
   def weights(etas):
     rho, w = combine_weights(etas, mu_round)
@@ -330,31 +456,53 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
                        take(f_train))
 
   def hbar_of(thetas, data):
-    """(1/m) sum_i out_clip(h_{i,k}) on all clients' and test points, per k."""
+    """(1/m) sum_i out_clip(h_{i,k}) on all clients' and test points, per k;
+    and (FFGB.C) the number of real-train-point entries the G2 clip changes."""
     x_all = data["clients"]["x"].reshape((N * M,) + feat)
+    m_all = data["clients"]["mask"].reshape(N * M, 1)
     x_test = data["eval"]["x"] if has_test else jnp.zeros((0,) + feat, jnp.float32)
     flat = jax.tree_util.tree_map(lambda a: a.reshape((m * K,) + a.shape[2:]), thetas)
     ks = jnp.tile(jnp.arange(K), m)
 
     def acc(carry, inp):
-      tr, te = carry
+      tr, te, cnt = carry
       th, k = inp
-      tr = tr.at[k].add(out_clip(oracle.apply(th, x_all)) / m)
+      h_all = oracle.apply(th, x_all)
+      h_use = out_clip(h_all)
+      tr = tr.at[k].add(h_use / m)
       te = te.at[k].add(out_clip(oracle.apply(th, x_test)) / m) if has_test else te
-      return (tr, te), None
+      cnt = cnt + jnp.sum(m_all & (h_use != h_all)).astype(jnp.float32)
+      return (tr, te, cnt), None
 
-    init = (jnp.zeros((K, N * M, C)), jnp.zeros((K, M_test, C)))
-    (tr, te), _ = jax.lax.scan(acc, init, (flat, ks))
+    init = (jnp.zeros((K, N * M, C)), jnp.zeros((K, M_test, C)), jnp.zeros(()))
+    (tr, te, cnt), _ = jax.lax.scan(acc, init, (flat, ks))
     tr = tr.reshape(K, N, M, C) * data["clients"]["mask"][None, :, :, None]
-    return tr, te
+    return tr, te, cnt
+
+  def learner_diag(aux, cnt, data):
+    """The round's learner diagnostics (see ``metrics``)."""
+    if variant not in ("ffgb_c", "ffgb_l"):
+      return {}
+    out = dict(learner_lip=jnp.max(aux["learner_lip"]), query_lip=jnp.max(aux["query_lip"]),
+               gamma_hat_inf_min=jnp.min(aux["gamma_hat_inf"]),
+               gamma_hat_inf_mean=jnp.mean(aux["gamma_hat_inf"]))
+    if variant == "ffgb_c":
+      ent = jnp.maximum(jnp.sum(aux["entries"]), 1.0)
+      n_all = jnp.sum(data["clients"]["mask"]).astype(jnp.float32) * C * m * K
+      out.update(clip_fraction_G1=jnp.sum(aux["n_clip_G1"]) / ent,
+                 clip_fraction_G2=jnp.sum(aux["n_clip_G2"]) / ent,
+                 clip_fraction_G2_all=cnt / jnp.maximum(n_all, 1.0))
+    return out
 
   def compute(key, data, state, etas):
     ids, keys, args = learners_round(key, data, state.f_train)
     thetas, aux = jax.vmap(client, in_axes=(0, 0, 0, 0, 0, 0, None))(keys, *args, etas)
-    tr, te = hbar_of(thetas, data)
-    return ids, thetas, aux["gamma_hat"], jnp.max(aux["clip_change"]), tr, te
+    tr, te, cnt = hbar_of(thetas, data)
+    return (ids, thetas, aux["gamma_hat"], jnp.max(aux["clip_change"]), tr, te,
+            learner_diag(aux, cnt, data))
 
-  def init(key):
+  def init(key, shared_key):
+    del shared_key  # no draws shared by all parties (rng.init_keys)
     del key
     gh = jnp.ones((m, K))
     store = None
@@ -371,25 +519,37 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
     return FFGBState(f_train=jnp.zeros((N, M, C)), f_test=jnp.zeros((M_test, C)),
                      t=jnp.zeros((), jnp.int32), comm=jnp.float32(2.0), gamma_hat=gh,
                      gamma_hat_min_all=jnp.float32(jnp.inf), clip_change=jnp.zeros(()),
-                     hbar=hbar, store=store)
+                     hbar=hbar, store=store,
+                     diag={k: jnp.float32(jnp.nan) for k in diag_keys(variant)})
 
   def round_fn(state: FFGBState, key, data):
     t = state.t
     etas = step_sizes(cfg, variant, t)
     if state.hbar is not None:  # Remark 3.1: learners from round 0 only
+      lkeys = [k for k in diag_keys(variant) if k != "f_lip"]
+
       def fresh(_):
-        ids, th, gh, _, tr, te = compute(key, data, state, etas)
-        return tr, te, th, ids, gh
-      tr, te, thetas, ids, gh = jax.lax.cond(t == 0, fresh, lambda _: state.hbar, None)
-      hbar = (tr, te, thetas, ids, gh)
+        ids, th, gh, _, tr, te, dl = compute(key, data, state, etas)
+        return (tr, te, th, ids, gh), dl
+      hbar, dl = jax.lax.cond(t == 0, fresh,
+                              lambda _: (state.hbar, {k: state.diag[k] for k in lkeys}), None)
+      tr, te, thetas, ids, gh = hbar
       change = jnp.zeros(())
       sent = (t == 0).astype(jnp.int32)
     else:
-      ids, thetas, gh, change, tr, te = compute(key, data, state, etas)
+      ids, thetas, gh, change, tr, te, dl = compute(key, data, state, etas)
       hbar, sent = None, jnp.int32(1)
     rho, w = weights(etas)
     f_train = rho * state.f_train + jnp.einsum("k,knmc->nmc", w, tr)
     f_test = rho * state.f_test + jnp.einsum("k,kmc->mc", w, te)
+    diag = dict(dl)
+    mask = data["clients"]["mask"]
+    if variant == "ffgb_c":  # entries of f^{t+1} that the output projection Pi_B changes
+      n_b = jnp.sum(mask[..., None] & (jnp.abs(f_train) > B)) + jnp.sum(jnp.abs(f_test) > B)
+      den = (jnp.sum(mask) + M_test) * C
+      diag["clip_fraction_B"] = n_b.astype(jnp.float32) / jnp.maximum(den, 1).astype(jnp.float32)
+    if variant == "ffgb_l":  # ||f^{t+1}||_lip on each client's points (C = {||f||_lip <= L/gamma})
+      diag["f_lip"] = jnp.max(jax.vmap(empirical_lip)(f_train, data["clients"]["x"], mask))
     store = state.store
     if store is not None:
       slot = t % R
@@ -400,20 +560,38 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
     new = FFGBState(f_train=f_train, f_test=f_test, t=t + 1,
                     comm=state.comm + models * sent.astype(jnp.float32), gamma_hat=gh,
                     gamma_hat_min_all=jnp.minimum(state.gamma_hat_min_all, jnp.min(gh)),
-                    clip_change=change, hbar=hbar, store=store)
+                    clip_change=change, hbar=hbar, store=store, diag=diag)
     queries = jnp.sum(data["sizes"][ids]) * K * sent
-    return new, make_stats(queries, bytes_up * sent, bytes_down * sent, m * sent)
-
-  B = clip_radius_B(cfg) if variant == "ffgb_c" else float("inf")
+    return new, make_stats(queries, times(sent, bytes_up), times(sent, bytes_down), m * sent)
 
   def solution(state):
     # Alg. 1 line 5: FFGB.C returns Pi_B(f^T).
     return {"train": clip(state.f_train, B), "test": clip(state.f_test, B)}
 
   def metrics(state):
+    """Logged at every evaluation. Besides comm and the oracle's L2 quality
+    gamma_hat, FFGB.C / FFGB.L log the last round's diagnostics ``state.diag``:
+
+    * ``clip_fraction_G1`` / ``clip_fraction_G2``: fraction of the sampled
+      clients' on-support entries (points x outputs, over the K steps) that
+      Alg. 5 line 6's Pi_{G1} (residual) / line 5's Pi_{G2} (learner) changes;
+      0 whenever the oracle meets (13) with ``gamma`` (Lemma D.1).
+    * ``clip_fraction_G2_all``: the same for Pi_{G2} on every client's points
+      (where the server evaluates the learners: mostly off their supports).
+    * ``clip_fraction_B``: fraction of f^{t+1}'s entries on the real training
+      and test points that the output projection Pi_B (Alg. 1 / Thm D.1) changes.
+    * ``learner_lip`` / ``query_lip``: max over the round's learners h / queries
+      phi of the empirical Lipschitz constant on the client's support (max
+      difference quotient over pairs of distinct points, a lower bound of
+      ||.||_lip; weak_learners.empirical_lip). ``f_lip`` (FFGB.L): the same for
+      f^{t+1} on each client's points.
+    * ``gamma_hat_inf_min`` / ``_mean``: empirical quality of (13),
+      1 - ||h - phi||_{alpha_i,inf} / ||phi||_{alpha_i,inf}, over the round's calls.
+    """
     return {"comm": state.comm, "gamma_hat_mean": jnp.mean(state.gamma_hat),
             "gamma_hat_min": jnp.min(state.gamma_hat),
-            "gamma_hat_min_all": state.gamma_hat_min_all, "clip_change": state.clip_change}
+            "gamma_hat_min_all": state.gamma_hat_min_all, "clip_change": state.clip_change,
+            **state.diag}
 
   return FederatedAlgorithm(name=name, init=init, round=round_fn, solution=solution, hparams=cfg,
                             metrics=metrics)
@@ -430,16 +608,23 @@ def attach_learner_writer(alg: FederatedAlgorithm, out_dir: str, cfg: FFGBConfig
   divided by m), ``rho``, ``ids``, ``t``, ``clip_h`` (G2 for FFGB.C, else inf)
   and ``clip_B``; f^T(x) = Pi_B(sum_t prod_{t' > t} rho_t' sum_{i,k} w_k clip_h(h_{t,i,k}(x))).
 
+  In a multi-host run only process 0 (``jax.process_index() == 0``) creates
+  ``out_dir`` and writes: every process runs the same program (the callback is
+  attached everywhere) and the others return from it without touching disk.
+
   Raises:
     ValueError: the algorithm keeps no learners (store_learners = 0).
   """
   if cfg.store_learners <= 0:
     raise ValueError("store_learners must be > 0 to write learners")
-  os.makedirs(out_dir, exist_ok=True)
+  if jax.process_index() == 0:
+    os.makedirs(out_dir, exist_ok=True)
   clip_h = (2.0 - cfg.gamma) * cfg.clip_G / cfg.gamma if variant == "ffgb_c" else np.inf
   clip_B = clip_radius_B(cfg) if variant == "ffgb_c" else np.inf
 
   def write(store):
+    if jax.process_index() != 0:  # multi-host: one writer
+      return
     leaves = jax.tree_util.tree_leaves(store["params"])
     for s, t in enumerate(np.asarray(store["t"])):
       path = os.path.join(out_dir, f"round_{int(t):05d}.npz")

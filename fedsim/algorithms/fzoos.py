@@ -16,13 +16,18 @@ Per round r, every client i (all N take part, as in the paper):
    posterior covariance (App. E; the trace, not the spectral norm, which is
    constant at kappa when n < d, specs §2.4.1);
 3. the server averages x_r = (1/N) sum_i x_{r,T}^(i) (Alg. 1) and, behind
-   ``accept_if_improves`` (off by default, [code]: uses the true F outside the
-   query model), keeps x_{r-1} when F does not improve;
+   ``accept_if_improves`` (off in the paper preset, [code]: uses the true F
+   outside the query model), keeps x_{r-1} when F does not improve;
 4. each client queries y_i(x_r) and the 50 most uncertain of 200 candidates
    x_r + rad_i U[-1,1]^d, rad_i = mean|x_r - x_{r,T}^(i)|/2 ([code] ``get_rff``),
    then fits its RFF weights on the ``rff_window`` points nearest to x_r
    (eq. 6; [code] y min-max normalised, weights scaled back by ymax - ymin);
    the server averages them, w_r = (1/N) sum_i w_{r,T}^(i) (eq. 7).
+
+gamma_t: the paper's 1/t runs over t = 1..T (first local step gamma = 1). The
+authors' code writes ``gamma_t = gamma / (t+1)`` (optimizers.py ``fzoos_opt.update``,
+l. 519-520) inside ``for t in range(iters)``, a zero-based t = 0..T-1: the same
+sequence 1, 1/2, ..., 1/T, i.e. the paper's 1/t.
 
 Before round 1 each client queries 10 points x_0 + 0.01 U[-1,1]^d ([code]);
 they are made (and counted) inside the first round because ``init`` has no
@@ -32,10 +37,34 @@ Queries per client per round: 1 + T + 5 (T - 1) + 1 + 50 = 6 T + 47 (107 at
 T = 10), plus 10 in round 1 (specs §2.4.5). Bytes: up x_{r,T}^(i) and
 w_{r,T}^(i), down x_r and w_r, (d + M) reals each way per client.
 
-The history is a fixed-size ring buffer (``history_size`` slots, masks for
-empty slots) so every shape is static; windows are chosen with ``lax.top_k``.
-The shared RFF draw comes from ``rff.shared_key(init_key)`` (a fixed
-``fold_in`` of the init key) and is stored once in the state (not per client).
+History: Algorithm 2 conditions on the whole trajectory D^(i) (and so do the
+authors' code's Python lists). Shapes must be static, so each client's history
+is a buffer of ``history_size`` slots (masks for empty slots; windows chosen
+with ``lax.top_k``). ``history_size = 0`` (default) sizes it from the run:
+init_queries + rounds x queries_per_client_round (``rounds`` is filled from
+``--rounds`` by experiments/common.py), so no query is ever dropped over the run
+(T = 10, R = 50: 10 + 50 x 107 = 5,360 slots of d reals per client). A
+positive ``history_size`` H is a ring of H slots: once full, every new query
+overwrites the oldest one, so the windows see only the last H queries (the
+old default, 1,024, filled up during round 10 at T = 10: 10 + 10 x 107 > 1,024). The metric
+``history_overwritten`` counts the queries dropped so far (0 unless the run is
+longer than ``rounds`` or H is set smaller than the run).
+
+Presets (``variant``): ``paper`` (default) is Algorithm 2 with App. B/E's SE
+kernel, l = 1; ``code`` is the authors' code: local GP with a Matern-5/2
+kernel and a marginal-likelihood lengthscale (optimizers.py l. 426-432:
+sklearn ``GaussianProcessRegressor(kernel=Matern(nu=2.5), alpha=1e-6,
+n_restarts_optimizer=20)``; here ``gp_lengthscale=auto``, ML-II over the log-grid
+``AUTO_GRID`` 0.1-10 instead of L-BFGS-B in sklearn's [1e-5, 1e5]) and the
+server rule that keeps x_{r-1} unless F improves (settings.py l. 79-80,
+``accept_if_improves=1``). ``kernel``, ``gp_lengthscale`` and
+``accept_if_improves`` left at None take the preset's value; a value given
+explicitly wins. Every other default already is the code's value (windows
+150 / 500, candidates, radii, M, Adam 0.01, ...). The FD baselines
+(fedsim.algorithms.zo_baselines) have the same ``variant``.
+
+The shared RFF draw comes from the run's shared key stream and is stored once
+in the state (not per client).
 
 Ablations (Fig. 6): ``gamma_schedule`` (``inv_t`` paper, ``one`` fixed length,
 ``zero`` no correction), ``correction_point`` (``current`` iterate, eq. 8, or
@@ -62,6 +91,13 @@ GAMMA_SCHEDULES = ("inv_t", "one", "zero")
 CORRECTION_POINTS = ("current", "round_start")
 GP_LENGTHSCALES = ("fixed", "auto")
 AUTO_GRID = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+VARIANTS = ("paper", "code")
+# The settings a preset fills where the config leaves them at None (module docstring, "Presets").
+PRESETS = {
+    "paper": {"kernel": "se", "gp_lengthscale": "fixed", "accept_if_improves": 0},
+    # [code] optimizers.py l. 426-432 (Matern(nu=2.5), fitted lengthscale), settings.py l. 79-80.
+    "code": {"kernel": "matern52", "gp_lengthscale": "auto", "accept_if_improves": 1},
+}
 
 
 @chex.dataclass(frozen=True)
@@ -74,23 +110,31 @@ class FZooSConfig:
     local_optimizer: ``adam`` (App. E) or ``sgd`` (Algorithm 1's plain step).
     num_rff: M = 10,000 random features (App. E).
     lengthscale: l = 1 of the SE kernel, for the RFF (App. B) and the fixed GP.
-    kernel: local GP kernel, ``se`` (paper, App. B) or ``matern52`` ([code]).
+    kernel: local GP kernel, ``se`` (paper, App. B) or ``matern52`` ([code]);
+      None: the preset's (``variant``).
     gp_lengthscale: ``fixed`` (l, paper) or ``auto`` (ML-II on a log-grid per
-      fit, the stand-in of the code's learned lengthscale).
+      fit, the stand-in of the code's learned lengthscale); None: the preset's.
     gp_noise: sigma^2 of the GP = 1e-6 ([code] ``alpha``).
     gp_window: history points nearest to x in the local GP = 150 ([code]).
     rff_window: points nearest to x_r in the RFF fit = 500 ([code]).
     rff_ridge: sigma^2 of the RFF fit (code: 0, min-norm; 1e-8 numerically).
-    history_size: ring-buffer slots per client (the paper keeps everything).
+    history_size: per-client history slots; 0 (default): the whole run,
+      init_queries + rounds x queries_per_client_round (at least the windows);
+      H > 0: a ring of the last H queries (module docstring, "History").
+    rounds: the rounds of the run (experiments/common.py fills it from
+      ``--rounds`` / ``--comm_budget``); sizes the history when history_size = 0.
     local_candidates, local_active, local_radius: 100 / 5 / 0.01 (App. E).
     server_candidates, server_active: 200 / 50 ([code] ``get_rff``).
     init_queries, init_radius: 10 / 0.01 ([code]).
     gamma_schedule: ``inv_t`` (gamma_t = 1/t, §6), ``one``, ``zero`` (Fig. 6b ablations).
     correction_point: ``current`` (eq. 8) or ``round_start`` (Fig. 6b ablation).
-    accept_if_improves: 0 (default, Algorithm 2) or 1 ([code] ``run_server``:
-      keep x_{r-1} if F(x_r) >= F(x_{r-1})). Evaluates the true global F,
-      outside the federated query model; those evaluations are not counted
-      as queries (specs/fzoos.md §2.1).
+    accept_if_improves: 0 (Algorithm 2) or 1 ([code] ``run_server``:
+      keep x_{r-1} if F(x_r) >= F(x_{r-1})); None: the preset's (paper 0,
+      code 1). Evaluates the true global F, outside the federated query
+      model; those evaluations are not counted as queries (specs/fzoos.md
+      §2.1; :func:`accept_if_improves`).
+    variant: ``paper`` (default) or ``code``, the preset of ``kernel``,
+      ``gp_lengthscale`` and ``accept_if_improves`` (module docstring).
     track_cosine: 0 (default) or 1: record cos(ghat_{r,t-1}^(i), grad F(x_{r,t-1}^(i)))
       at every local step (Fig. 4, App. F.1). grad F is ``jax.grad`` of the
       task's true global objective, outside the query model and not counted;
@@ -103,13 +147,14 @@ class FZooSConfig:
   local_optimizer: str = "adam"
   num_rff: int = 10000
   lengthscale: float = 1.0
-  kernel: str = "se"
-  gp_lengthscale: str = "fixed"
+  kernel: str | None = None
+  gp_lengthscale: str | None = None
   gp_noise: float = 1e-6
   gp_window: int = 150
   rff_window: int = 500
   rff_ridge: float = 1e-8
-  history_size: int = 1024
+  history_size: int = 0
+  rounds: int = 0
   local_candidates: int = 100
   local_active: int = 5
   local_radius: float = 0.01
@@ -119,14 +164,95 @@ class FZooSConfig:
   init_radius: float = 0.01
   gamma_schedule: str = "inv_t"
   correction_point: str = "current"
-  accept_if_improves: int = 0
+  accept_if_improves: int | None = None
   track_cosine: int = 0
+  variant: str = "paper"
 
 
 def queries_per_client_round(cfg: FZooSConfig) -> int:
   """1 + T + k_loc (T - 1) + 1 + k_srv: 107 at T = 10 (specs §2.4.5)."""
   T = cfg.local_steps
   return 1 + T + cfg.local_active * (T - 1) + 1 + cfg.server_active
+
+
+def history_slots(cfg: FZooSConfig) -> int:
+  """Slots of one client's history: ``history_size`` if > 0, else the whole run,
+  init_queries + rounds x queries_per_client_round, at least max(gp_window, rff_window).
+
+  Raises:
+    ValueError: history_size < 0, or history_size = 0 with rounds < 1.
+  """
+  if cfg.history_size < 0:
+    raise ValueError(f"history_size must be >= 0 (0 = the whole run); got {cfg.history_size}")
+  if cfg.history_size > 0:
+    return cfg.history_size
+  if cfg.rounds < 1:
+    raise ValueError("history_size=0 keeps the whole trajectory (Algorithm 2) and needs the run's "
+                     f"rounds >= 1 (experiments fill it from --rounds); got rounds={cfg.rounds}. "
+                     "Pass rounds=R, or history_size=H > 0 for a ring of the last H queries")
+  run = cfg.init_queries + cfg.rounds * queries_per_client_round(cfg)
+  return max(run, cfg.gp_window, cfg.rff_window)
+
+
+def preset(value, field: str, variant: str):
+  """``value`` if given, else preset ``variant``'s value of ``field`` (:data:`PRESETS`).
+
+  Raises:
+    ValueError: unknown variant.
+  """
+  if variant not in VARIANTS:
+    raise ValueError(f"unknown variant {variant!r}; accepted: {', '.join(VARIANTS)}")
+  return PRESETS[variant][field] if value is None else value
+
+
+def resolve_config(cfg: FZooSConfig) -> FZooSConfig:
+  """The settings a run uses: the preset's values filled in and history_size
+  resolved (:func:`history_slots`); this is the algorithm's ``hparams``."""
+  filled = {f: preset(getattr(cfg, f), f, cfg.variant) for f in PRESETS[VARIANTS[0]]}
+  return cfg.replace(**filled, history_size=history_slots(cfg))
+
+
+def global_objective(task: Task):
+  """F(x, clients) = (1/N) sum_i f_i(x) on every client's full data (seed 000 eq. 1
+  with the code's weights w_i = 1/N; seed 001 eq. 1); x flat (d,), ``clients`` is
+  ``data["clients"]`` (leading axis N). Outside the query model (not counted)."""
+  unravel = flat_solution(task)
+
+  def F(x, clients):
+    with jax.default_matmul_precision("highest"):
+      return jnp.mean(jax.vmap(lambda c: task.loss(unravel(x), task.full_batch(c)))(clients))
+
+  return F
+
+
+def accept_if_improves(F, x_prev, x_new):
+  """The authors' server rule, shared by FZooS, its FD baselines and FedZO:
+  x_r = x_{r-1} if F(x_{r-1}) <= F(x_r) else x_r ([code] settings.py
+  ``FedZoo.run_server`` l. 79-80: ``if self.F(prev_x) <= self.F(x): x = prev_x``;
+  ties keep x_{r-1}).
+
+  Args:
+    F: x (d,) -> scalar, the true global objective.
+    x_prev, x_new: (d,) the previous and the aggregated point.
+
+  Returns:
+    (d,) the accepted point.
+  """
+  return jnp.where(F(x_prev) <= F(x_new), x_prev, x_new)
+
+
+def with_accept_if_improves(alg: FederatedAlgorithm, task: Task) -> FederatedAlgorithm:
+  """``alg`` with :func:`accept_if_improves` applied to its state's flat ``x`` (d,)
+  after every round (e.g. FedZO's fedsim.algorithms.local.ServerState); the rest
+  of the state and the round's stats are the round's own."""
+  F = global_objective(task)
+
+  def round_fn(state, key, data):
+    new, stats = alg.round(state, key, data)
+    x = accept_if_improves(lambda z: F(z, data["clients"]), state.x, new.x)
+    return new._replace(x=x), stats
+
+  return alg._replace(round=round_fn)
 
 
 class History(NamedTuple):
@@ -189,11 +315,13 @@ def cosine_metrics(cosine) -> dict:
 
 
 def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAlgorithm:
-  """Builds FZooS (seed 000 Algorithm 2).
+  """Builds FZooS (seed 000 Algorithm 2); ``hparams`` is :func:`resolve_config` (cfg).
 
   Raises:
-    ValueError: an unknown choice or a window larger than the history.
+    ValueError: an unknown choice (variant, kernel, ...), a window larger than
+      the history, or history_size = 0 without the run's rounds.
   """
+  cfg = resolve_config(cfg)
   for field, value, accepted in (("gamma_schedule", cfg.gamma_schedule, GAMMA_SCHEDULES),
                                  ("correction_point", cfg.correction_point, CORRECTION_POINTS),
                                  ("gp_lengthscale", cfg.gp_lengthscale, GP_LENGTHSCALES),
@@ -217,13 +345,12 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     with jax.default_matmul_precision("highest"):
       return task.loss(unravel(x), task.full_batch(client))
 
-  def F_true(x, clients):
-    return jnp.mean(jax.vmap(f_client, in_axes=(None, 0))(x, clients))
+  F_true = global_objective(task)
 
-  def init(key):
+  def init(key, shared_key):
     x0, _ = flat_problem(task, key)
     dt = x0.dtype
-    shared = rffm.draw(rffm.shared_key(key), M, d, cfg.lengthscale, dt)
+    shared = rffm.draw(shared_key, M, d, cfg.lengthscale, dt)   # the run's shared stream
     hist = History(X=jnp.zeros((N, H, d), dt), y=jnp.zeros((N, H), dt),
                    valid=jnp.zeros((N, H), bool), ptr=jnp.zeros((N,), jnp.int32))
     return FZooSState(x=x0, round=jnp.int32(0), hist=hist, w_local=jnp.zeros((N, M), dt),
@@ -246,7 +373,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     cand = center + radius * jax.random.uniform(key, (num_cand, d), center.dtype, -1.0, 1.0)
     post, _ = local_gp(h, center)
     score = gpm.posterior_grad_cov_trace(kind, post, cand)
-    _, top = jax.lax.top_k(score, num_keep)
+    _, top = jax.lax.top_k(score, num_keep)                          # the MOST uncertain (largest trace)
     pts = cand[top]
     ys = jax.vmap(f_client, in_axes=(0, None))(pts, client)
     return _write(h, pts, ys, do)
@@ -266,7 +393,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       g = span * gpm.posterior_mean_grad(kind, post, x)                 # eq. (5)
       p = x if cfg.correction_point == "current" else x_start
       corr = rffm.gradient(rff, dw, p)                                   # eq. (7)-(8)
-      tf = t.astype(x.dtype)
+      tf = t.astype(x.dtype)  # t = 1..T: gamma_t = 1/t (= the code's 1/(t+1) over t = 0..T-1)
       gamma = {"inv_t": 1.0 / tf, "one": jnp.ones_like(tf), "zero": jnp.zeros_like(tf)}[cfg.gamma_schedule]
       ghat = g + (gamma * has_corr) * corr                               # eq. (8)
       if cfg.track_cosine:
@@ -306,8 +433,8 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
         state.x, state.hist, state.w_local, state.w_global, state.rff, clients, keys, first,
         has_corr, clients)
     x_new = pairwise_sum(x_T) / N                                         # Alg. 1 server step
-    if cfg.accept_if_improves:
-      x_new = jnp.where(F_true(state.x, clients) <= F_true(x_new, clients), state.x, x_new)
+    if cfg.accept_if_improves:                                            # [code] settings.py l. 79-80
+      x_new = accept_if_improves(lambda z: F_true(z, clients), state.x, x_new)
     skeys = rng.client_keys(k_server, ids)
     hist, w_loc = jax.vmap(server_side, in_axes=(None, 0, 0, None, 0, 0))(
         x_new, x_T, hist, state.rff, clients, skeys)
@@ -319,8 +446,15 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
                      rff=state.rff, cosine=jnp.mean(cos, axis=0))
     return new, stats
 
+  q_round = queries_per_client_round(cfg)
+
   def metrics(state: FZooSState):
-    return cosine_metrics(state.cosine) if cfg.track_cosine else {}
+    # Queries written so far minus the slots: > 0 only once the ring wrapped (module docstring).
+    written = cfg.init_queries * (state.round > 0) + q_round * state.round
+    out = {"history_overwritten": jnp.maximum(written - H, 0).astype(jnp.int32)}
+    if cfg.track_cosine:
+      out.update(cosine_metrics(state.cosine))
+    return out
 
   return FederatedAlgorithm(name=name, init=init, round=round_fn, solution=lambda s: unravel(s.x),
-                            hparams=cfg, metrics=metrics if cfg.track_cosine else None)
+                            hparams=cfg, metrics=metrics)

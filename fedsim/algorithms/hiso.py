@@ -15,7 +15,9 @@ One round r (Alg. 2, Alg. 2b, App. E; spec §2.4-§2.5):
 
 * the server samples C_r, |C_r| = m, uniformly without replacement (Alg. 2
   line 5); the seeds of the round are the indices (r, k, p) under the run's
-  shared key (fedsim.estimators.shared_seed), identical for every client;
+  shared stream ``rng.stream(root, "shared")``, which ``init`` receives as
+  ``shared_key`` (fedsim.estimators.shared_seed), identical for every client
+  and independent of the init stream;
 * each sampled client runs tau local steps from the global model x_r; step k
   draws one mini-batch, evaluates the P scalars
   g^{(i)}_{r,k,p} = (f_i(x^{(i)}_{r,k} + mu z_{r,k,p}) - f_i(x^{(i)}_{r,k})) / mu
@@ -38,8 +40,9 @@ H update variants (spec §2.3; flags ``k_update``, ``h_signal``, ``eps``,
   (x_{r+1} - x_r)^2, which includes eta^2 and sums the tau steps;
 * ``k_update=last`` ([code] LAST_LOCAL_UPDATE, default): one EMA per round with
   Delta x_{r,tau-1}; ``all`` (eq. 12): tau chained EMAs, each Delta x_{r,k}
-  built with H_r; ``all_code`` ([code] ALL_LOCAL_UPDATES): tau chained EMAs
-  where the model steps and the signal of later k use the already-updated H;
+  built with H_r; ``all_code`` ([code] ALL_LOCAL_UPDATES): the model steps use
+  H_r as in ``all``, then tau chained EMAs whose signal for step k is rebuilt
+  with the already-updated H (server.py l. 190-198, adam_forward.py l. 121-125);
 * H <- (1 - nu) H + nu (signal + eps) (eq. 12 / §4.3 with the paper's epsilon;
   [code] has no epsilon: ``eps=0``), then H <- clip(H, clip_lo, clip_hi) when
   set (Assumption 4; "clipping step", Liu et al. 2023; off by default);
@@ -70,6 +73,24 @@ a floor that grows with eta (edge of stability) instead of converging.
 On the d = 1000 toy (hiso_toy_illcond.cfg) corr(log H, log lambda) stays below
 0.1 and Tr(A H^{-1}) / (Tr(A) mean(H^{-1})) >= 0.97 (experiments/hiso_h_diagnostic.py),
 while the oracle H = lambda would give 0.05.
+
+The authors' code as presets (registry names ``hiso_code`` and ``decomfl_code``,
+fedsim/algorithms/__init__.py; ZidongLiu/DeComFL 0c426e6, ``decomfl_main.py
+--estimator-type=adam_forward`` on MNIST): eps = 0 (no epsilon in
+``update_K_vec``, adam_forward.py l. 54-56), P = 1 (``num_pert``,
+experiment_helper/cli_parser.py l. 113-117), b = 8 (``train_batch_size``,
+experiment_helper/data.py l. 41, the clients' DataLoader l. 199-202), SGD
+weight decay 1e-5 (``weight_decay``; prepare_settings.py l. 87-93, MNIST);
+everything else already equals the code: lr 1e-4 (cli_parser.py l. 90), mu 1e-3
+(l. 112), nu = 1 - 0.95 (l. 137-141), H_0 = 1 (adam_forward.py l. 39), k_update
+``last`` (cli_parser.py l. 132-136), forward differences sharing f(x) over the P
+perturbations (adam_forward.py l. 81-93), momentum 0 (cli_parser.py l. 91),
+tau = 1 (l. 164). ``decomfl_code`` is the vanilla estimator with the same
+settings and its default central differences (cli_parser.py l. 123-127). Not
+reproduced: the code draws mini-batches by epoch-shuffled DataLoader (fedsim:
+i.i.d. with replacement) and splits image data IID (a task setting here); its
+``--no-optim`` (Paramwise) path applies the EMA once per perturbation (l.
+255-270), which equals the Batch rule above only for P = 1.
 
 Two modes (``client_state``):
 
@@ -121,6 +142,13 @@ STEP_NORMS = ("none", "trace")
 CLIENT_STATES = ("none", "replay")
 
 
+# The authors' code (ZidongLiu/DeComFL 0c426e6) as presets: the registry defaults of
+# ``hiso_code`` and ``decomfl_code`` (sources, file and line, in the module docstring).
+_CODE_COMMON = {"num_perturbations": 1, "batch_size": 8, "weight_decay": 1e-5}
+HISO_CODE = {**_CODE_COMMON, "eps": 0.0}                 # adam_forward.py: forward FD, no epsilon
+DECOMFL_CODE = {**_CODE_COMMON, "fd_scheme": "central"}  # vanilla estimator's default FD
+
+
 @chex.dataclass(frozen=True)
 class DeComFLConfig:
   """DeComFL hyperparameters (seed 003 §6 / App. F; spec §2.8). The paper prints
@@ -142,6 +170,14 @@ class DeComFLConfig:
       (protocol mode: per-client last-seen state, replay from scalars).
     replay_history: rounds of averaged scalars kept for replay (ring buffer;
       ``replay`` mode only).
+    weight_decay: lambda >= 0 of the authors' torch.optim.SGD (coupled L2, momentum
+      0): every model step is x <- x - eta (Delta x + lambda x), on the clients'
+      local steps and in every party's round update alike ([code]
+      experiment_helper/prepare_settings.py ``get_optimizer`` l. 87-121: 1e-5 for
+      MNIST and Fashion-MNIST, 5e-4 for CIFAR-10 and LLM classification, 0 for LLM
+      generation; the server and every client use it, decomfl_main.py l. 67-69,
+      101-103). The paper's step is plain x - eta Delta x: 0. Delta x (the H signal)
+      never includes it (adam_forward.py ``update_K_vec`` l. 54-56).
   """
   lr: float = 1e-4
   smoothing: float = 1e-3
@@ -152,6 +188,7 @@ class DeComFLConfig:
   fd_scheme: str = "forward"
   client_state: str = "none"
   replay_history: int = 256
+  weight_decay: float = 0.0
 
 
 @chex.dataclass(frozen=True)
@@ -164,7 +201,8 @@ class HiSoConfig(DeComFLConfig):
       paper, 1e-8 per spec §2.3; [code] has none: 0).
     h0: H_0 = h0 * 1; [code] ``ones(d)``.
     k_update: ``last`` ([code] LAST_LOCAL_UPDATE), ``all`` (eq. 12), ``all_code``
-      ([code] ALL_LOCAL_UPDATES, later steps rebuilt with the updated H).
+      ([code] ALL_LOCAL_UPDATES: model steps with H_r, the H signal of later steps
+      rebuilt with the updated H).
     h_signal: ``delta_x`` (§4.3, eq. 12, [code]) or ``round_displacement``
       (App. C, (x_{r+1} - x_r)^2).
     clip_lo, clip_hi: clip H to [clip_lo, clip_hi] after each update (Assumption
@@ -257,6 +295,8 @@ def _check(cfg: DeComFLConfig, preconditioned: bool):
       raise ValueError(f"{name} must be >= 1; got {getattr(cfg, name)}")
   if not cfg.smoothing > 0:
     raise ValueError(f"smoothing must be > 0; got {cfg.smoothing}")
+  if not cfg.weight_decay >= 0:
+    raise ValueError(f"weight_decay must be >= 0; got {cfg.weight_decay}")
   if preconditioned:
     if cfg.k_update not in K_UPDATES:
       raise ValueError(f"unknown k_update {cfg.k_update!r}; accepted: {', '.join(K_UPDATES)}")
@@ -291,6 +331,12 @@ def hiso_parts(task: Task, cfg: DeComFLConfig, preconditioned: bool = True) -> H
   unravel = flat_solution(task)
   loss = lambda x, batch: task.loss(unravel(x), batch)
   tau, P, eta, mu = cfg.local_steps, cfg.num_perturbations, cfg.lr, cfg.smoothing
+  wd = cfg.weight_decay
+
+  def model_step(xk, dx):
+    if wd:                                          # [code] SGD weight decay: eta (dx + wd x)
+      return xk - eta * (dx + wd * xk)
+    return xk - eta * dx                            # Alg. 2b line 6 / Alg. 2 line 16
 
   def scale(h):
     if preconditioned and cfg.preconditioner == "scalar":  # ablation: H replaced by mean(H) 1 (spec §4)
@@ -313,7 +359,7 @@ def hiso_parts(task: Task, cfg: DeComFLConfig, preconditioned: bool = True) -> H
       with jax.default_matmul_precision("highest"):
         g, dx = shared_seed.scalars_and_step(lambda v: loss(v, batch), xk, shared_key, r, k, P, mu,
                                              s, cfg.fd_scheme)                 # Alg. 2b line 4
-      return xk - eta * dx, g                                                 # Alg. 2b lines 5-6
+      return model_step(xk, dx), g                                            # Alg. 2b lines 5-6
 
     x_tau, G = jax.lax.scan(step, x, jnp.arange(tau, dtype=jnp.int32))
     return G, x_tau                                     # reset (Alg. 2b line 8): x_tau is discarded
@@ -323,11 +369,16 @@ def hiso_parts(task: Task, cfg: DeComFLConfig, preconditioned: bool = True) -> H
 
     def step(carry, k):
       xk, hk, _ = carry
-      sk = scale(hk) if (preconditioned and cfg.k_update == "all_code") else s
-      dx = shared_seed.step_from_scalars(gbar[k], shared_key, r, k, sk, d, x.dtype)  # Alg. 2 l. 14
-      xk = xk - eta * dx                                                           # Alg. 2 l. 16
-      if preconditioned and cfg.h_signal == "delta_x" and cfg.k_update in ("all", "all_code"):
+      dx = shared_seed.step_from_scalars(gbar[k], shared_key, r, k, s, d, x.dtype)   # Alg. 2 l. 14
+      xk = model_step(xk, dx)                                                      # Alg. 2 l. 16
+      if preconditioned and cfg.h_signal == "delta_x" and cfg.k_update == "all":
         hk = ema(hk, dx * dx)                                                      # eq. 12, per k
+      elif preconditioned and cfg.h_signal == "delta_x" and cfg.k_update == "all_code":
+        # [code] ALL_LOCAL_UPDATES: the model steps above all use K_r (server.py l. 190-194);
+        # the K chain that follows rebuilds step k's signal with the already-updated K
+        # (adam_forward.py l. 121-125 -> update_K_vec l. 54-56 -> l. 58-61).
+        dx_code = shared_seed.step_from_scalars(gbar[k], shared_key, r, k, scale(hk), d, x.dtype)
+        hk = ema(hk, dx_code * dx_code)
       return (xk, hk, dx), None
 
     (x_new, h_k, dx_last), _ = jax.lax.scan(step, (x, h, jnp.zeros_like(x)),
@@ -391,12 +442,11 @@ def make_hiso(task: Task, cfg: DeComFLConfig, name: str = "hiso",
   B = cfg.replay_history
   unravel = flat_solution(task)
 
-  def init(key):
+  def init(key, shared_key):
     x0, _ = flat_problem(task, key)
     h0 = jnp.full_like(x0, cfg.h0 if preconditioned else 1.0)              # H_0 = 1 [code]
-    # The shared-perturbation stream, split off the init key (the engine hands
-    # init only its own stream): identical for every party (spec §6).
-    shared_key = rng.stream(key, "shared")
+    # shared_key is the run's shared stream rng.stream(root, "shared") (rng.init_keys):
+    # identical for every party and independent of the init stream (spec §6).
     clients = None
     if replay_mode:
       clients = ReplayState(

@@ -129,7 +129,8 @@ def make_delta_averaging(name: str, task: Task, oracle: Oracle, *, local_opt: op
   x0_shape = jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0))
   d = x0_shape.shape[0]
 
-  def init(key):
+  def init(key, shared_key):
+    del shared_key  # no draws shared by all parties (rng.init_keys)
     x0, _ = flat_problem(task, key)
     return ServerState(x=x0, opt_state=server_opt.init(x0))
 

@@ -35,6 +35,17 @@ authors' code (scale 1), ``unbiased`` uses fedsim's d/(lambda Q) scale (FedZO
 eq. 2). Adam makes the two almost identical, except that the prox term's
 relative weight depends on it; ``unbiased`` with ``correction=none`` is exactly
 ``fedzo`` with the same settings.
+
+All N clients take part every round, so the server averages are (1/N) sum_i
+(M = N; the authors' ``ws = 1/N``).
+
+``variant``: ``paper`` (default) or ``code``, the authors' code preset: the
+server keeps x_{r-1} unless the true F improves (settings.py ``FedZoo.run_server``
+l. 79-80, applied to every method there), i.e. ``accept_if_improves`` = 1 where
+it is left at None (fedsim.algorithms.fzoos.accept_if_improves, the one
+implementation FZooS, these baselines and FedZO share). Every other default
+already is the code's (Q = 20 orthonormal directions, lambda = 0.01, Adam 0.01,
+prox gamma 1, ``code`` normalization).
 """
 
 from __future__ import annotations
@@ -46,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedsim.algorithms.fzoos import cosine_metrics
+from fedsim.algorithms.fzoos import accept_if_improves, cosine_metrics, global_objective, preset
 from fedsim.algorithms.local import BYTES_PER_REAL, flat_problem, flat_solution, local_optimizer
 from fedsim.core import rng
 from fedsim.core.reduce import pairwise_sum
@@ -74,13 +85,15 @@ class ZOBaselineConfig:
     correction: none, prox, scaffold1, scaffold2 (set by the registry name).
     prox_gamma: FedProx gamma (not in the paper; [code] 1).
     fd_normalization: ``code`` or ``unbiased`` (module docstring).
-    accept_if_improves: 0 (default) or 1 ([code]: keep x_{r-1} if F does not
-      improve; true global F, outside the query model, not counted).
+    accept_if_improves: 0 or 1 ([code]: keep x_{r-1} if F does not improve;
+      true global F, outside the query model, not counted); None: the
+      preset's (``paper`` 0, ``code`` 1).
     track_cosine: 0 (default) or 1: record cos(ghat, grad F(x)) at every local
       step (Fig. 4; grad F by ``jax.grad`` of the true F, not counted);
       metrics as :func:`fedsim.algorithms.fzoos.cosine_metrics`.
     estimator: ``fd`` (eq. 3) or ``true`` (exact local gradients, [code]
       ``gd_opt``; 0 queries counted).
+    variant: ``paper`` (default) or ``code`` (module docstring).
   """
   lr: float = 0.01
   local_steps: int = 10
@@ -92,9 +105,10 @@ class ZOBaselineConfig:
   correction: str = "none"
   prox_gamma: float = 1.0
   fd_normalization: str = "code"
-  accept_if_improves: int = 0
+  accept_if_improves: int | None = None
   track_cosine: int = 0
   estimator: str = "fd"
+  variant: str = "paper"
 
 
 def queries_per_client_round(cfg: ZOBaselineConfig, stochastic: bool = False) -> int:
@@ -118,11 +132,13 @@ class ZOBaselineState(NamedTuple):
 
 
 def make_zo_baseline(task: Task, cfg: ZOBaselineConfig, name: str = "fedzo_fd") -> FederatedAlgorithm:
-  """Builds one of the four FD baselines (``cfg.correction``).
+  """Builds one of the four FD baselines (``cfg.correction``); ``hparams`` has the
+  preset's ``accept_if_improves`` filled in.
 
   Raises:
-    ValueError: unknown correction, direction, normalization or optimizer.
+    ValueError: unknown correction, direction, normalization, optimizer or variant.
   """
+  cfg = cfg.replace(accept_if_improves=preset(cfg.accept_if_improves, "accept_if_improves", cfg.variant))
   if cfg.correction not in CORRECTIONS:
     raise ValueError(f"unknown correction {cfg.correction!r}; accepted: {', '.join(CORRECTIONS)}")
   if cfg.estimator not in ESTIMATORS:
@@ -151,10 +167,10 @@ def make_zo_baseline(task: Task, cfg: ZOBaselineConfig, name: str = "fedzo_fd") 
       return jax.grad(f)(x)                                             # [code] gd_opt oracle
     return norm * finite_difference.fd_gradient(f, x, key, Q, cfg.smoothing, cfg.direction)
 
-  def F_true(x, clients):
-    return jnp.mean(jax.vmap(lambda c: loss_flat(x, task.full_batch(c)))(clients))
+  F_true = global_objective(task)
 
-  def init(key):
+  def init(key, shared_key):
+    del shared_key  # no draws shared by all parties (rng.init_keys)
     x0, _ = flat_problem(task, key)
     return ZOBaselineState(x=x0, round=jnp.int32(0), c_local=jnp.zeros((N, d), x0.dtype),
                            c_global=jnp.zeros((d,), x0.dtype), extra_queries=jnp.int32(0),
@@ -195,9 +211,9 @@ def make_zo_baseline(task: Task, cfg: ZOBaselineConfig, name: str = "fedzo_fd") 
     has_corr = (state.round > 0).astype(state.x.dtype)                # [code] none in round 1
     x_T, g_avg, cos = jax.vmap(local_update, in_axes=(None, 0, 0, 0, None, None, None))(
         state.x, clients, keys, state.c_local, state.c_global, has_corr, clients)
-    x_new = pairwise_sum(x_T) / N
-    if cfg.accept_if_improves:
-      x_new = jnp.where(F_true(state.x, clients) <= F_true(x_new, clients), state.x, x_new)
+    x_new = pairwise_sum(x_T) / N                                      # Alg. 1: (1/N) sum_i
+    if cfg.accept_if_improves:                                          # [code] settings.py l. 79-80
+      x_new = accept_if_improves(lambda z: F_true(z, clients), state.x, x_new)
     c_local, c_global, extra = state.c_local, state.c_global, jnp.int32(0)
     extra_bytes = 0
     if cfg.correction == "scaffold1":

@@ -150,7 +150,8 @@ def make_zone_s(task: Task, cfg: ZONESConfig, name: str = "zone_s") -> Federated
       direction=direction, scale_by_dim=cfg.variant == "code")
   queries = cfg.local_steps * (cfg.batch_size if task.stochastic else 1) * (cfg.fd_directions + 1)
 
-  def init(key):
+  def init(key, shared_key):
+    del shared_key  # no draws shared by all parties (rng.init_keys)
     x0, _ = flat_problem(task, key)
     return ZONESState(x0=x0, x=jnp.broadcast_to(x0, (n, d)), lam=jnp.zeros((n, d), x0.dtype))
 

@@ -19,9 +19,23 @@ Noise models (specs/fedzo.md §6):
   variance Delta_max / (|M_t|^2 d gamma), the variance the proof of Theorem 3
   uses (E||n~||^2 = Delta_max / (|M_t|^2 gamma)).
 * ``complex_real_part``: the real part of the complex noise of eq. 17 (half the
-  variance); this is what the full transceiver (``transceiver="full"``) yields.
+  variance).
 * ``code_compat``: the authors' code, std (1/|M_t|) sqrt(Delta_max /
   (SNR_lin min_{M_t}|h| d)), with the actual minimum |h| unsquared.
+
+Transceivers (``transceiver``):
+
+* ``shortcut`` (default): eq. 17 in closed form, y = mean + std z with the
+  noise model's std.
+* ``full``: eqs. 14-17 simulated step by step (complex alpha_i of eq. 15,
+  superposition, channel noise n_t, receive scaling of eq. 17, real part).
+  The channel noise follows the noise model: ``real_full`` draws a real
+  n_t ~ N(0, sigma_w^2 I_d) (a real-baseband eq. 14, whose receive-scaled
+  variance is the proof's), ``complex_real_part`` draws eq. 14's
+  n_t ~ CN(0, sigma_w^2 I_d). Both use the same standard normal draws as the
+  shortcut, so the two transceivers agree draw for draw. ``code_compat`` is a
+  closed-form std of the authors' code, not a channel, and is rejected
+  (ValueError) with ``full``.
 
 The authors' code also draws h with E|h|^2 = 0.5 (``channel_var=0.5``) and
 redraws the channels when no device passes the threshold
@@ -42,6 +56,7 @@ from fedsim.core.reduce import pairwise_sum
 NOISE_MODELS = ("real_full", "complex_real_part", "code_compat")
 EMPTY_ROUND_RULES = ("skip", "resample")
 TRANSCEIVERS = ("shortcut", "full")
+FULL_NOISE_MODELS = ("real_full", "complex_real_part")  # channel-noise laws the full transceiver simulates
 MAX_RESAMPLES = 64
 
 
@@ -56,7 +71,8 @@ class AirCompConfig:
     noise_model: one of :data:`NOISE_MODELS`.
     empty_round: ``skip`` (keep the model; logged) or ``resample`` (code).
     transceiver: ``shortcut`` (eq. 17 in closed form) or ``full`` (complex
-      alpha_i, superposition, complex noise, receive scaling; real part).
+      alpha_i, superposition, channel noise of the noise model, receive
+      scaling; real part). ``full`` accepts :data:`FULL_NOISE_MODELS` only.
   """
   snr_db: float = 0.0
   h_min: float = 0.8
@@ -80,6 +96,10 @@ def validate(cfg: AirCompConfig):
     raise ValueError(f"channel_var must be > 0; got {cfg.channel_var}")
   if math.isnan(cfg.snr_db):
     raise ValueError("snr_db must be a number or inf")
+  if cfg.transceiver == "full" and cfg.noise_model not in FULL_NOISE_MODELS:
+    raise ValueError(f"noise_model={cfg.noise_model!r} cannot be used with transceiver='full' (it is "
+                     f"the authors' closed-form std, not a channel); accepted with full: "
+                     f"{', '.join(FULL_NOISE_MODELS)}, or use transceiver='shortcut'")
 
 
 def draw_channels(key, num_devices: int, channel_var: float = 1.0):
@@ -144,7 +164,12 @@ def aggregate(deltas, h, mask, key, cfg: AirCompConfig):
 
   Returns:
     (y (d,) float32, |M_t| int32, Delta_max float32). y = 0 when M_t is empty.
+
+  Raises:
+    ValueError: an invalid ``cfg`` (see :func:`validate`), e.g. ``code_compat``
+      noise with the full transceiver.
   """
+  validate(cfg)
   n, d = deltas.shape
   m_size = jnp.sum(mask.astype(jnp.int32))
   msz = jnp.maximum(m_size, 1).astype(deltas.dtype)
@@ -166,7 +191,8 @@ def aggregate(deltas, h, mask, key, cfg: AirCompConfig):
 
 def _full_transceiver(deltas, h, mask, key, cfg, msz, delta_max):
   """Simulates eqs. 14-17 literally with P = 1: complex alpha_i, the superposed
-  signal plus CN(0, sigma_w^2) noise, receive scaling, real part."""
+  signal plus the channel noise n_t (``real_full``: real N(0, sigma_w^2);
+  ``complex_real_part``: CN(0, sigma_w^2)), receive scaling, real part."""
   n, d = deltas.shape
   p = 1.0
   safe_max = jnp.maximum(delta_max, jnp.finfo(deltas.dtype).tiny)
@@ -176,7 +202,10 @@ def _full_transceiver(deltas, h, mask, key, cfg, msz, delta_max):
   if not (math.isinf(cfg.snr_db) and cfg.snr_db > 0):
     sigma_w = jnp.sqrt(p / 10.0 ** (cfg.snr_db / 10.0))
     kr, ki = jax.random.split(key)
-    s = s + sigma_w / jnp.sqrt(2.0) * (jax.random.normal(kr, (d,)) + 1j * jax.random.normal(ki, (d,)))
+    if cfg.noise_model == "real_full":     # real-baseband eq. 14: n_t ~ N(0, sigma_w^2 I_d)
+      s = s + sigma_w * jax.random.normal(kr, (d,))
+    else:                                  # eq. 14: n_t ~ CN(0, sigma_w^2 I_d)
+      s = s + sigma_w / jnp.sqrt(2.0) * (jax.random.normal(kr, (d,)) + 1j * jax.random.normal(ki, (d,)))
   y = jnp.real(s * jnp.sqrt(safe_max / (d * p * cfg.h_min ** 2)) / msz)           # eq. 17
   return jnp.where(jnp.sum(mask) > 0, y, 0.0).astype(deltas.dtype)
 

@@ -164,7 +164,7 @@ def _member_fns(build: Callable, task: Task, static_hp: dict):
     return build(dataclasses.replace(task, data=data), {**static_hp, **hp})
 
   def init(data, key, hp):
-    return alg_for(data, hp).init(rng.stream(key, "init"))
+    return alg_for(data, hp).init(*rng.init_keys(key))   # streams "init" and "shared"
 
   def chunk(state, data, key, hp, first_round, length):
     alg = alg_for(data, hp)
@@ -286,7 +286,7 @@ def simulate_batched(build: Callable, task: Task, datas: list, seeds: list[int],
 
   state = cache.get("init", init_fn, data, keys, hp)(data, keys, hp)
   evaluate = cache.get("eval", eval_fn, state, data, keys, hp)
-  totals = {n: np.zeros((K * V,), np.int64) for n in LEDGERS}
+  totals = {n: np.zeros((K * V,), object) for n in LEDGERS}  # exact Python ints
   records = [[[] for _ in range(V)] for _ in range(K)]
   diverged = np.zeros((K, V), bool)
 
@@ -312,8 +312,9 @@ def simulate_batched(build: Callable, task: Task, datas: list, seeds: list[int],
     if length not in chunks:
       chunks[length] = cache.get("chunk", chunk_fn(length), state, data, keys, hp, jnp.int32(r))
     state, stats = chunks[length](state, data, keys, hp, jnp.int32(r))
-    for n, values in jax.device_get(stats).items():  # exact: int32 per round, int64 sums
-      totals[n] += np.sum(np.asarray(values, np.int64), axis=-1)
+    # exact: int32 counts per round times static units, summed as Python ints
+    for n, values in jax.device_get(stats).totals(axis=-1).items():
+      totals[n] += values
     r += length
     record(r)
     if on_chunk is not None:

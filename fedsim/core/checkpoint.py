@@ -14,7 +14,7 @@ two items:
 Saves are synchronous (the next chunk may donate the state's buffers on
 accelerators) and only the last ``max_to_keep`` (2) are kept. Restoring needs
 the state's structure, which :func:`restore` gets from
-``jax.eval_shape(algorithm.init, key)`` without running ``init``; restored
+``jax.eval_shape(algorithm.init, *rng.init_keys(root))`` without running ``init``; restored
 arrays are bit-identical to the saved ones, so a resumed run continues
 bitwise-identically (tests/core/test_checkpoint.py). Under ``jax.distributed``
 every process calls :func:`save`/:func:`restore` (orbax coordinates them; the
@@ -81,7 +81,7 @@ def restore(mngr: ocp.CheckpointManager, abstract_state, mesh=None, algorithm: s
   Args:
     mngr: from :func:`manager`.
     abstract_state: the state's structure, shapes and dtypes
-      (``jax.eval_shape(algorithm.init, key)``).
+      (``jax.eval_shape(algorithm.init, *rng.init_keys(root))``).
     mesh: under ``jax.distributed``, the global mesh: leaves come back as
       arrays replicated over it. In one process (``mesh`` None or a
       single-process mesh) they come back as uncommitted arrays on the default

@@ -19,7 +19,6 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from fedsim.core import rng
 from fedsim.core import sharding as sharding_lib
@@ -59,8 +58,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     num_rounds: T >= 0.
     eval_every: rounds per compiled chunk (>= 1); a final shorter chunk runs the
       remainder.
-    key: the root key; ``init`` uses stream "init", rounds use stream "rounds"
-      with ``fold_in(stream, r)``.
+    key: the root key; ``init`` gets streams "init" and "shared"
+      (``rng.init_keys``), rounds use stream "rounds" with ``fold_in(stream, r)``.
     on_eval: called with each record (a dict of Python scalars) as soon as it is
       measured; records have ``round``, cumulative ``queries``, ``bytes_up``,
       ``bytes_down``, ``participants``, ``empty_rounds``, ``wall_time_s``,
@@ -100,8 +99,9 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
   if checkpoint_dir and (checkpoint_every > 0 or resume):
     from fedsim.core import checkpoint
     mngr = checkpoint.manager(checkpoint_dir)
+  init_keys = rng.init_keys(key)                  # (stream "init", stream "shared")
   if resume:
-    restored = checkpoint.restore(mngr, jax.eval_shape(algorithm.init, rng.stream(key, "init")),
+    restored = checkpoint.restore(mngr, jax.eval_shape(algorithm.init, *init_keys),
                                   mesh=mesh, algorithm=algorithm.name)
     if restored is not None:
       state, meta = restored
@@ -113,7 +113,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       init = jax.jit(algorithm.init, out_shardings=NamedSharding(mesh, PartitionSpec()))
     else:
       init = jax.jit(algorithm.init)
-    state = init(rng.stream(key, "init"))
+    state = init(*init_keys)
   rounds_key = rng.stream(key, "rounds")
   chunk = make_chunk(algorithm)
   def evaluate_fn(s, data):
@@ -146,9 +146,10 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     while r < num_rounds:
       length = min(eval_every, num_rounds - r)
       state, stats = chunk(state, task.data, rounds_key, jnp.int32(r), length)
-      # Exact host-side accumulation: per-round int32 values summed as Python ints.
-      for name, values in fetch(stats).items():
-        totals[name] += int(np.sum(np.asarray(values, np.int64)))
+      # Exact host-side accumulation: per-round int32 counts times static units
+      # (RoundStats.units), summed as Python ints (RoundStats.totals).
+      for name, value in fetch(stats).totals().items():
+        totals[name] += value
       r += length
       record(r)
       if next_save is not None and r >= next_save:  # first chunk end at or after a multiple of K

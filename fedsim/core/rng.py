@@ -10,6 +10,12 @@ stream id, so adding a stream never changes another stream's numbers:
   or on how the client axis is sharded.
 * ``stream(root, "shared")``: perturbations shared by all clients (DeComFL/HiSo
   seeds, FZooS random Fourier features).
+* ``stream(root, "init")``: the initial state (x_0 and any per-client state).
+
+An algorithm's ``init`` receives both the init stream and the shared stream
+(:func:`init_keys`; ``FederatedAlgorithm.init(key, shared_key)``), so the
+shared perturbations of a run are a function of the root key alone: the same
+for every party and unchanged when the init stream changes.
 """
 
 import zlib
@@ -28,6 +34,12 @@ def stream(root: jax.Array, name: str) -> jax.Array:
   if name not in STREAMS:
     raise KeyError(f"unknown key stream {name!r}; accepted: {', '.join(STREAMS)}")
   return jax.random.fold_in(root, zlib.crc32(name.encode()) & 0x7FFFFFFF)
+
+
+def init_keys(root: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """``(stream(root, "init"), stream(root, "shared"))``: the two keys
+  ``FederatedAlgorithm.init(key, shared_key)`` receives."""
+  return stream(root, "init"), stream(root, "shared")
 
 
 def round_key(rounds_stream: jax.Array, r) -> jax.Array:

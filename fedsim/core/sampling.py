@@ -24,6 +24,7 @@ def sample_clients(key: jax.Array, num_clients: int, clients_per_round: int) -> 
   if clients_per_round == num_clients:
     return jnp.arange(num_clients, dtype=jnp.int32)
   # Top-M of i.i.d. uniform keys == a uniform M-subset; O(N) and shards well.
-  u = jax.random.uniform(key, (num_clients,))
+  # float32 keys in both precisions: x64 runs sample the same clients.
+  u = jax.random.uniform(key, (num_clients,), jnp.float32)
   _, idx = jax.lax.top_k(u, clients_per_round)
   return idx.astype(jnp.int32)

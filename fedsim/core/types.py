@@ -8,19 +8,60 @@ problem; a FederatedAlgorithm is a NamedTuple of pure functions in the style of
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, NamedTuple
 
-import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 PyTree = Any
 Array = jax.Array
 
 
-@chex.dataclass(frozen=True)
+LEDGERS = ("queries", "bytes_up", "bytes_down", "participants", "empty_rounds")
+"""The :class:`RoundStats` ledgers, in field order."""
+INT32_MAX = 2 ** 31 - 1
+
+
+class Product(NamedTuple):
+  """A ledger value ``count * unit`` (see :func:`times`)."""
+  count: Any
+  unit: int
+
+
+def times(count, unit: int) -> Product:
+  """A per-round ledger value ``count * unit`` kept exact beyond int32.
+
+  ``count`` may be traced (an int32 scalar, 0 <= count <= 2**31 - 1 per
+  round); ``unit`` is a static Python int of any size (e.g. the bytes of one
+  broadcast, which may exceed 2**31). :func:`make_stats` stores ``count`` as the
+  field and ``unit`` in ``RoundStats.units``; the product is only formed on the
+  host, in Python integers.
+
+  Raises:
+    TypeError: ``unit`` is not a static integer.
+    ValueError: ``unit`` < 0.
+  """
+  if isinstance(unit, bool) or not isinstance(unit, (int, np.integer)):
+    raise TypeError(f"unit must be a static Python int; got {type(unit).__name__}")
+  if unit < 0:
+    raise ValueError(f"unit must be >= 0; got {unit}")
+  return Product(count, int(unit))
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=list(LEDGERS),
+                   meta_fields=["units"])
+@dataclasses.dataclass(frozen=True)
 class RoundStats:
-  """Ledgers of one communication round (all int32 scalars, summed over clients).
+  """Ledgers of one communication round (summed over clients).
+
+  Each ledger is ``count * unit``: the field holds the int32 ``count`` (a
+  pytree leaf, exact up to 2**31 - 1 per round) and ``units`` holds the static
+  Python-int ``unit`` of each field (1 unless the value was given as
+  :func:`times` or as a static integer above 2**31 - 1). Values beyond int32 are
+  thus exact without x64: the product is formed on the host, in Python ints
+  (:meth:`exact`, :meth:`totals`; the engine's running totals).
 
   Attributes:
     queries: function (or per-example gradient) evaluations spent in the round,
@@ -32,22 +73,81 @@ class RoundStats:
     participants: number of clients whose update reached the server.
     empty_rounds: 1 if no client update reached the server this round (e.g.
       no AirComp device passed the channel threshold), else 0.
-
-  Per-round values are int32 (exact up to 2**31 - 1); the engine accumulates
-  totals on the host in Python integers, so totals never overflow.
+    units: static tuple of 5 Python ints, the unit of each field in
+      :data:`LEDGERS` order (not a pytree leaf: it survives ``jit``, ``scan``
+      stacking and ``device_get`` unchanged).
   """
   queries: Array
   bytes_up: Array
   bytes_down: Array
   participants: Array
   empty_rounds: Array
+  units: tuple = (1, 1, 1, 1, 1)
+
+  def unit(self, name: str) -> int:
+    """The static unit of ledger ``name``."""
+    return self.units[LEDGERS.index(name)]
+
+  def exact(self, name: str):
+    """Host-side exact value(s) ``count * unit`` of ledger ``name``.
+
+    Returns:
+      A Python int for a scalar count, else an object array of Python ints
+      with the count's shape (e.g. (T,) for stats stacked over T rounds).
+    """
+    counts = np.asarray(getattr(self, name), np.int64)
+    if counts.ndim == 0:
+      return int(counts) * self.unit(name)
+    return counts.astype(object) * self.unit(name)
+
+  def totals(self, axis=None) -> dict:
+    """Host-side exact sums of every ledger over ``axis`` (all axes if None).
+
+    Counts are summed in int64 (exact for fewer than 2**32 int32 terms), then
+    multiplied by the unit in Python ints.
+
+    Returns:
+      ``{name: int}`` for ``axis=None``, else ``{name: object array of Python
+      ints}`` with ``axis`` removed.
+    """
+    out = {}
+    for name, unit in zip(LEDGERS, self.units):
+      s = np.sum(np.asarray(getattr(self, name), np.int64), axis=axis)
+      out[name] = int(s) * unit if axis is None else np.asarray(s).astype(object) * unit
+    return out
+
+
+def _ledger(name: str, value) -> tuple[Any, int]:
+  """(int32 count, static unit) of one :func:`make_stats` argument."""
+  if isinstance(value, Product):
+    return jnp.asarray(value.count, jnp.int32), value.unit
+  if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    value = int(value)
+    if value < 0:
+      raise ValueError(f"{name}: a ledger is >= 0; got {value}")
+    if value > INT32_MAX:  # static and exact: count 1 of a unit that is the value
+      return jnp.asarray(1, jnp.int32), value
+  return jnp.asarray(value, jnp.int32), 1
 
 
 def make_stats(queries, bytes_up, bytes_down, participants, empty_rounds=0) -> RoundStats:
-  """Builds a :class:`RoundStats` casting each field to int32."""
-  c = lambda v: jnp.asarray(v, jnp.int32)
-  return RoundStats(queries=c(queries), bytes_up=c(bytes_up), bytes_down=c(bytes_down),
-                    participants=c(participants), empty_rounds=c(empty_rounds))
+  """Builds a :class:`RoundStats`.
+
+  Each argument is an int32-representable value (traced or static; cast to
+  int32), a static Python int of any size (above 2**31 - 1 it is stored as
+  count 1 times a unit equal to the value), or :func:`times` ``(count, unit)``
+  for a traced count times a static unit of any size. A traced value is an
+  int32 computed in the round: keep it below 2**31 (int32 arithmetic wraps
+  silently) by factoring its static part into a :func:`times` unit. Branches of
+  ``lax.cond`` that return stats must use the same units (they are part of the
+  pytree structure).
+
+  Raises:
+    ValueError: a static value < 0.
+  """
+  pairs = [_ledger(n, v) for n, v in zip(LEDGERS, (queries, bytes_up, bytes_down, participants,
+                                                    empty_rounds))]
+  return RoundStats(*(c for c, _ in pairs), units=tuple(u for _, u in pairs))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -123,8 +223,14 @@ class FederatedAlgorithm(NamedTuple):
 
   Attributes:
     name: registry name.
-    init: ``key -> state``; server state plus per-client state with a leading
-      axis N (the task is bound when the algorithm is built).
+    init: ``(key, shared_key) -> state``; server state plus per-client state
+      with a leading axis N (the task is bound when the algorithm is built).
+      ``key`` is the run's init stream ``rng.stream(root, "init")`` (x_0 and
+      other initial draws); ``shared_key`` is the run's shared stream
+      ``rng.stream(root, "shared")`` (DESIGN.md, "Randomness") for the draws
+      every party makes identically (DeComFL/HiSo seeds, FZooS random
+      features); algorithms without shared draws ignore it. Both
+      come from ``rng.init_keys(root)``; neither is derived from the other.
     round: ``(state, key, data) -> (state, RoundStats)``; one communication
       round, jit-able; ``key`` is the round key ``fold_in(run_key, r)`` and
       ``data`` is ``task.data`` (passed as an argument so the compiled program
@@ -136,7 +242,7 @@ class FederatedAlgorithm(NamedTuple):
       oracle-complexity ledger, Definition 1 of seed 004).
   """
   name: str
-  init: Callable[[Array], PyTree]
+  init: Callable[[Array, Array], PyTree]
   round: Callable[[PyTree, Array], tuple]
   solution: Callable[[PyTree], PyTree]
   hparams: Any = None

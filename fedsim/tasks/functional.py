@@ -127,6 +127,29 @@ def mcshane(x_i, y_i, lip, xq, mask=None):
   return jnp.min(vals, axis=1)
 
 
+def mcshane_grad(x_i, y_i, lip, xq, mask=None):
+  """Input-gradient of eq. (17)'s u_i, per output (specs/ffgb.md §2.5):
+  grad u_i^c(x) = L (x - x_{j*}) / ||x - x_{j*}||, j* = argmin_j (y_jc + L ||x - x_j||).
+
+  Defined wherever the argmin is unique and x is not a data point (almost every
+  x); 0 at x = x_{j*}.
+
+  Args:
+    x_i: (M, d); y_i: (M, C); lip: L; xq: (B, d); mask: (M,) bool real rows.
+
+  Returns:
+    (B, C, d) float32.
+  """
+  diff = xq[:, None, :] - x_i[None, :, :]  # (B, M, d)
+  d = jnp.sqrt(jnp.maximum(jnp.sum(diff ** 2, -1), 0.0))  # (B, M)
+  vals = y_i[None, :, :] + lip * d[:, :, None]  # (B, M, C)
+  if mask is not None:
+    vals = jnp.where(mask[None, :, None], vals, jnp.inf)
+  j = jnp.argmin(vals, axis=1)  # (B, C)
+  unit = diff / jnp.where(d > 0, d, 1.0)[..., None]  # (B, M, d), 0 where x = x_j
+  return lip * jnp.take_along_axis(unit, j[:, :, None], axis=1)  # (B, C, d)
+
+
 # ------------------------------------------------------------------ shifted tabular problems
 SHIFT_KINDS = ("tv", "w1")
 TABULAR_LOSSES = ("square", "ce")

@@ -15,6 +15,10 @@ The federated split is the paper's eq. (3): m clients with s samples each and a
 
     F(theta) = (1/n) [ sum_{j<=r} f(x^(0,j); theta) + sum_c sum_{j<=s} f(x^(c,j); theta) ].   (3)
 
+Precision: every random draw is the same with or without x64 (the data are
+drawn in float64 NumPy and cast; theta^(0) and the batch indices come from
+float32 JAX uniforms), so ``--x64`` changes the arithmetic, not the experiment.
+
 Data layout (``Task.data``; float64 when x64 is enabled, else float32):
   * ``clients``: ``x`` (m, s, p), ``y`` (m, s), ``mask`` (m, s) bool.
   * ``sizes``: (m,) int32, all s.
@@ -268,9 +272,10 @@ def _build(name, data, p, mu, info) -> Task:
     return jnp.sum(f * msk) / jnp.maximum(jnp.sum(msk), 1.0)
 
   def sample_batch(client, key, batch_size):
-    # i.i.d. uniform over the client's real samples (with replacement).
-    n = jnp.maximum(jnp.sum(client["mask"]), 1)
-    idx = jnp.minimum((jax.random.uniform(key, (batch_size,)) * n).astype(jnp.int32), n - 1)
+    # i.i.d. uniform over the client's real samples (with replacement); the
+    # uniforms are float32 in both precisions, so x64 picks the same samples.
+    n = jnp.maximum(jnp.sum(client["mask"].astype(jnp.int32)), 1)
+    idx = jnp.minimum((jax.random.uniform(key, (batch_size,), jnp.float32) * n).astype(jnp.int32), n - 1)
     return {"x": client["x"][idx], "y": client["y"][idx], "mask": jnp.ones((batch_size,), bool)}
 
   def evaluate(theta, data):
@@ -280,8 +285,9 @@ def _build(name, data, p, mu, info) -> Task:
             "dist_to_opt": jnp.linalg.norm(theta - ev["theta_star"])}
 
   def init_params(key):
-    # theta^(0) ~ U[-1,1]^p, the parameter box of App. A.
-    return jax.random.uniform(key, (p,), minval=-1.0, maxval=1.0, dtype=float_dtype())
+    # theta^(0) ~ U[-1,1]^p, the parameter box of App. A; drawn in float32 and
+    # cast, so a run with x64 enabled starts from the same point (rounded once).
+    return jax.random.uniform(key, (p,), jnp.float32, -1.0, 1.0).astype(float_dtype())
 
   return Task(name=name, num_clients=int(data["sizes"].shape[0]), init_params=init_params, data=data,
               loss=loss, sample_batch=sample_batch, full_batch=lambda c: c, evaluate=evaluate,

@@ -46,7 +46,7 @@ def _round_keys(r=0):
 
 
 def _one_round(alg, task, **replace):
-  state = alg.init(rng.stream(ROOT, "init"))._replace(**replace)
+  state = alg.init(*rng.init_keys(ROOT))._replace(**replace)
   k_round = rng.round_key(rng.stream(ROOT, "rounds"), 0)
   new_state, stats = jax.jit(alg.round)(state, k_round, task.data)
   return state, new_state, stats
@@ -149,7 +149,7 @@ def test_dzopa_one_client_is_zo_sgd(coupling, digits1):
   assert int(stats.queries) == 7 * (4 + 1)
   # ... and the same step as FedZO with N = M = H = 1 (same key scheme).
   fedzo = algorithms.build("fedzo", task, local_steps=1, **hp)
-  f_state = fedzo.init(rng.stream(ROOT, "init"))._replace(x=x_start[0])
+  f_state = fedzo.init(*rng.init_keys(ROOT))._replace(x=x_start[0])
   f_new, _ = jax.jit(fedzo.round)(f_state, rng.round_key(rng.stream(ROOT, "rounds"), 0), task.data)
   assert_close(new.x[0], f_new.x, rtol=1e-6, atol=1e-7)
 
@@ -158,7 +158,7 @@ def test_dzopa_state_shapes_and_quadratic_ledger():
   task = make_task("quadratic", num_clients=3, dim=6, heterogeneity=1.0)
   for variant, h in (("paper", 1), ("code", 5)):
     alg = make_dzopa(task, DZOPAConfig(variant=variant))
-    state = alg.init(rng.stream(ROOT, "init"))
+    state = alg.init(*rng.init_keys(ROOT))
     assert state.x.shape == state.v.shape == (3, 6)
     assert state.x.dtype == state.v.dtype == jnp.float32
     # every client starts at the same x^0
@@ -256,7 +256,7 @@ def test_zone_s_code_one_iteration_gaussian_times_d(digits4):
 def test_zone_s_only_the_active_client_changes_over_rounds():
   task = make_task("quadratic", num_clients=5, dim=4, heterogeneity=1.0)
   alg = make_zone_s(task, ZONESConfig(rho=50.0, local_steps=2, fd_directions=2))
-  state = alg.init(rng.stream(ROOT, "init"))
+  state = alg.init(*rng.init_keys(ROOT))
   assert state.x.shape == state.lam.shape == (5, 4) and state.x0.shape == (4,)
   round_fn = jax.jit(alg.round)
   rounds = rng.stream(ROOT, "rounds")
@@ -313,3 +313,100 @@ def test_decreases_the_quadratic(name, builder):
   first, last = recs[0]["optimality_gap"], recs[-1]["optimality_gap"]
   assert np.isfinite(last)
   assert last < 0.3 * first, (name, first, last)
+
+
+# ----------------------------------------------------------------------------- NumPy references
+# Tiny least-squares task (tests/algorithms/tiny_problem.py), N = 4, d = 4, two iterations
+# from a perturbed state; the estimator (seed 001 eq. 2) is written out in NumPy
+# (tiny_problem.zo_estimate), not taken from fedsim.
+
+from tests.algorithms import tiny_problem as tp  # noqa: E402
+
+TN, TD = 4, 4
+
+
+@pytest.fixture(scope="module")
+def tiny():
+  return tp.make_tiny_task(TN, TD)
+
+
+def _np_mean_estimate(task, x, r, i, J, b1, b2, mu, law="sphere", scale=None):
+  """G_i = (1/J) sum_h e_h, all J estimates at the same x; estimate h uses the step keys
+  (data, directions) = split(fold_in(client key, h))."""
+  a_all, y_all = tp.client_arrays(task, i)
+  total = np.zeros_like(x)
+  for h in range(J):
+    k_data, k_dir = tp.client_step_keys(r, i, h)
+    j = tp.batch_index(task, i, k_data, b1)
+    total = total + tp.zo_estimate(a_all[j], y_all[j], x, k_dir, b2, mu, law, scale)
+  return total / J
+
+
+def _run_from(alg, task, rounds, **replace):
+  state = alg.init(*rng.init_keys(tp.ROOT))._replace(**replace)
+  states, stats = [state], []
+  step = jax.jit(alg.round)
+  for r in range(rounds):
+    state, st = step(state, rng.round_key(rng.stream(tp.ROOT, "rounds"), r), task.data)
+    states.append(state)
+    stats.append(st)
+  return states, stats
+
+
+@pytest.mark.parametrize("variant, law", [("paper", "sphere"), ("code", "sphere"), ("code", "gaussian")])
+def test_dzopa_two_iterations_match_numpy(tiny, variant, law):
+  lr, mu, b1, b2, alpha, beta, gamma_c = 0.05, 0.5, 3, 2, 0.7, 0.4, 0.03
+  J = 2 if variant == "paper" else 5          # local_steps None: paper 1 ... code local_ep = 5
+  hp = dict(lr=lr, smoothing=mu, batch_size=b1, fd_directions=b2, direction=law, variant=variant,
+            alpha=alpha, beta=beta, consensus_weight=gamma_c)
+  if variant == "paper":
+    hp["local_steps"] = J
+  alg = make_dzopa(tiny, DZOPAConfig(**hp))
+  x = np.asarray(tp.X0[:TD], np.float64) + 0.3 * np.random.default_rng(1).normal(size=(TN, TD))
+  v = 0.2 * np.random.default_rng(2).normal(size=(TN, TD))
+  states, stats = _run_from(alg, tiny, 2, x=jnp.asarray(x, jnp.float32), v=jnp.asarray(v, jnp.float32))
+  # The code's GradEst scales by d whatever the law: Gaussians get d / mu (not 1 / mu).
+  scale = TD if variant == "code" else None
+  for r in range(2):
+    g = np.stack([_np_mean_estimate(tiny, x[i], r, i, J, b1, b2, mu, law, scale) for i in range(TN)])
+    lx = np.stack([sum((TN - 1 if j == i else -1) * x[j] for j in range(TN)) for i in range(TN)])  # L x
+    if variant == "paper":
+      x, v = x - lr * (alpha * lx + beta * v + g), v + lr * beta * lx
+    else:
+      x = x - gamma_c * lx - lr * g
+    np.testing.assert_allclose(np.asarray(states[r + 1].x), x, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(states[r + 1].v), v, rtol=1e-5, atol=1e-6)
+    assert tp.ledger(stats[r], "queries") == TN * J * b1 * (b2 + 1)
+    assert tp.ledger(stats[r], "bytes_up") == tp.ledger(stats[r], "bytes_down") == TN * TD * 4
+    assert tp.ledger(stats[r], "participants") == TN
+  sol = np.asarray(alg.solution(states[-1]))
+  np.testing.assert_allclose(sol, x.mean(0), rtol=1e-5, atol=1e-6)   # the mean of the x_i
+
+
+@pytest.mark.parametrize("variant, law", [("paper", "sphere"), ("code", "gaussian")])
+def test_zone_s_two_iterations_match_numpy(tiny, variant, law):
+  rho, mu, J, b1, b2 = 40.0, 0.5, 2, 3, 2
+  alg = make_zone_s(tiny, ZONESConfig(rho=rho, smoothing=mu, local_steps=J, batch_size=b1,
+                                      fd_directions=b2, variant=variant))   # direction: the variant's
+  alpha = 1.0 / TN
+  x0 = np.asarray(tp.X0[:TD], np.float64)
+  lam = 0.3 * np.random.default_rng(3).normal(size=(TN, TD))
+  states, stats = _run_from(alg, tiny, 2, lam=jnp.asarray(lam, jnp.float32))
+  scale = TD if variant == "code" else None   # code: Gaussian directions times d / mu
+  active = []
+  for r in range(2):
+    i = tp.participants(tiny, r, 1)[0]        # i_r uniform over the N clients
+    active.append(i)
+    g = _np_mean_estimate(tiny, x0, r, i, J, b1, b2, mu, law, scale)      # G at x0
+    x = np.broadcast_to(x0, (TN, TD)).copy()
+    x[i] = x0 - (lam[i] + g) / (alpha * rho)
+    lam_prev = lam.copy()
+    lam[i] = lam[i] + alpha * rho * (x[i] - x0)
+    x0 = (rho * x + lam_prev).sum(0) / (TN * rho)                          # lambda^prev
+    np.testing.assert_allclose(np.asarray(states[r + 1].x), x, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(states[r + 1].lam), lam, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(states[r + 1].x0), x0, rtol=1e-5, atol=1e-5)
+    assert tp.ledger(stats[r], "queries") == J * b1 * (b2 + 1)
+    assert tp.ledger(stats[r], "bytes_up") == tp.ledger(stats[r], "bytes_down") == TD * 4
+    assert tp.ledger(stats[r], "participants") == 1
+  assert np.max(np.abs(x0 - tp.X0[:TD])) > 1e-3   # the server point moved

@@ -9,11 +9,13 @@
 * Ledgers: Gamma(FedLRGD) = r^2 + r s + r S + phi m r, r + 2 epochs, r
   communication epochs of m uploads of p reals; Gamma(FedAve) = T (b + phi tau m).
 * Lemma 2's inexact-GD inequality on every run of a randomized suite.
-* Sweeping r does not recompile.
+* Sweeping r does not recompile (the pure kernels).
 * Theorem 2 helpers: the worked example of §7 item 9 and their domain errors.
 
 Everything runs in float64 inside ``jax.enable_x64(True)`` (scoped per test;
-never flipped globally).
+never flipped globally). The update rules against plain-NumPy references on tiny
+cases, the float64 weight solve of float32 runs and the x64-invariant random draws
+are in test_fedlrgd_rules.py.
 """
 
 import functools
@@ -112,7 +114,7 @@ def test_exact_rank_ridge_reproduces_gradient_and_gd():
   s_lr, _ = simulate(algorithms.build("fedlrgd", task), task, 100, 100, key)
   s_gd, _ = simulate(algorithms.build("gd", task), task, 100, 100, key)
   np.testing.assert_allclose(s_lr.theta, s_gd.theta, rtol=0, atol=1e-8)
-  theta0 = algorithms.build("gd", task).init(rng.stream(key, "init")).theta
+  theta0 = algorithms.build("gd", task).init(*rng.init_keys(key)).theta
   assert float(jnp.linalg.norm(s_gd.theta - theta0)) > 0.1   # the iterates did move
 
 
@@ -266,19 +268,9 @@ def test_sweeping_r_does_not_recompile():
   med = [float(jnp.median(fidelity(with_server_size(base, r).data, anchors, thetas))) for r in (2, 4, 8)]
   assert len(traces) == 1
   assert med[2] < med[0]
-  # The engine's round: one trace for every r with the same max_rank.
-  alg = algorithms.build("fedlrgd", base)
-  round_traces = []
-
-  def counted(state, key, data):
-    round_traces.append(1)
-    return alg.round(state, key, data)
-
-  step = jax.jit(counted)
-  state = alg.init(jax.random.key(0))
-  for r in (3, 7):
-    step(state, jax.random.key(1), with_server_size(base, r).data)
-  assert len(round_traces) == 1
+  # (The engine's FedLRGD computes its weights in ``init`` from the task it was built
+  # on, so an r sweep through the engine builds one algorithm per r; the pure kernels
+  # above are what sweeps r in one compilation, as experiments.fedlrgd_suite does.)
 
 
 def fidelity_and_gaps(seeds, ranks, S=300):
@@ -326,7 +318,7 @@ def test_fedave_one_client_is_local_sgd_and_schedule():
   task = make(r=3, m=1, s=12)
   b, lr = 4, 0.3
   alg = algorithms.build("fedave", task, local_steps=b, lr_schedule="constant", lr=lr, batch_size=2)
-  state0 = alg.init(jax.random.key(0))
+  state0 = alg.init(*rng.init_keys(jax.random.key(0)))
   key = jax.random.key(5)
   state1, stats = jax.jit(alg.round)(state0, key, task.data)
   _, k_clients, _ = rng.round_subkeys(key)
@@ -341,7 +333,7 @@ def test_fedave_one_client_is_local_sgd_and_schedule():
   assert int(stats.queries) == b * 2
   # FedPAQ schedule: eta_t = 4 / (mu ((t + T0) b + 1)), T0 = ceil(4 kappa) by default.
   alg = algorithms.build("fedave", task, local_steps=1, batch_size=1)
-  st, round_fn = alg.init(jax.random.key(0)), jax.jit(alg.round)
+  st, round_fn = alg.init(*rng.init_keys(jax.random.key(0))), jax.jit(alg.round)
   for t in range(3):
     new, _ = round_fn(st, jax.random.key(t), task.data)
     batch = task.sample_batch(client, jax.random.fold_in(rng.client_key(rng.round_subkeys(
@@ -365,7 +357,7 @@ def test_qsgd_is_unbiased():
 def test_gd_step_is_exact_gradient_step():
   task = make(r=4, R=6, m=7, s=5, p=3, het=0.5)
   alg = algorithms.build("gd", task)
-  st = alg.init(jax.random.key(2))
+  st = alg.init(*rng.init_keys(jax.random.key(2)))
   new, _ = jax.jit(alg.round)(st, jax.random.key(0), task.data)
   d = jax.tree_util.tree_map(np.asarray, task.data)
   x = np.concatenate([d["server"]["x"][:4], d["clients"]["x"].reshape(-1, 3)])

@@ -15,7 +15,7 @@ SMALL = dict(num_rff=64, history_size=160, gp_window=40, rff_window=80)
 
 
 def _run(alg, task, rounds):
-  state = jax.jit(alg.init)(rng.stream(ROOT, "init"))
+  state = jax.jit(alg.init)(*rng.init_keys(ROOT))
   step = jax.jit(alg.round)
   stats = []
   for r in range(rounds):
@@ -80,7 +80,7 @@ def test_fzoos_one_client_correction_vanishes_and_f_decreases():
     task = make_task("quadratic", num_clients=3, dim=20, heterogeneity=5.0, seed=0)
     alg = algorithms.build("fzoos", task, **kw)
     s, _ = _run(alg, task, 3)
-    f0 = task.evaluate(alg.solution(alg.init(rng.stream(ROOT, "init"))), task.data)["objective"]
+    f0 = task.evaluate(alg.solution(alg.init(*rng.init_keys(ROOT))), task.data)["objective"]
     f3 = task.evaluate(alg.solution(s), task.data)["objective"]
     assert float(f3) < 0.8 * float(f0)
     assert bool(jnp.all(jnp.isfinite(s.w_global)))
@@ -127,7 +127,7 @@ def test_fzoos_track_cosine_does_not_change_iterates():
     b, _ = _run(algorithms.build("fzoos", task, **kw), task, 2)
     np.testing.assert_array_equal(a.x, b.x)
     m = alg.metrics(a)
-    assert set(m) == {"grad_cosine", "grad_cosine_early", "grad_cosine_late"}
+    assert set(m) == {"grad_cosine", "grad_cosine_early", "grad_cosine_late", "history_overwritten"}
     np.testing.assert_allclose(float(m["grad_cosine"]), float(jnp.mean(a.cosine)))
     np.testing.assert_allclose(float(m["grad_cosine_early"]), float(jnp.mean(a.cosine[:2])))
     assert bool(jnp.all(jnp.abs(a.cosine) <= 1.0)) and float(m["grad_cosine"]) > 0.0
@@ -145,7 +145,7 @@ def test_accept_if_improves_keeps_the_previous_point_exactly_when_F_does_not_imp
     plain = jax.jit(algorithms.build(name, task, **kw).round)
     acc = algorithms.build(name, task, accept_if_improves=1, **kw)
     step = jax.jit(acc.round)
-    state = jax.jit(acc.init)(rng.stream(ROOT, "init"))
+    state = jax.jit(acc.init)(*rng.init_keys(ROOT))
     for r in range(2):
       key = rng.round_key(rng.stream(ROOT, "rounds"), r)
       cand, _ = plain(state, key, task.data)
@@ -166,7 +166,7 @@ def test_true_gradient_oracle_local_step_is_exact_gradient_and_reaches_the_optim
   task = make_task("quadratic", num_clients=5, dim=300, heterogeneity=0.5, seed=0)
   one = make_task("quadratic", num_clients=1, dim=300, heterogeneity=0.5, seed=0)
   alg = algorithms.build("fedavg_true_grad", one, local_steps=1)
-  state = jax.jit(alg.init)(rng.stream(ROOT, "init"))
+  state = jax.jit(alg.init)(*rng.init_keys(ROOT))
   new, stats = jax.jit(alg.round)(state, rng.round_key(rng.stream(ROOT, "rounds"), 0), one.data)
   row = jax.tree.map(lambda a: a[0], one.data["clients"])
   g = jax.grad(one.loss)(state.x, row)

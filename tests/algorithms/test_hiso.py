@@ -36,7 +36,7 @@ ROOT = jax.random.key(5)
 def _run(alg, task, rounds, state=None, start=0):
   """Rounds start..start+rounds-1 of the engine's key schedule, in one compiled scan."""
   if state is None:
-    state = jax.jit(alg.init)(rng.stream(ROOT, "init"))
+    state = jax.jit(alg.init)(*rng.init_keys(ROOT))
   rounds_key = rng.stream(ROOT, "rounds")
 
   @jax.jit
@@ -116,7 +116,7 @@ def test_protocol_equals_fedavg_reference(tau):
                            clients_per_round=m, batch_size=b, nu=nu, eps=eps)
     parts = hiso.hiso_parts(task, alg.hparams)
     d = parts.dim
-    state = jax.jit(alg.init)(rng.stream(ROOT, "init"))
+    state = jax.jit(alg.init)(*rng.init_keys(ROOT))
     kx, kh = jax.random.split(jax.random.key(1))
     x_r = 0.1 * jax.random.normal(kx, (d,), jnp.float64)
     h_r = jnp.exp(jax.random.normal(kh, (d,), jnp.float64))
@@ -175,7 +175,9 @@ def test_protocol_equals_fedavg_reference(tau):
 
 def test_k_update_variants_follow_their_rules():
   """``all`` chains the EMA over k with Delta x_{r,k} built with H_r (eq. 12);
-  ``all_code`` rebuilds later steps with the updated H ([code] ALL_LOCAL_UPDATES)."""
+  ``all_code`` ([code] ALL_LOCAL_UPDATES) takes the tau model steps with H_r
+  (server.py l. 190-194) and then rebuilds step k's H signal with the updated H
+  (adam_forward.py l. 121-125, 54-61)."""
   with jax.enable_x64(True):
     task = make_illcond_quadratic_task(30, 4, 1.0, seed=3)
     tau, P, eta, nu = 3, 2, 1e-2, 0.3
@@ -191,8 +193,9 @@ def test_k_update_variants_follow_their_rules():
       xn, hn = jax.jit(hiso.hiso_parts(task, cfg).apply_round)(x, h, 0, key, gbar)
       xr, hr = x, h
       for k in range(tau):
-        dx = step(k, h if variant == "all" else hr)
-        xr, hr = xr - eta * dx, (1 - nu) * hr + nu * dx ** 2
+        xr = xr - eta * step(k, h)                    # model steps: H_r in both variants
+        dx = step(k, h if variant == "all" else hr)   # H signal
+        hr = (1 - nu) * hr + nu * dx ** 2
       np.testing.assert_allclose(np.asarray(xn), np.asarray(xr), rtol=1e-12)
       np.testing.assert_allclose(np.asarray(hn), np.asarray(hr), rtol=1e-12)
 
@@ -209,7 +212,7 @@ def test_hiso_nu0_h0_1_is_decomfl_bitwise():
   np.testing.assert_array_equal(np.asarray(a.h), np.ones(a.x.shape, np.float32))
   np.testing.assert_array_equal(np.asarray(b.h), np.ones(a.x.shape, np.float32))   # H = I fixed
   for f in ("queries", "bytes_up", "bytes_down", "participants"):
-    np.testing.assert_array_equal(np.asarray(sa[f]), np.asarray(sb[f]))
+    np.testing.assert_array_equal(np.asarray(getattr(sa, f)), np.asarray(getattr(sb, f)))
 
 
 # --- 4. Estimator moments ------------------------------------------------------------------
@@ -266,7 +269,7 @@ def test_h_signal_moment_fixes_h_near_a_multiple_of_one():
     task = make_illcond_quadratic_task(d, 2, 0.0, seed=6)
     alg = algorithms.build("hiso", task, lr=0.0, nu=nu, eps=0.0, num_perturbations=P,
                            clients_per_round=1)
-    s0 = jax.jit(alg.init)(rng.stream(ROOT, "init"))
+    s0 = jax.jit(alg.init)(*rng.init_keys(ROOT))
     rounds_key = rng.stream(ROOT, "rounds")
     hs = jax.jit(lambda s: jax.lax.scan(
         lambda s, r: (alg.round(s, rng.round_key(rounds_key, r), task.data)[0],
@@ -375,13 +378,13 @@ def test_directions_depend_only_on_round_step_and_index():
   g3, _ = p3.client_scalars(x, h, 7, key, client, jax.random.key(0))
   g5, _ = p5.client_scalars(x, h, 7, key, client, jax.random.key(1))   # another batch key
   np.testing.assert_array_equal(np.asarray(g3[0]), np.asarray(g5[0, :3]))   # step 0: same x
-  # The shared key comes from the init stream only: rounds (whose keys drive client
-  # sampling and mini-batches) never touch it, so the directions of round r are
+  # The shared key is the run's shared stream (rng.init_keys): rounds (whose keys drive
+  # client sampling and mini-batches) never touch it, so the directions of round r are
   # fold_in(shared, r, k, p) whatever the sampling.
   alg = algorithms.build("hiso", task, **base)
-  s0 = jax.jit(alg.init)(rng.stream(ROOT, "init"))
+  s0 = jax.jit(alg.init)(*rng.init_keys(ROOT))
   s3, _ = _run(alg, task, 3, s0)
-  shared = rng.stream(rng.stream(ROOT, "init"), "shared")
+  shared = rng.stream(ROOT, "shared")
   for s in (s0, s3):
     np.testing.assert_array_equal(jax.random.key_data(s.shared_key), jax.random.key_data(shared))
   gbar = jnp.ones((2, 5))

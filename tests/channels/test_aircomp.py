@@ -2,6 +2,9 @@
 the full transceiver, and the noise-free reduction to FedZO."""
 
 import math
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +28,21 @@ def test_participation_probability_is_exp_minus_h_min_squared():
   code = aircomp.AirCompConfig(h_min=0.8, channel_var=0.5)
   pc = np.asarray(jax.vmap(lambda k: aircomp.participating_channels(k, 50, code)[1])(keys)).mean()
   assert abs(pc - math.exp(-1.28)) < 3 * math.sqrt(pc * (1 - pc) / n)
+
+
+@pytest.mark.parametrize("var, rule", [(1.0, "skip"), (0.5, "resample")])
+def test_channels_are_cn_0_var_and_the_threshold_rule(var, rule):
+  """h = sqrt(var/2) (g_re + i g_im) from the channel key (E|h|^2 = var), M_t = {|h| >= h_min}."""
+  key = jax.random.key(9)
+  kr, ki = jax.random.split(jax.random.fold_in(key, 0))
+  g_re = np.asarray(jax.random.normal(kr, (6,)), np.float64)
+  g_im = np.asarray(jax.random.normal(ki, (6,)), np.float64)
+  h_ref = math.sqrt(var / 2) * (g_re + 1j * g_im)
+  cfg = aircomp.AirCompConfig(h_min=float(np.median(np.abs(h_ref))), channel_var=var, empty_round=rule)
+  h, mask = aircomp.participating_channels(key, 6, cfg)
+  np.testing.assert_allclose(np.asarray(h), h_ref, rtol=1e-6, atol=1e-7)
+  np.testing.assert_array_equal(np.asarray(mask), np.abs(h_ref) >= cfg.h_min)
+  assert 0 < int(np.sum(np.asarray(mask))) < 6
 
 
 def _fixed_round(n=12, d=400, seed=0):
@@ -53,11 +71,12 @@ def test_effective_noise_variance_matches_closed_form(snr_db, model, factor):
   assert abs(noise.mean()) < 5 * math.sqrt(expected / noise.size)
 
 
-def test_full_transceiver_matches_shortcut_and_power_constraint():
+@pytest.mark.parametrize("model", ["real_full", "complex_real_part"])
+def test_full_transceiver_matches_shortcut_and_power_constraint(model):
   deltas, h, mask = _fixed_round(d=300)
   for snr_db in (-5.0, math.inf):
-    short = aircomp.AirCompConfig(snr_db=snr_db, noise_model="complex_real_part")
-    full = aircomp.AirCompConfig(snr_db=snr_db, noise_model="complex_real_part", transceiver="full")
+    short = aircomp.AirCompConfig(snr_db=snr_db, noise_model=model)
+    full = aircomp.AirCompConfig(snr_db=snr_db, noise_model=model, transceiver="full")
     key = jax.random.key(5)
     ys = aircomp.aggregate(deltas, h, mask, key, short)[0]
     yf = aircomp.aggregate(deltas, h, mask, key, full)[0]
@@ -65,6 +84,103 @@ def test_full_transceiver_matches_shortcut_and_power_constraint():
   energy = np.asarray(aircomp.transmit_energy(deltas, h, mask, short))
   assert np.all(energy <= deltas.shape[1] * (1 + 1e-5))  # ||alpha_i Delta_i||^2 <= d P
   assert np.all(energy[~np.asarray(mask)] == 0)
+
+
+# Tiny exact cases: N = 4 devices, d = 3, channels chosen by hand; the noise draw z is
+# reproduced from the key, everything else is written out in NumPy (float64).
+H4 = np.array([0.9 + 0.1j, 0.3 - 0.2j, -1.2 + 0.5j, 0.1 + 0.85j])   # |h| = .906, .361, 1.3, .856
+D4 = np.array([[0.3, -0.1, 0.2], [5.0, 5.0, 5.0], [-0.4, 0.6, 0.1], [0.2, 0.2, -0.5]])
+
+
+def _tiny(h_min=0.8):
+  h = jnp.asarray(H4, jnp.complex64)
+  return jnp.asarray(D4, jnp.float32), h, jnp.abs(h) >= h_min
+
+
+def _draws(key, d=3):
+  kr, ki = jax.random.split(key)
+  return np.asarray(jax.random.normal(kr, (d,)), np.float64), np.asarray(jax.random.normal(ki, (d,)), np.float64)
+
+
+@pytest.mark.parametrize("snr_db", [-10.0, 0.0, 7.0])
+def test_shortcut_is_eq_17_exactly(snr_db):
+  deltas, h, mask = _tiny()
+  key = jax.random.key(3)
+  sel = [0, 2, 3]                                    # |h_i| >= 0.8; device 1 (huge delta) is out
+  mean = D4[sel].mean(0)
+  dmax = max(float(D4[i] @ D4[i]) for i in sel)      # Delta_max over M_t only
+  gamma = 10 ** (snr_db / 10) * 0.8 ** 2             # gamma = P h_min^2 / sigma_w^2, P = 1
+  zr, _ = _draws(key)
+  for model, var_factor in (("real_full", 1.0), ("complex_real_part", 0.5)):
+    cfg = aircomp.AirCompConfig(snr_db=snr_db, h_min=0.8, noise_model=model)
+    y, m, dm = aircomp.aggregate(deltas, h, mask, key, cfg)
+    expected = mean + math.sqrt(var_factor * dmax / (len(sel) ** 2 * 3 * gamma)) * zr
+    np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-5, atol=1e-6)
+    assert int(m) == 3
+    np.testing.assert_allclose(float(dm), dmax, rtol=1e-6)
+  # code_compat: std (1/|M_t|) sqrt(Delta_max / (SNR_lin min_{M_t}|h| d)), |h| unsquared.
+  cfg = aircomp.AirCompConfig(snr_db=snr_db, h_min=0.8, noise_model="code_compat")
+  hmin = min(abs(H4[i]) for i in sel)
+  expected = mean + math.sqrt(dmax / (10 ** (snr_db / 10) * hmin * 3)) / 3 * zr
+  np.testing.assert_allclose(np.asarray(aircomp.aggregate(deltas, h, mask, key, cfg)[0]), expected,
+                             rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("model", ["real_full", "complex_real_part"])
+def test_full_transceiver_is_eqs_14_to_17_written_out(model):
+  deltas, h, mask = _tiny()
+  key = jax.random.key(4)
+  snr_db, h_min, d, p = -2.0, 0.8, 3, 1.0
+  sel = [0, 2, 3]
+  dmax = max(float(D4[i] @ D4[i]) for i in sel)
+  alpha = {i: (h_min / H4[i]) * math.sqrt(d * p / dmax) for i in sel}          # eq. 15
+  for i in sel:                                                                 # ||alpha Delta||^2 <= d P
+    assert abs(alpha[i]) ** 2 * float(D4[i] @ D4[i]) <= d * p * (1 + 1e-12)
+  sigma_w = math.sqrt(p / 10 ** (snr_db / 10))
+  zr, zi = _draws(key)
+  n = sigma_w * zr if model == "real_full" else sigma_w / math.sqrt(2) * (zr + 1j * zi)
+  s = sum(H4[i] * alpha[i] * D4[i] for i in sel) + n                           # eqs. 14, 16
+  y = np.real(s * math.sqrt(dmax / (d * p * h_min ** 2)) / len(sel))            # eq. 17
+  cfg = aircomp.AirCompConfig(snr_db=snr_db, h_min=h_min, noise_model=model, transceiver="full")
+  got, m, _ = aircomp.aggregate(deltas, h, mask, key, cfg)
+  np.testing.assert_allclose(np.asarray(got), y, rtol=1e-5, atol=1e-6)
+  assert int(m) == 3
+  # The noise is there (the two models differ, and neither is the plain mean).
+  assert np.max(np.abs(y - D4[sel].mean(0))) > 1e-2
+
+
+def test_empty_mask_gives_zero_and_no_participants():
+  deltas, h, _ = _tiny()
+  mask = jnp.zeros((4,), bool)
+  for tr, model in (("shortcut", "real_full"), ("shortcut", "code_compat"), ("full", "real_full"),
+                    ("full", "complex_real_part")):
+    cfg = aircomp.AirCompConfig(snr_db=-5.0, noise_model=model, transceiver=tr)
+    y, m, _ = aircomp.aggregate(deltas, h, mask, jax.random.key(0), cfg)
+    assert int(m) == 0 and np.array_equal(np.asarray(y), np.zeros(3)), (tr, model)
+
+
+def test_full_transceiver_rejects_code_compat():
+  deltas, h, mask = _tiny()
+  cfg = aircomp.AirCompConfig(noise_model="code_compat", transceiver="full")
+  with pytest.raises(ValueError, match="code_compat.*transceiver='full'.*real_full, complex_real_part"):
+    aircomp.validate(cfg)
+  with pytest.raises(ValueError, match="code_compat"):
+    aircomp.aggregate(deltas, h, mask, jax.random.key(0), cfg)
+  task = make_task("quadratic", num_clients=3, dim=4)
+  with pytest.raises(ValueError, match="code_compat"):
+    algorithms.build("fedzo", task, aggregation="aircomp", transceiver="full", noise_model="code_compat")
+
+
+def test_cli_rejects_full_transceiver_with_code_compat(tmp_path):
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  proc = subprocess.run([sys.executable, "-m", "experiments.run", "--algorithm=fedzo,fedavg",
+                         "--fedzo_aggregation=aircomp", "--transceiver=full", "--noise_model=code_compat",
+                         f"--output_dir={tmp_path}"], cwd=repo, capture_output=True, text=True,
+                        timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+  assert len(lines) == 1 and "--noise_model" in lines[0] and "transceiver=full" in lines[0], proc.stderr
+  assert not os.path.exists(tmp_path / "config.json")
 
 
 def test_code_compat_noise_std():

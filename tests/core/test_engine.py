@@ -1,5 +1,6 @@
-"""The engine: determinism, chunking, exact ledgers, divergence, sharding."""
+"""The engine: determinism, chunking, exact ledgers, divergence, sharding, the key hierarchy."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,8 +12,10 @@ import numpy as np
 import pytest
 
 from fedsim import algorithms
-from fedsim.core import DivergenceError, simulate
+from fedsim.core import DivergenceError, rng, simulate
+from fedsim.estimators import rff
 from fedsim.tasks import make_task
+from fedsim.tasks.illcond_quadratic import make_illcond_quadratic_task
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -69,6 +72,44 @@ def test_divergence_stops_with_records_kept(digits10):
   assert seen[0]["round"] == 0 and np.isfinite(seen[0]["objective"])
   assert not np.isfinite(seen[-1]["objective"])
 
+
+def _direction(shared, r, k, p, d):
+  """u_{r,k,p} = N(0, I_d) under fold_in(fold_in(fold_in(shared, r), k), p) (specs/hiso.md §6)."""
+  key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(shared, r), k), p)
+  return np.asarray(jax.random.normal(key, (d,)), np.float64)
+
+
+def test_shared_perturbations_come_from_the_runs_shared_stream():
+  """DESIGN.md "Randomness": the perturbations every party shares are drawn from the
+  run's own stream rng.stream(root, "shared"), not from the init stream, so changing
+  x_0's stream leaves them unchanged. DeComFL with tau = P = 1 moves the model along
+  +-u_{0,0,0} in round 0 (x_1 - x_0 = -eta gbar u), whatever x_0 is; FZooS's shared
+  random features are rff.draw(stream "shared")."""
+  d, root = 5, jax.random.key(3)
+  task = make_illcond_quadratic_task(d, 3, 1.0, sigma=1.0, seed=0)
+  task = dataclasses.replace(task, init_params=lambda key: jax.random.normal(key, (d,)))  # x_0 from "init"
+  shared = rng.stream(root, "shared")
+  u = _direction(shared, 0, 0, 0, d)
+  alg = algorithms.build("decomfl", task, lr=0.05, num_perturbations=1, local_steps=1, clients_per_round=2)
+  run, _ = simulate(alg, task, 1, 1, root)                           # the engine's run
+  other = alg.init(jax.random.key(99), shared)                       # another init stream
+  other_1, _ = jax.jit(alg.round)(other, rng.round_key(rng.stream(root, "rounds"), 0), task.data)
+  x0_run = np.asarray(task.init_params(rng.stream(root, "init")), np.float64)
+  x0_other = np.asarray(other.x, np.float64)
+  assert not np.allclose(x0_run, x0_other)                           # x_0 did change
+  for state, x0 in ((run, x0_run), (other_1, x0_other)):
+    np.testing.assert_array_equal(jax.random.key_data(state.shared_key), jax.random.key_data(shared))
+    delta = np.asarray(state.x, np.float64) - x0
+    assert np.linalg.norm(delta) > 1e-4
+    cos = abs(delta @ u) / (np.linalg.norm(delta) * np.linalg.norm(u))
+    assert cos > 1 - 1e-6, cos
+  # FZooS: the shared random-feature draw, whatever the init stream.
+  fz = algorithms.build("fzoos", task, num_rff=16, local_steps=1, clients_per_round=2, rounds=2)
+  fz_init, ref = jax.jit(fz.init), rff.draw(shared, 16, d, 1.0)
+  for init_key in (rng.stream(root, "init"), jax.random.key(99)):
+    s_f = fz_init(init_key, shared)
+    np.testing.assert_array_equal(np.asarray(s_f.rff.V), np.asarray(ref.V))
+    np.testing.assert_array_equal(np.asarray(s_f.rff.b), np.asarray(ref.b))
 
 SHARDING_SCRIPT = textwrap.dedent("""
     import json, jax

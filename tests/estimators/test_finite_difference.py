@@ -70,3 +70,28 @@ def test_orthogonal_directions_orthonormal():
 def test_unknown_law():
   with pytest.raises(ValueError, match="accepted: sphere, gaussian, orthogonal"):
     directions(jax.random.key(0), 2, 3, "cauchy")
+
+
+@pytest.mark.parametrize("law", ["sphere", "gaussian", "orthogonal"])
+@pytest.mark.parametrize("b2, mu", [(1, 0.3), (3, 0.05)])
+def test_estimate_equals_eq2_written_out(law, b2, mu):
+  """One draw, d = 5: e = (s / (mu b2)) sum_n v_n (f(x + mu v_n) - f(x)) with s = d for the
+  sphere and orthonormal laws and s = 1 for Gaussians (seed 001 eq. 2); the directions are
+  rebuilt in NumPy from the key's standard normals g (b2, d): sphere v = g / ||g||, gaussian
+  v = g, orthogonal v = rows of Q of g^T = QR with diag(R) > 0."""
+  d = 5
+  x = np.array([0.3, -0.2, 0.5, 0.1, -0.4])
+  f_np = lambda z: float(np.sum(np.sin(z)) + 0.5 * z @ z + z[0] * z[1] ** 2)   # not quadratic
+  f = lambda z: jnp.sum(jnp.sin(z)) + 0.5 * z @ z + z[0] * z[1] ** 2
+  key = jax.random.key(17)
+  g = np.asarray(jax.random.normal(key, (b2, d)), np.float64)
+  if law == "sphere":
+    v, s = g / np.linalg.norm(g, axis=1, keepdims=True), d
+  elif law == "gaussian":
+    v, s = g, 1.0
+  else:
+    q, r = np.linalg.qr(g.T)
+    v, s = (q * np.sign(np.diag(r))).T, d
+  expected = s / (mu * b2) * sum(v[n] * (f_np(x + mu * v[n]) - f_np(x)) for n in range(b2))
+  got = np.asarray(fd_gradient(f, jnp.asarray(x, jnp.float32), key, b2, mu, law), np.float64)
+  np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-4 * np.max(np.abs(expected)))

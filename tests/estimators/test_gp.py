@@ -167,3 +167,92 @@ def test_lemma_c1_gradient_error_bound_on_exact_gp_samples(kind):
     chi2 = np.asarray(jnp.sum(w ** 2, axis=0))
     # mean of chi^2_d over 400 draws: sd sqrt(2d/400) = 0.14 at d = 4
     assert abs(chi2.mean() - d) < 0.6, chi2.mean()
+
+
+# ------------------------------------------------ closed forms written out in NumPy
+
+def _k_np(kind, X, Y, ls, var):
+  """SE: s^2 exp(-r^2/(2 l^2)); Matern-5/2: s^2 (1 + sqrt5 r/l + 5 r^2/(3 l^2)) exp(-sqrt5 r/l)."""
+  r = np.sqrt(np.sum((X[:, None, :] - Y[None, :, :]) ** 2, -1))
+  if kind == "se":
+    return var * np.exp(-r ** 2 / (2 * ls ** 2))
+  return var * (1 + np.sqrt(5) * r / ls + 5 * r ** 2 / (3 * ls ** 2)) * np.exp(-np.sqrt(5) * r / ls)
+
+
+def _dk_np(kind, x, Y, ls, var):
+  """d_x k(x, y_a) (n, d) by hand: SE -(x - y)/l^2 k; Matern -(5 s^2/(3 l^2)) (1 + sqrt5 r/l) e^{-sqrt5 r/l} (x - y)."""
+  diff = x[None, :] - Y
+  r = np.sqrt(np.sum(diff ** 2, -1))
+  if kind == "se":
+    g = -var * np.exp(-r ** 2 / (2 * ls ** 2)) / ls ** 2
+  else:
+    g = -var * 5 / (3 * ls ** 2) * (1 + np.sqrt(5) * r / ls) * np.exp(-np.sqrt(5) * r / ls)
+  return g[:, None] * diff
+
+
+@pytest.mark.parametrize("kind", gp.KERNELS)
+def test_kernel_its_gradient_and_kappa_are_the_closed_forms(kind):
+  """s^2 = 1.7, l = 0.6 (a constant, an l-vs-l^2 or a sign slip shows). The NumPy derivative is
+  itself checked against central differences of the NumPy kernel; kappa = s^2/l^2 (SE),
+  5 s^2/(3 l^2) (Matern-5/2)."""
+  with jax.enable_x64(True):
+    ls, var = 0.6, 1.7
+    rs = np.random.default_rng(0)
+    x, Y = rs.uniform(size=3), rs.uniform(size=(6, 3))
+    sq = np.sum((x - Y) ** 2, -1)
+    np.testing.assert_allclose(gp.kernel_from_sqdist(kind, jnp.asarray(sq), ls, var),
+                               _k_np(kind, x[None], Y, ls, var)[0], rtol=1e-13)
+    dk = _dk_np(kind, x, Y, ls, var)
+    h = 1e-6
+    fd = np.stack([(_k_np(kind, (x + h * e)[None], Y, ls, var)[0] - _k_np(kind, (x - h * e)[None], Y, ls, var)[0])
+                   / (2 * h) for e in np.eye(3)], axis=1)
+    np.testing.assert_allclose(dk, fd, rtol=1e-7, atol=1e-10)
+    g = np.asarray(gp.kernel_grad_scale(kind, jnp.asarray(sq), ls, var))
+    np.testing.assert_allclose(g[:, None] * (x - Y), dk, rtol=1e-12)
+    want = var / ls ** 2 if kind == "se" else 5 * var / (3 * ls ** 2)
+    np.testing.assert_allclose(float(gp.kappa(kind, ls, var)), want, rtol=1e-14)
+
+
+@pytest.mark.parametrize("kind", gp.KERNELS)
+def test_posterior_mean_gradient_covariance_and_likelihood_against_numpy(kind):
+  """eqs. 4-5 on a masked window (the last 3 of 12 slots are padding holding garbage), in
+  NumPy on the 9 valid points: A = K + (sigma^2 + jitter) I, alpha = A^{-1} y,
+  mu = k^T alpha, grad mu = J^T alpha, dsigma^2 = kappa I - J^T A^{-1} J, its trace for
+  candidates, log p(y) = -y^T alpha / 2 - log|A| / 2 - n log(2 pi) / 2, and the grid
+  lengthscale of largest log p(y)."""
+  with jax.enable_x64(True):
+    ls, var, noise = 0.7, 1.3, 1e-3
+    jit = 1e-10 * var                                    # gp.fit's float64 default jitter
+    rs = np.random.default_rng(1)
+    X = rs.uniform(size=(12, 4))
+    y = np.sin(3 * X[:, 0]) + X[:, 1] ** 2
+    mask = np.arange(12) < 9
+    Xg = X.copy()
+    Xg[9:] = 50.0
+    yg = np.where(mask, y, 7.0)
+    Xv, yv = X[:9], y[:9]
+    A = _k_np(kind, Xv, Xv, ls, var) + (noise + jit) * np.eye(9)
+    alpha = np.linalg.solve(A, yv)
+    post = gp.fit(kind, jnp.asarray(Xg), jnp.asarray(yg), jnp.asarray(mask), jnp.asarray(X[0]), ls, var, noise)
+    np.testing.assert_allclose(np.asarray(post.alpha)[:9], alpha, rtol=1e-9, atol=1e-9 * np.abs(alpha).max())
+    kappa = var / ls ** 2 if kind == "se" else 5 * var / (3 * ls ** 2)
+    for x in (X[2] + 0.05, np.full(4, 0.3)):
+      k = _k_np(kind, x[None], Xv, ls, var)[0]
+      J = _dk_np(kind, x, Xv, ls, var)
+      np.testing.assert_allclose(float(gp.posterior_mean(kind, post, jnp.asarray(x))), k @ alpha, rtol=1e-9)
+      np.testing.assert_allclose(gp.posterior_mean_grad(kind, post, jnp.asarray(x)), J.T @ alpha, rtol=1e-8,
+                                 atol=1e-10)
+      cov = kappa * np.eye(4) - J.T @ np.linalg.solve(A, J)
+      np.testing.assert_allclose(gp.posterior_grad_cov(kind, post, jnp.asarray(x)), cov, rtol=1e-8, atol=1e-10)
+    cands = rs.uniform(size=(5, 4))
+    want = [4 * kappa - np.trace(np.linalg.solve(A, _dk_np(kind, c, Xv, ls, var) @ _dk_np(kind, c, Xv, ls, var).T))
+            for c in cands]
+    np.testing.assert_allclose(gp.posterior_grad_cov_trace(kind, post, jnp.asarray(cands)), want, rtol=1e-8)
+
+    def lml(l):
+      Al = _k_np(kind, Xv, Xv, l, 1.0) + (noise + 1e-10) * np.eye(9)
+      return (-0.5 * yv @ np.linalg.solve(Al, yv) - 0.5 * np.linalg.slogdet(Al)[1] - 4.5 * np.log(2 * np.pi))
+    args = (kind, jnp.asarray(Xg), jnp.asarray(yg), jnp.asarray(mask))
+    np.testing.assert_allclose(float(gp.log_marginal_likelihood(*args, 0.4, 1.0, noise)), lml(0.4), rtol=1e-9)
+    grid = (0.05, 0.2, 0.5, 1.0, 3.0)
+    assert float(gp.select_lengthscale(*args, grid, noise=noise)) == grid[int(np.argmax([lml(l) for l in grid]))]

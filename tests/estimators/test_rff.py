@@ -105,3 +105,47 @@ def test_lemma_c4_rff_gradient_converges_to_exact_gp_like_one_over_m():
       gaps.append(float(jnp.mean(jax.vmap(one)(jax.random.split(jax.random.key(M), 16)))))
     slope = np.polyfit(np.log(Ms), np.log(gaps), 1)[0]
     assert -1.3 <= slope <= -0.7, (slope, gaps)
+
+
+def test_draw_follows_the_se_spectral_law_with_lengthscale():
+  """App. B: v_j ~ N(0, I / l^2), b_j ~ U[0, 2 pi]. At l = 0.5, M = 20,000, d = 3: the sample
+  std of V is 1/l = 2 (within 2%; the standard error is 0.4%), b lies in [0, 2 pi] with mean
+  pi and variance (2 pi)^2 / 12 (within 3%), and phi^T phi' estimates exp(-|x - x'|^2/(2 l^2))
+  within 0.03 (sqrt(8 ln(2/delta)/M) = 0.065 at delta = 0.01 bounds it by Lemma C.3)."""
+  with jax.enable_x64(True):
+    feats = rff.draw(jax.random.key(21), 20_000, 3, 0.5, jnp.float64)
+    V, b = np.asarray(feats.V), np.asarray(feats.b)
+    assert V.shape == (20_000, 3) and b.shape == (20_000,)
+    assert abs(V.std() - 2.0) < 0.04 and abs(V.mean()) < 0.03
+    assert b.min() >= 0 and b.max() <= 2 * np.pi
+    assert abs(b.mean() - np.pi) < 0.03 * np.pi and abs(b.var() - (2 * np.pi) ** 2 / 12) < 0.03 * (2 * np.pi) ** 2 / 12
+    x = np.array([[0.1, 0.2, 0.3], [0.5, 0.5, 0.5], [0.9, 0.0, 0.4]])
+    xp = x + np.array([[0.05, -0.1, 0.2], [0.3, 0.3, -0.3], [0.0, 0.0, 0.0]])
+    Phi = np.sqrt(2 / 20_000) * np.cos(x @ V.T + b)
+    Phip = np.sqrt(2 / 20_000) * np.cos(xp @ V.T + b)
+    exact = np.exp(-np.sum((x - xp) ** 2, 1) / (2 * 0.5 ** 2))
+    assert np.abs(np.sum(Phi * Phip, 1) - exact).max() < 0.03
+
+
+def test_features_gradient_and_fit_are_the_numpy_closed_forms():
+  """phi(x) = sqrt(2/M) cos(V x + b) (App. B: the sqrt(2/M) scale, not its '2/sqrt(M)' typo);
+  grad phi(x)^T w = -sqrt(2/M) V^T (w * sin(V x + b)) (eq. 7); w = Phi^T (Phi Phi^T + sigma^2 I)^{-1} y
+  on the valid rows of a masked window (eq. 6)."""
+  with jax.enable_x64(True):
+    M, d = 50, 4
+    feats = rff.draw(jax.random.key(22), M, d, 0.8, jnp.float64)
+    V, b = np.asarray(feats.V), np.asarray(feats.b)
+    rs = np.random.default_rng(3)
+    X = rs.uniform(size=(9, d))
+    np.testing.assert_allclose(rff.features(feats, jnp.asarray(X)), np.sqrt(2 / M) * np.cos(X @ V.T + b), rtol=1e-13)
+    w = rs.normal(size=M)
+    x = rs.uniform(size=d)
+    np.testing.assert_allclose(rff.gradient(feats, jnp.asarray(w), jnp.asarray(x)),
+                               -np.sqrt(2 / M) * V.T @ (w * np.sin(V @ x + b)), rtol=1e-12)
+    y = np.cos(X @ np.arange(1.0, d + 1))
+    mask = np.arange(9) < 6
+    Xg, yg = np.where(mask[:, None], X, 3.0), np.where(mask, y, -5.0)
+    P = np.sqrt(2 / M) * np.cos(X[:6] @ V.T + b)
+    want = P.T @ np.linalg.solve(P @ P.T + 0.05 * np.eye(6), y[:6])
+    got = rff.fit_weights(feats, jnp.asarray(Xg), jnp.asarray(yg), jnp.asarray(mask), ridge=0.05)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)

@@ -160,7 +160,7 @@ def test_ffgb_loop_trains_the_engine_learners():
   settings = util.Settings.make(quick=True)
   task, alg, client, cfg = vmap.ffgb_parts(settings, 3)
   n = task.num_clients
-  state = alg.init(jax.random.key(0))
+  state = alg.init(*rng.init_keys(jax.random.key(0)))
   etas = ffgbm.step_sizes(cfg, "ffgb", 0)
   _, k_clients, _ = rng.round_subkeys(rng.round_key(jax.random.key(1), 0))
   c = task.client_data

@@ -116,3 +116,57 @@ def test_suite_fidelity_smoke(tmp_path):
   assert [r["r"] for r in rows] == [2, 8]
   assert rows[1]["median_of_median_rel_err"] < rows[0]["median_of_median_rel_err"]
   assert rows[1]["max_anchor_rel_err"] < 1e-8
+
+
+def test_crossover_same_start_and_same_instances():
+  """S5: FedLRGD and FedAve start from the engine's theta^(0) and, for every rank r, are
+  scored on the same instance: r server samples, n = m s + r (eq. (3)), that instance's F_*."""
+  from experiments import fedlrgd_suite as fs
+  from fedsim import algorithms
+  from fedsim.core import rng
+  from fedsim.tasks.logistic_soft import make_smooth_erm_task, with_server_size
+  m, s, ranks, seed = 3, 4, [2, 4], 5
+  with jax.enable_x64(True):
+    task = make_smooth_erm_task("logistic_soft", num_clients=m, samples_per_client=s, num_features=2,
+                                server_samples=4, max_rank=4, mu=0.1, feature_map="holder", holder_eta=2.5,
+                                raw_dim=1, seed=0)
+    res = fs.crossover_runs(task, ranks, seed, 3, {"b2": dict(local_steps=2, lr_schedule="constant", lr=0.5)},
+                            2, 1, 0.1)
+    theta0 = np.asarray(algorithms.build("fedave", task).init(*rng.init_keys(jax.random.key(seed))).theta)
+    f_stars = [with_server_size(task, r).info["F_star"] for r in ranks]
+  np.testing.assert_array_equal(res["theta0"], theta0)          # FedLRGD starts where FedAve does
+  d = jax.tree_util.tree_map(np.asarray, task.data)
+  recs = res["fedave"]["b2"]
+  assert [r["round"] for r in recs] == [0, 1, 2]
+  for j, r in enumerate(ranks):
+    x = np.concatenate([d["server"]["x"][:r], d["clients"]["x"].reshape(-1, 2)])
+    y = np.concatenate([d["server"]["y"][:r], d["clients"]["y"].reshape(-1)])
+    assert len(y) == m * s + r
+    z = x @ theta0
+    gap0 = np.mean(np.logaddexp(0, z) - y * z) + 0.05 * theta0 @ theta0 - f_stars[j]   # eq. (67)
+    np.testing.assert_allclose(res["fedlrgd_gaps"][j, 0], gap0, rtol=1e-10)
+    np.testing.assert_allclose(recs[0]["gaps"][j], gap0, rtol=1e-10)
+  # The instances differ (r = 2 vs 4 server samples), and FedAve's gaps move with its iterates.
+  assert abs(recs[0]["gaps"][0] - recs[0]["gaps"][1]) > 1e-4
+  assert recs[2]["gaps"][1] < recs[0]["gaps"][1]
+
+
+def test_crossover_row_picks_cheapest_runs_on_fedlrgd_instance():
+  from experiments import fedlrgd_suite as fs
+  ranks, s, m, phi, eps = [2, 4], 5, 3, 10.0, 1e-3
+  # FedLRGD reaches eps after 6 steps at r = 2 and 1 step at r = 4:
+  # Gamma = r^2 + r s + r S + phi m r = 4 + 10 + 12 + 60 = 86 vs 16 + 20 + 4 + 120 = 160.
+  gaps = np.array([[1, 1, 1, 1, 1, 1, 1e-4, 0], [1, 1e-4, 0, 0, 0, 0, 0, 0]], float)
+  rec = lambda t, g2, g4: {"round": t, "gaps": [g2, g4]}
+  # FedAve on instance r = 2 reaches eps at epoch 4 (b = 1) or 2 (b = 40): T (b + phi m) = 124 vs 140;
+  # on instance r = 4 it would be epoch 2 with b = 1 (the wrong instance gives 62).
+  fedave = {(1, "L1"): [rec(0, 1, 1), rec(2, 1, 1e-4), rec(4, 1e-4, 0)],
+            (40, "L1"): [rec(0, 1, 1), rec(2, 1e-4, 1)]}
+  row = fs.crossover_row(gaps, fedave, ranks, s, m, phi, eps)
+  assert row["fedlrgd"] == {"gamma": 86.0, "r": 2, "S": 6} and row["server_samples"] == 2
+  assert row["fedave"] == {"gamma": 124.0, "b": 1, "T": 4, "step": "L1"}
+  assert row["ratio"] == 86 / 124 and row["fedlrgd_wins"]
+  # FedLRGD never reaches eps: FedAve is scored on the largest instance, ratio inf.
+  none = fs.crossover_row(np.ones((2, 8)), fedave, ranks, s, m, phi, eps)
+  assert none["fedlrgd"] is None and none["server_samples"] == 4 and none["ratio"] == np.inf
+  assert none["fedave"] == {"gamma": 62.0, "b": 1, "T": 2, "step": "L1"}

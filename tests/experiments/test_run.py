@@ -26,6 +26,7 @@ def _run(*args, timeout=300):
     (["--partition=shards", "--num_clients=100", "--shards_per_client=20"], "--shards_per_client"),
     (["--dataset=mnist", "--data_dir=/nonexistent/mnist"], "/nonexistent/mnist"),
     (["--fedzo_lr=-1"], "--fedzo_lr"),
+    (["--algorithm=hiso_code", "--hiso_code_weight_decay=-1"], "--hiso_code_weight_decay"),
     (["--num_clients=abc"], "num_clients"),
     (["--checkpoint_every=-1"], "--checkpoint_every"),
     (["--blas_threads=-1"], "--blas_threads"),
