@@ -10,164 +10,52 @@ the run, ``--fedzo_lr`` for one; an algorithm otherwise keeps its own default
 
 from __future__ import annotations
 
+import difflib
 import math
 import sys
 
 from absl import flags
 
-from fedsim import algorithms
+from fedsim import algorithms, api, config
+from fedsim.config import FieldError
 from fedsim.core.errors import ConfigError
 from fedsim.data import METHODS as PARTITIONS
 from fedsim.data import DATASETS
-from fedsim.estimators import LAWS
 from fedsim.tasks import TASKS
 
 FLAGS = flags.FLAGS
 
-# Hyperparameters settable for all algorithms (--NAME) or one (--ALG_NAME).
-HPARAMS = {
-    "clients_per_round": (int, "clients sampled per round (M)"),
-    "lr": (float, "client learning rate (eta)"),
-    "client_block": (int, "clients per vmapped block, 0 = all at once (speed/memory only)"),
-    "local_steps": (int, "local steps per round (H)"),
-    "batch_size": (int, "samples per local step (b1 / B)"),
-    "fd_directions": (int, "finite-difference directions per step (b2 / Q)"),
-    "smoothing": (float, "finite-difference smoothing radius (mu)"),
-    "direction": (str, f"direction law: {', '.join(LAWS)}"),
-    "local_optimizer": (str, "client optimizer: sgd, adam"),
-    "weighting": (str, "aggregation weights: uniform, size"),
-    "server_lr": (float, "server learning rate"),
-    "beta1": (float, "server first-moment decay (FedOpt)"),
-    "beta2": (float, "server second-moment decay (FedOpt)"),
-    "tau": (float, "server adaptivity epsilon (FedOpt)"),
-    "aggregation": (str, "how deltas reach the server: mean, aircomp (FedZO)"),
-    "snr_db": (float, "AirComp transmit SNR P/sigma_w^2 in dB; inf = noise-free"),
-    "h_min": (float, "AirComp participation threshold on |h|"),
-    "channel_var": (float, "AirComp E|h|^2: 1.0 (paper), 0.5 (authors' code)"),
-    "noise_model": (str, "AirComp noise: real_full, complex_real_part, code_compat"),
-    "empty_round": (str, "AirComp round with no device: skip (keep model), resample (code)"),
-    "transceiver": (str, "AirComp simulation: shortcut (eq. 17), full (eqs. 14-17)"),
-    "variant": (str, "DZOPA / ZONE-S / FZooS and its FD baselines: paper, code (the authors' code preset)"),
-    "consensus_weight": (float, "DZOPA code variant: consensus weight gamma_c"),
-    "alpha": (float, "DZOPA consensus weight alpha / ZONE-S alpha (default 1/N)"),
-    "beta": (float, "DZOPA dual step beta"),
-    "rho": (float, "ZONE-S penalty rho (paper 500; code 1/lr = 5e5)"),
-    "num_perturbations": (int, "DeComFL/HiSo shared perturbations per local step (P)"),
-    "fd_scheme": (str, "DeComFL/HiSo finite difference: forward (paper), central (code's DeComFL)"),
-    "client_state": (str, "DeComFL/HiSo client state: none (fast), replay (protocol: replay from scalars)"),
-    "replay_history": (int, "DeComFL/HiSo rounds of scalars kept for replay (client_state=replay)"),
-    "nu": (float, "HiSo EMA weight nu of H (code 0.05)"),
-    "eps": (float, "HiSo epsilon floor in the H update (paper eq. 12; code 0)"),
-    "h0": (float, "HiSo initial H_0 = h0 * 1 (code 1)"),
-    "k_update": (str, "HiSo H update per round: last (code), all (eq. 12), all_code"),
-    "h_signal": (str, "HiSo H signal: delta_x (code, eq. 12), round_displacement (App. C)"),
-    "clip_lo": (float, "HiSo lower clip of H (Assumption 4; default off)"),
-    "clip_hi": (float, "HiSo upper clip of H (Assumption 4; default off)"),
-    "preconditioner": (str, "HiSo directions: diagonal (paper), scalar (ablation: mean(H) 1)"),
-    "step_norm": (str, "HiSo step scale: none (eq. 8, factor absorbed in eta; code), trace (eq. 7: H / harmonic mean)"),
-    "weight_decay": (float, "DeComFL/HiSo SGD weight decay lambda: eta (Delta x + lambda x) (paper 0; "
-                     "code 1e-5 on MNIST, presets hiso_code / decomfl_code)"),
-    # FedLRGD / FedAve / GD (seed 004; specs/fedlrgd.md).
-    "phi": (float, "communication-to-computation ratio phi of the oracle-complexity ledger (Definition 1)"),
-    "step_size": (float, "FedLRGD / GD step (default 1/L1 of the task)"),
-    "weights_solver": (str, "FedLRGD weight solve: solve (LU), inverse (paper-literal), pinv, ridge"),
-    "rcond": (float, "FedLRGD pinv relative singular-value cut-off"),
-    "ridge_lambda": (float, "FedLRGD ridge (Tikhonov) weight, relative to sigma_max(G)^2"),
-    "anchor_dist": (str, "FedLRGD parameter anchors: uniform (U[-a,a]^p), gaussian (theta0 + a N(0,I))"),
-    "anchor_scale": (float, "FedLRGD anchor scale a"),
-    "project_box": (float, "FedLRGD: clip theta to [-b,b]^p after each step (default off: Alg. 1)"),
-    "lr_schedule": (str, "FedAve step: fedpaq (4/(mu((t+T0)b+1))), constant (--lr)"),
-    "schedule_offset": (int, "FedAve fedpaq schedule offset T0 (default ceil(4 kappa))"),
-    "quantizer": (str, "FedAve upload quantizer: none (seed 004), qsgd (FedPAQ)"),
-    "qsgd_levels": (int, "FedAve QSGD levels s"),
-}
+# Hyperparameters settable for all algorithms (--NAME) or one (--ALG_NAME): derived from
+# the algorithms' config dataclasses (fedsim.config metadata), the single source of their
+# types, help, accepted values and ranges. HPARAMS: name -> (type, help); CHOICES: name ->
+# accepted values. Fields declared with cli=False (set by the registry entry or the run,
+# e.g. FedOpt's server_optimizer, FZooS's rounds) get no flag.
 
-# FFGB family (seed 002; specs/ffgb.md §6.5).
-HPARAMS.update({
-    "eta0": (float, "FFGB eta_0 of eta0/(tK+k+1)^p (MNIST script 20)"),
-    "eta_schedule": (str, "FFGB step: paper, code ((t+1)K+k0+1), theory (c/(mu(tK+k+1)))"),
-    "eta_decay_p": (float, "FFGB step exponent p"),
-    "eta_cap": (float, "FFGB cap on eta"),
-    "mu": (float, "FFGB Tikhonov mu (eq. 3; experiments 0)"),
-    "weak_learner": (str, "FFGB oracle: mlp, cnn (image data), rf_ridge, scaled (WO^2, eq. 23), "
-                     "wo_inf (eq. 24; ffgb_c default), wo_lip (Sobolev eq. 25; ffgb_l default)"),
-    "wo_family": (str, "FFGB wo_inf / wo_lip learner class: mlp, cnn, rf, linear"),
-    "wo_p": (float, "FFGB wo_inf smooth max: power mean ((1/n) sum r_j^p)^(1/p) of squared residuals (>= 1)"),
-    "sobolev_weight": (float, "FFGB wo_lip weight of eq. 25's gradient term (paper 1)"),
-    "sobolev_samples": (int, "FFGB wo_lip Monte-Carlo points per client round (eq. 25's integral)"),
-    "gamma": (float, "FFGB scaled-oracle gamma / FFGB.C's gamma of (13) (ffgb_c default 0.5)"),
-    "oracle_steps": (int, "FFGB mlp oracle Adam steps (paper 1000)"),
-    "oracle_lr": (float, "FFGB mlp oracle Adam lr (paper 0.005)"),
-    "oracle_batch": (int, "FFGB mlp oracle batch (code 128)"),
-    "store_learners": (int, "FFGB: rounds of learners kept in the state (>= eval_every to write all)"),
-    "mu_eta_cap": (float, "FFGB cap on mu*eta (Lemma D.2 needs <= 1)"),
-    "clip_G": (float, "FFGB.C gradient bound G of Assumption 3.2 (CE: sqrt 2)"),
-    "clip_B": (float, "FFGB.C projection radius B (default 2G/(mu gamma), Thm D.1)"),
-    "lip_L": (float, "FFGB.L Lipschitz constant L of (16)-(17): wo_lip's query gradient "
-                     "(default: the task's, shift_tabular 3)"),
-    "rf_features": (int, "FFGB rf_ridge oracle: random Fourier features D"),
-    "rf_bandwidth": (float, "FFGB rf_ridge oracle: bandwidth relative to sqrt(d)"),
-    "ridge": (float, "FFGB rf_ridge oracle: ridge lambda per sample"),
-    "mlp_init": (str, "FFGB mlp oracle init: default (lecun), faithful ([code] N(0, 1/fan_in^2))"),
-    "mlp_output_act": (bool, "FFGB mlp oracle: leaky ReLU after the output layer too ([code]; paper false)"),
-    "oracle_dedup": (bool, "FFGB mlp/cnn oracle: drop repeated minibatch indices ([code] torch.unique)"),
-    "ffgb_l_query": (str, "FFGB.L query: fixed (u - Delta, specs §2.4), printed (Alg. 4 as printed)"),
-})
+
+def _derive_hparams():
+  """(HPARAMS, CHOICES) from every registered algorithm's config dataclass.
+
+  Raises:
+    TypeError: two config classes declare the same field with different types.
+  """
+  types, helps, choices = {}, {}, {}
+  for cls in dict.fromkeys(entry[0] for entry in algorithms.REGISTRY.values()):
+    for f in config.hparam_fields(cls):
+      if not f.metadata["cli"]:
+        continue
+      typ = config.field_type(cls, f.name)
+      if types.setdefault(f.name, typ) is not typ:
+        raise TypeError(f"{cls.__name__}.{f.name} is {typ.__name__}, elsewhere {types[f.name].__name__}")
+      if f.metadata["help"] not in helps.setdefault(f.name, []):
+        helps[f.name].append(f.metadata["help"])
+      if f.metadata["choices"] is not None:
+        choices.setdefault(f.name, f.metadata["choices"])
+  return {n: (t, " | ".join(helps[n])) for n, t in types.items()}, choices
+
+
+HPARAMS, CHOICES = _derive_hparams()
 # Hyperparameters that are core flags (always given, no per-algorithm default).
 CORE_HPARAMS = ("clients_per_round",)
-
-# Accepted values of the string hyperparameters.
-CHOICES = {
-    "direction": LAWS,
-    "local_optimizer": ("sgd", "adam"),
-    "weighting": ("uniform", "size"),
-    "aggregation": ("mean", "aircomp"),
-    "noise_model": ("real_full", "complex_real_part", "code_compat"),
-    "empty_round": ("skip", "resample"),
-    "transceiver": ("shortcut", "full"),
-    "variant": ("paper", "code"),
-    "fd_scheme": ("forward", "central"),
-    "client_state": ("none", "replay"),
-    "k_update": ("last", "all", "all_code"),
-    "h_signal": ("delta_x", "round_displacement"),
-    "preconditioner": ("diagonal", "scalar"),
-    "step_norm": ("none", "trace"),
-    "weights_solver": ("solve", "inverse", "pinv", "ridge"),
-    "anchor_dist": ("uniform", "gaussian"),
-    "lr_schedule": ("fedpaq", "constant"),
-    "quantizer": ("none", "qsgd"),
-    "eta_schedule": ("paper", "code", "theory"),
-    "weak_learner": ("scaled", "rf_ridge", "mlp", "cnn", "wo_inf", "wo_lip"),
-    "wo_family": ("mlp", "cnn", "rf", "linear"),
-    "mlp_init": ("default", "faithful"),
-    "ffgb_l_query": ("fixed", "printed"),
-}
-
-# FZooS and its FD baselines (seed 000; specs/fzoos.md §2.6, §6).
-HPARAMS.update({
-    "num_rff": (int, "FZooS random Fourier features M (App. E: 10000)"),
-    "kernel": (str, "FZooS local GP kernel: se (paper), matern52 (authors' code)"),
-    "gp_lengthscale": (str, "FZooS GP lengthscale: fixed (--lengthscale, paper), auto (ML-II grid)"),
-    "lengthscale": (float, "FZooS SE lengthscale l of the RFF and the fixed GP (paper 1.0)"),
-    "gp_window": (int, "FZooS local GP window (nearest history points, code 150)"),
-    "rff_window": (int, "FZooS RFF fit window (points nearest x_r, code 500)"),
-    "history_size": (int, "FZooS per-client history slots: 0 = the whole run (from --rounds), H > 0 = ring of the last H queries"),
-    "gamma_schedule": (str, "FZooS correction length: inv_t (paper), one, zero (Fig. 6b ablations)"),
-    "correction_point": (str, "FZooS correction at: current iterate (eq. 8), round_start (Fig. 6b)"),
-    "prox_gamma": (float, "FedProx-ZO correction weight gamma (code 1)"),
-    "fd_normalization": (str, "FD baselines: code (divide by lambda Q), unbiased (d/(lambda Q))"),
-    "track_cosine": (int, "FZooS / FD baselines: 1 logs grad_cosine, cos(local direction, true grad F) "
-                     "(Fig. 4; true F outside the query model)"),
-    "accept_if_improves": (int, "FZooS / FD baselines: 1 keeps x_{r-1} unless the true F improves "
-                           "(authors' code; outside the query model)"),
-})
-CHOICES.update({
-    "kernel": ("se", "matern52"),
-    "gp_lengthscale": ("fixed", "auto"),
-    "gamma_schedule": ("inv_t", "one", "zero"),
-    "correction_point": ("current", "round_start"),
-    "fd_normalization": ("code", "unbiased"),
-})
 
 # This binary's per-algorithm defaults where the paper's value does not suit
 # the embedded digits main job. FedZO's paper eta = 1e-3 (seed 001 §V-B,
@@ -260,10 +148,18 @@ def define_flags():
   flags.DEFINE_integer("process_id", 0, "multi-host: this process's index in [0, num_processes)")
   for name, (typ, help_) in HPARAMS.items():
     if name not in CORE_HPARAMS:
-      _define(name, typ, None, f"{help_}; sets it for every algorithm (default: each algorithm's own)")
+      _define(name, typ, None, f"{help_}; sets it for every algorithm of the run that has it "
+              "(default: each algorithm's own)")
     for alg in algorithms.REGISTRY:
-      if name in algorithms.config_fields(alg):
-        _define(f"{alg}_{name}", typ, None, f"{help_}, for {alg} only")
+      f = _field(alg, name)
+      if f is not None:
+        default = {**algorithms.default_config(alg), **ALGORITHM_DEFAULTS.get(alg, {})}[name]
+        _define(f"{alg}_{name}", typ, None, f"{config.describe(f)}; for {alg} only (default: {default})")
+
+
+def _field(alg: str, name: str):
+  """The dataclass field ``name`` of algorithm ``alg``'s config, or None."""
+  return {f.name: f for f in config.hparam_fields(algorithms.REGISTRY[alg][0])}.get(name)
 
 
 def _define(name, typ, default, help_):
@@ -271,18 +167,8 @@ def _define(name, typ, default, help_):
    bool: flags.DEFINE_bool}[typ](name, default, help_)
 
 
-def _convert(typ, value: str):
-  """``NAME=VALUE`` override text -> typ (bool: true/false/1/0, any case).
-
-  Raises:
-    ValueError: not a value of typ.
-  """
-  if typ is bool:
-    low = value.lower()
-    if low not in ("true", "false", "1", "0"):
-      raise ValueError(value)
-    return low in ("true", "1")
-  return typ(value)
+# ``NAME=VALUE`` override text -> the field's type: one parser for the CLI and fedsim.run.
+_convert = api._convert
 
 
 def parse_spec(spec: str):
@@ -301,9 +187,10 @@ def parse_spec(spec: str):
   for item in items:
     key, eq, value = item.partition("=")
     if not eq or key not in fields or key not in HPARAMS:
-      accepted = ", ".join(f for f in fields if f in HPARAMS)
-      raise ConfigError("algorithm", f"bad override {item!r} in {spec!r}; accepted NAME=VALUE "
-                        f"with NAME in: {accepted}")
+      accepted = [f for f in fields if f in HPARAMS]
+      close = difflib.get_close_matches(key, accepted, n=1) if eq else []
+      hint = f"did you mean {close[0]}?" if close else f"accepted NAME=VALUE with NAME in: {', '.join(accepted)}"
+      raise ConfigError("algorithm", f"bad override {item!r} in {spec!r}; {hint}")
     try:
       out[key] = _convert(HPARAMS[key][0], value)
     except ValueError:
@@ -339,12 +226,32 @@ def hparams_for(spec: str) -> dict:
   return cfg
 
 
-def _positive(flag, value, integer=False):
-  if value is None:
-    return
-  bad = not math.isfinite(value) or value <= 0
-  if bad:
-    raise ConfigError(flag, f"must be a positive {'integer' if integer else 'number'}; got {value}")
+def hparam_sources(spec: str) -> dict:
+  """Where each hyperparameter of an ``--algorithm`` entry comes from (same precedence as
+  :func:`hparams_for`): ``"algorithm entry"`` (``NAME:HP=VALUE``), ``"--ALG_HP"``, ``"--HP"``
+  (given on the command line or in a flagfile), ``"binary default"``
+  (:data:`ALGORITHM_DEFAULTS`), ``"registry preset"`` (the registry entry's overrides) or
+  ``"default"`` (the config dataclass's)."""
+  alg, overrides = parse_spec(spec)
+  presets = algorithms.REGISTRY[alg][1]
+  out = {}
+  for name in algorithms.config_fields(alg):
+    per_alg = f"{alg}_{name}" in FLAGS and FLAGS[f"{alg}_{name}"].present
+    if name in overrides:
+      out[name] = "algorithm entry"
+    elif name == "rounds":
+      out[name] = "--comm_budget" if FLAGS.comm_budget > 0 else "--rounds"
+    elif per_alg:
+      out[name] = f"--{alg}_{name}"
+    elif name in HPARAMS and (name in CORE_HPARAMS or FLAGS[name].present):
+      out[name] = f"--{name}"
+    elif name in ALGORITHM_DEFAULTS.get(alg, {}):
+      out[name] = "binary default"
+    elif name in presets:
+      out[name] = "registry preset"
+    else:
+      out[name] = "default"
+  return out
 
 
 def validate():
@@ -386,62 +293,19 @@ def validate():
     alg, overrides = parse_spec(spec)
     hp = hparams_for(spec)
     where = lambda n: ("algorithm" if n in overrides else
-                       f"{alg}_{n}" if FLAGS[f"{alg}_{n}"].present else n)
-    for n in ("lr", "smoothing", "server_lr", "tau", "rho", "consensus_weight"):
-      if n in hp:
-        _positive(where(n), hp[n])
-    if hp.get("client_block") is not None and hp["client_block"] < 0:
-      raise ConfigError(where("client_block"), f"must be >= 0 (0 = all clients in one vmap); "
-                        f"got {hp['client_block']}")
+                       f"{alg}_{n}" if f"{alg}_{n}" in FLAGS and FLAGS[f"{alg}_{n}"].present else n)
+    try:  # every field's accepted values / range and the config's own cross-field rules
+      algorithms.make_config(alg, **hp)
+    except FieldError as e:
+      raise ConfigError(where(e.field), e.message) from None
     if "clients_per_round" in hp and not 1 <= hp["clients_per_round"] <= FLAGS.num_clients:
       raise ConfigError(where("clients_per_round"), f"must be in [1, num_clients={FLAGS.num_clients}]; "
                         f"got {hp['clients_per_round']}")
-    for n in ("num_perturbations", "replay_history"):
-      if hp.get(n) is not None and hp[n] < 1:
-        raise ConfigError(where(n), f"must be >= 1; got {hp[n]}")
-    if "nu" in hp and not 0 <= hp["nu"] <= 1:
-      raise ConfigError(where("nu"), f"must be in [0, 1]; got {hp['nu']}")
-    if "eps" in hp and not hp["eps"] >= 0:
-      raise ConfigError(where("eps"), f"must be >= 0; got {hp['eps']}")
-    if "weight_decay" in hp and not hp["weight_decay"] >= 0:
-      raise ConfigError(where("weight_decay"), f"must be >= 0; got {hp['weight_decay']}")
-    for n in ("h0", "clip_lo", "clip_hi"):
-      if n in hp:
-        _positive(where(n), hp[n])
-    for n in ("local_steps", "batch_size", "fd_directions"):
-      if hp.get(n) is not None and hp[n] < 1:
-        raise ConfigError(where(n), f"must be >= 1; got {hp[n]}")
-    for n, accepted in CHOICES.items():
-      if hp.get(n) is not None and hp[n] not in accepted:
-        raise ConfigError(where(n), f"unknown {hp[n]!r}; accepted: {', '.join(accepted)}")
-    if "h_min" in hp and not hp["h_min"] >= 0:
-      raise ConfigError(where("h_min"), f"must be >= 0; got {hp['h_min']}")
-    if "channel_var" in hp:
-      _positive(where("channel_var"), hp["channel_var"])
-    if "snr_db" in hp and math.isnan(hp["snr_db"]):
-      raise ConfigError(where("snr_db"), "must be a number of dB or inf")
-    if hp.get("transceiver") == "full" and hp.get("noise_model") == "code_compat":  # seed 001 §IV
-      raise ConfigError(where("noise_model"), "code_compat (the authors' closed-form noise std) cannot "
-                        "be simulated by transceiver=full; accepted with full: real_full, complex_real_part")
-    for n in ("beta1", "beta2"):
-      if n in hp and not 0 <= hp[n] < 1:
-        raise ConfigError(where(n), f"must be in [0, 1); got {hp[n]}")
     if hp.get("direction") == "orthogonal" and FLAGS.task == "quadratic" and hp["fd_directions"] > FLAGS.dim:
       raise ConfigError(where("fd_directions"), f"orthogonal directions need <= dim={FLAGS.dim}")
-    if "phi" in hp and not hp["phi"] >= 0:
-      raise ConfigError(where("phi"), f"must be >= 0; got {hp['phi']}")
-    for n in ("step_size", "rcond", "ridge_lambda", "anchor_scale", "project_box"):
-      if n in hp:
-        _positive(where(n), hp[n])
-    if hp.get("qsgd_levels") is not None and hp["qsgd_levels"] < 1:
-      raise ConfigError(where("qsgd_levels"), f"must be >= 1; got {hp['qsgd_levels']}")
-    if hp.get("schedule_offset") is not None and hp["schedule_offset"] < 0:
-      raise ConfigError(where("schedule_offset"), f"must be >= 0; got {hp['schedule_offset']}")
-    for n in ("track_cosine", "accept_if_improves"):  # FZooS family (seed 000); None = the preset's
-      if hp.get(n) is not None and hp[n] not in (0, 1):
-        raise ConfigError(where(n), f"must be 0 or 1; got {hp[n]}")
     if alg in FFGB_FAMILY:
       validate_ffgb(alg, hp, where)
+  _check_flags_reach_an_algorithm()
   if FLAGS.task in ("attack", "metric_opt"):  # seed 000 §6.2-6.3
     _check_fzoos_task_flags()
   if not 0 <= FLAGS.homo_ratio <= 1:
@@ -463,6 +327,26 @@ def validate():
       raise ConfigError("algorithm", f"--task=shift_tabular runs only {', '.join(FFGB_FAMILY)}; got {bad[0]}")
 
 
+def _check_flags_reach_an_algorithm():
+  """A hyperparameter flag given (command line or flagfile) must reach an algorithm of the run.
+
+  Raises:
+    ConfigError: a shared ``--HP`` that no algorithm of the run has, or an
+      ``--ALG_HP`` whose ALG is not in ``--algorithm``.
+  """
+  run = list(dict.fromkeys(parse_spec(spec)[0] for spec in FLAGS.algorithm))
+  for name in HPARAMS:
+    if name not in CORE_HPARAMS and FLAGS[name].present and \
+        not any(name in algorithms.config_fields(alg) for alg in run):
+      having = [a for a in algorithms.REGISTRY if name in algorithms.config_fields(a)]
+      raise ConfigError(name, f"no algorithm of the run ({', '.join(run)}) has {name}; it is a "
+                        f"hyperparameter of {', '.join(having)}")
+    for alg in algorithms.REGISTRY:
+      flag = f"{alg}_{name}"
+      if alg not in run and flag in FLAGS and FLAGS[flag].present:
+        raise ConfigError(flag, f"{alg} is not an algorithm of the run ({', '.join(run)})")
+
+
 def validate_distributed():
   """Checks the multi-host flags without touching JAX (they are used before any backend starts).
 
@@ -481,22 +365,54 @@ def validate_distributed():
                         f"--num_processes > 1; got {FLAGS.coordinator_address!r}")
 
 
+def task_settings() -> dict:
+  """The task fields of ``fedsim.ExperimentConfig`` from the flags (task, data, partition,
+  ``task_options``), without the seed."""
+  return dict(task=FLAGS.task, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
+              num_clients=FLAGS.num_clients, partition=FLAGS.partition,
+              dirichlet_alpha=FLAGS.dirichlet_alpha, shards_per_client=FLAGS.shards_per_client,
+              quantity_law=FLAGS.quantity_law, quantity_sigma=FLAGS.quantity_sigma,
+              homo_ratio=FLAGS.homo_ratio,
+              task_options=dict(hidden_width=FLAGS.hidden_width, dim=FLAGS.dim,
+                                heterogeneity=FLAGS.heterogeneity, target_class=FLAGS.target_class,
+                                attack_c=FLAGS.attack_c, classifier=FLAGS.classifier,
+                                cache_dir=FLAGS.cache_dir, spectrum_sigma=FLAGS.spectrum_sigma,
+                                isotropic=FLAGS.isotropic, finetune_shift=FLAGS.finetune_shift,
+                                hidden_layers=FLAGS.hidden_layers, activation=FLAGS.activation,
+                                shift_kind=FLAGS.shift_kind, feature_shift=FLAGS.feature_shift,
+                                tabular_loss=FLAGS.tabular_loss,
+                                **smooth_erm_kwargs(), **fzoos_task_kwargs()))
+
+
 def build_task():
-  """The task described by the flags (loads and partitions data)."""
+  """The task described by the flags (loads and partitions data), as ``fedsim.api.build_task``
+  builds it from the same settings: ``make_task(task, seed=, <fields>, **task_options)``."""
   from fedsim.tasks import make_task
-  return make_task(FLAGS.task, num_clients=FLAGS.num_clients, seed=FLAGS.seed, dataset=FLAGS.dataset,
-                   data_dir=FLAGS.data_dir, partition=FLAGS.partition,
-                   dirichlet_alpha=FLAGS.dirichlet_alpha, shards_per_client=FLAGS.shards_per_client,
-                   quantity_law=FLAGS.quantity_law, quantity_sigma=FLAGS.quantity_sigma,
-                   hidden_width=FLAGS.hidden_width, dim=FLAGS.dim, heterogeneity=FLAGS.heterogeneity,
-                   target_class=FLAGS.target_class, attack_c=FLAGS.attack_c,
-                   classifier=FLAGS.classifier, cache_dir=FLAGS.cache_dir,
-                   spectrum_sigma=FLAGS.spectrum_sigma, isotropic=FLAGS.isotropic,
-                   finetune_shift=FLAGS.finetune_shift, homo_ratio=FLAGS.homo_ratio,
-                   hidden_layers=FLAGS.hidden_layers, activation=FLAGS.activation,
-                   shift_kind=FLAGS.shift_kind, feature_shift=FLAGS.feature_shift,
-                   tabular_loss=FLAGS.tabular_loss,
-                   **smooth_erm_kwargs(), **fzoos_task_kwargs())
+  settings = task_settings()
+  options = settings.pop("task_options")
+  return make_task(settings.pop("task"), seed=FLAGS.seed, **settings, **options)
+
+
+def experiment_config(**overrides):
+  """The ``fedsim.ExperimentConfig`` of the flags (``overrides`` replace fields).
+
+  Each ``--algorithm`` entry's hyperparameters are resolved here (:func:`hparams_for`)
+  and passed under its label, so the library runs exactly what the flags say.
+
+  Raises:
+    ConfigError: a bad setting (naming the field).
+  """
+  from fedsim.api import ExperimentConfig
+  specs = tuple(FLAGS.algorithm)
+  fields = dict(task_settings(), seed=FLAGS.seed, algorithms=specs,
+                hparams={run_label(s): hparams_for(s) for s in specs},
+                clients_per_round=FLAGS.clients_per_round, rounds=FLAGS.rounds,
+                eval_every=FLAGS.eval_every, comm_budget=FLAGS.comm_budget,
+                checkpoint_every=FLAGS.checkpoint_every, resume=FLAGS.resume,
+                save_learners=FLAGS.save_learners, num_devices=FLAGS.num_devices,
+                blas_threads=FLAGS.blas_threads, output_dir=FLAGS.output_dir)
+  fields.update(overrides)
+  return ExperimentConfig(**fields)
 
 
 def _check_fzoos_task_flags():
@@ -531,20 +447,9 @@ def fzoos_task_kwargs() -> dict:
 
 
 def set_blas_threads(n: int) -> list:
-  """Limits every loaded BLAS/LAPACK library to ``n`` threads (0: leave the default).
-
-  Loads jaxlib's LAPACK first (one tiny Cholesky) so its OpenBLAS is among the
-  libraries limited (threadpoolctl, a scikit-learn dependency). XLA's own CPU
-  matmuls do not use these libraries and are unaffected. Returns
-  [[library path, threads]] after the change.
-  """
-  import jax
-  import jax.numpy as jnp
-  from threadpoolctl import threadpool_info, threadpool_limits
-  jax.block_until_ready(jnp.linalg.cholesky(jnp.eye(2)))
-  if n > 0:
-    threadpool_limits(limits=n, user_api="blas")
-  return [[i["filepath"], i["num_threads"]] for i in threadpool_info() if i.get("user_api") == "blas"]
+  """Limits every loaded BLAS/LAPACK library to ``n`` threads (``fedsim.runner.set_blas_threads``)."""
+  from fedsim.runner import set_blas_threads as set_threads
+  return set_threads(n)
 
 
 def smooth_erm_kwargs() -> dict:
@@ -573,7 +478,8 @@ FFGB_TASKS = ("softmax", "mlp", "cnn", "shift_tabular")  # tasks with per-client
 
 
 def validate_ffgb(alg: str, hp: dict, where):
-  """Range checks of the FFGB-family hyperparameters (seed 002; specs/ffgb.md §2, §6.4).
+  """FFGB-family checks that involve the algorithm name, the task or other flags (seed 002;
+  specs/ffgb.md §2, §6.4); each field's own range is checked by its dataclass (fedsim.config).
 
   Args:
     alg: an FFGB_FAMILY name; hp: its hyperparameters; where: hp name -> flag name.
@@ -581,35 +487,12 @@ def validate_ffgb(alg: str, hp: dict, where):
   Raises:
     ConfigError: naming the flag and the accepted range.
   """
-  def finite_pos(n, inf_ok=False):
-    v = hp.get(n)
-    if v is not None and not (v > 0 and (inf_ok or math.isfinite(v))):
-      raise ConfigError(where(n), f"must be > 0{'' if inf_ok else ' and finite'}; got {v}")
-
-  for n in ("eta0", "oracle_lr", "clip_G", "clip_B", "lip_L", "rf_bandwidth", "ridge"):
-    finite_pos(n)
-  for n in ("eta_cap", "mu_eta_cap"):
-    finite_pos(n, inf_ok=True)
-  for n in ("eta_decay_p", "mu"):
-    if not (hp[n] >= 0 and math.isfinite(hp[n])):
-      raise ConfigError(where(n), f"must be >= 0 and finite; got {hp[n]}")
-  if not 0 < hp["gamma"] <= 1:
-    raise ConfigError(where("gamma"), f"must be in (0, 1]; got {hp['gamma']}")
-  for n in ("oracle_steps", "oracle_batch", "rf_features", "sobolev_samples"):
-    if hp[n] < 1:
-      raise ConfigError(where(n), f"must be >= 1; got {hp[n]}")
-  if not (hp["wo_p"] >= 1 and math.isfinite(hp["wo_p"])):
-    raise ConfigError(where("wo_p"), f"must be >= 1 and finite; got {hp['wo_p']}")
-  if not (hp["sobolev_weight"] >= 0 and math.isfinite(hp["sobolev_weight"])):
-    raise ConfigError(where("sobolev_weight"), f"must be >= 0 and finite; got {hp['sobolev_weight']}")
   if hp["weak_learner"] == "wo_lip" and alg != "ffgb_l":
     raise ConfigError(where("weak_learner"), f"wo_lip (eq. 25) needs FFGB.L's closed-form query "
                       f"gradient; accepted for {alg}: scaled, rf_ridge, mlp, cnn, wo_inf")
   if hp["weak_learner"] in ("wo_inf", "wo_lip") and hp["wo_family"] == "cnn" and (
       hp["weak_learner"] == "wo_lip" or FLAGS.task == "shift_tabular" or FLAGS.dataset == "libsvm"):
     raise ConfigError(where("wo_family"), "cnn needs image data (and wo_inf); accepted: mlp, rf, linear")
-  if hp["store_learners"] < 0:
-    raise ConfigError(where("store_learners"), f"must be >= 0; got {hp['store_learners']}")
   if FLAGS.save_learners and hp["store_learners"] < FLAGS.eval_every:
     raise ConfigError(where("store_learners"), f"--save_learners needs >= eval_every={FLAGS.eval_every}; "
                       f"got {hp['store_learners']}")

@@ -2,13 +2,17 @@
 
 Each entry is ``(config_class, default_overrides, builder)``: the algorithm's own
 defaults are the config class's (paper) defaults updated by the overrides, and
-``build(name, task, **hparams)`` makes the :class:`FederatedAlgorithm`.
+``build(name, task, **hparams)`` makes the :class:`FederatedAlgorithm`. Each config
+class declares its fields with :func:`fedsim.config.hparam` (help, accepted values or
+range, paper source) and validates itself on construction, so an unknown or invalid
+hyperparameter raises ``ConfigError`` before anything is built or compiled.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from fedsim import config
 from fedsim.algorithms.fedavg import FedAvgConfig, make_fedavg
 from fedsim.algorithms.dzopa import DZOPAConfig, make_dzopa
 from fedsim.algorithms.fedzo import FedZOConfig, make_fedzo
@@ -72,18 +76,31 @@ def default_config(name: str) -> dict:
   return out
 
 
-def build(name: str, task, **hparams):
-  """Builds algorithm ``name`` on ``task``; unknown hyperparameters are ignored.
+def make_config(name: str, **hparams):
+  """Algorithm ``name``'s config: its defaults (:func:`default_config`) updated by ``hparams``.
 
   Raises:
-    ConfigError: unknown algorithm name.
+    ConfigError: unknown algorithm name; an unknown hyperparameter (with a "did
+      you mean" suggestion); a value outside the field's accepted values or
+      range (:mod:`fedsim.config`). Nothing is built or compiled.
   """
   if name not in REGISTRY:
     raise ConfigError("algorithm", f"unknown {name!r}; accepted: {', '.join(REGISTRY)}")
-  cls, _, builder = REGISTRY[name]
-  cfg = default_config(name)
-  cfg.update({k: v for k, v in hparams.items() if k in cfg})
-  return builder(task, cls(**cfg), name=name)
+  cls = REGISTRY[name][0]
+  config.check_keys(cls, hparams, owner=name)
+  return cls(**{**default_config(name), **hparams})
+
+
+def build(name: str, task, **hparams):
+  """Builds algorithm ``name`` on ``task`` with ``hparams`` over its defaults.
+
+  Raises:
+    ConfigError: unknown algorithm name, unknown hyperparameter (with a "did
+      you mean" suggestion) or an invalid value, before anything compiles
+      (:func:`make_config`).
+  """
+  cfg = make_config(name, **hparams)
+  return REGISTRY[name][2](task, cfg, name=name)
 
 
 # FZooS and its finite-difference baselines (seed 000; specs/fzoos.md §2.3-2.4).

@@ -63,7 +63,9 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from fedsim import config
 from fedsim.algorithms.local import BYTES_PER_REAL, flat_problem, flat_solution
+from fedsim.config import hparam
 from fedsim.core import rng
 from fedsim.core.errors import ConfigError
 from fedsim.core.reduce import pairwise_sum
@@ -101,16 +103,29 @@ class DZOPAConfig:
     consensus_weight: gamma_c = 0.01 of the ``code`` variant [code:
       alg_DZOPA.py, hard-coded ``gamma = 0.01``].
   """
-  lr: float = 5e-3
-  smoothing: float = 1e-3
-  batch_size: int = 25
-  fd_directions: int = 20
-  local_steps: int | None = None
-  direction: str = "sphere"
-  variant: str = "paper"
-  alpha: float = 2.0
-  beta: float = 1.0
-  consensus_weight: float = 0.01
+  lr: float = hparam(5e-3, help="client learning rate (eta)", low=0, low_open=True, finite=True,
+                     source="seed 001 §V-A")
+  smoothing: float = hparam(1e-3, help="finite-difference smoothing radius (mu)", low=0, low_open=True,
+                            finite=True, source="seed 001 §V-A")
+  batch_size: int = hparam(25, help="samples per local step (b1 / B)", low=1,
+                           source="[code] run_DZOPA.sh --local_bs=25")
+  fd_directions: int = hparam(20, help="finite-difference directions per step (b2 / Q)", low=1,
+                              source="[code] run_DZOPA.sh --num_dir=20")
+  local_steps: int | None = hparam(None, help="estimates averaged per iteration (None: 1 for variant=paper, "
+                                   "5 for code)", low=1, source="[code] run_DZOPA.sh --local_ep=5")
+  direction: str = hparam("sphere", help="direction law: sphere (eq. 2), gaussian, orthogonal",
+                          choices=finite_difference.LAWS, source="seed 001 eq. 2")
+  variant: str = hparam("paper", help="paper (primal-dual form), code (the authors' code preset)",
+                        choices=VARIANTS)
+  alpha: float = hparam(2.0, help="DZOPA consensus (primal Laplacian) weight alpha", low=0, finite=True,
+                        source="inferred: eta alpha = the code's gamma_c = 0.01")
+  beta: float = hparam(1.0, help="DZOPA dual step beta (0: no dual)", low=0, finite=True,
+                       source="Yi et al.: alpha / beta > 1")
+  consensus_weight: float = hparam(0.01, help="DZOPA code variant: consensus weight gamma_c", low=0,
+                                   low_open=True, finite=True, source="[code] alg_DZOPA.py gamma = 0.01")
+
+  def __post_init__(self):
+    config.validate(self)
 
 
 class DZOPAState(NamedTuple):

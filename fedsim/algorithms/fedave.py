@@ -52,6 +52,7 @@ from jax.flatten_util import ravel_pytree
 from fedsim.algorithms.fedlrgd import (BYTES_PER_REAL, OracleLedger, add_epochs, attach_metrics, examples,
                                        step_size_of, zero_ledger)
 from fedsim.algorithms.local import flat_problem, flat_solution
+from fedsim.config import hparam, validate
 from fedsim.core import rng
 from fedsim.core.reduce import pairwise_sum
 from fedsim.core.sampling import sample_clients
@@ -77,15 +78,24 @@ class FedAveConfig:
     quantizer: ``none`` (seed 004) or ``qsgd`` ([30]).
     qsgd_levels: s of QSGD (levels per sign).
   """
-  phi: float = 100.0
-  local_steps: int = 10
-  batch_size: int = 1
-  clients_per_round: int | None = None
-  lr_schedule: str = "fedpaq"
-  lr: float = 0.1
-  schedule_offset: int | None = None
-  quantizer: str = "none"
-  qsgd_levels: int = 1
+  phi: float = hparam(100.0, help="communication-to-computation ratio phi of the oracle-complexity ledger "
+                     "(accounting only)", low=0, source="seed 004 Definition 1")
+  local_steps: int = hparam(10, help="local SGD steps per epoch (b; [30]'s tau)", low=1,
+                            source="seed 004 eq. (89) tunes b*; 10 is a working default")
+  batch_size: int = hparam(1, help="samples per stochastic gradient (1 = [30]'s single sample)", low=1)
+  clients_per_round: int | None = hparam(None, help="clients sampled per round (tau m; None = all m)", low=1)
+  lr_schedule: str = hparam("fedpaq", help="FedAve step: fedpaq (4/(mu((t+T0)b+1))), constant (lr)",
+                            choices=LR_SCHEDULES, source="FedPAQ [30] Thm. 1")
+  lr: float = hparam(0.1, help="FedAve constant step (lr_schedule=constant)", low=0, low_open=True,
+                     finite=True)
+  schedule_offset: int | None = hparam(None, help="FedAve fedpaq schedule offset T0 (None: ceil(4 kappa))",
+                                       low=0, source="FedPAQ [30] Thm. 1")
+  quantizer: str = hparam("none", help="FedAve upload quantizer: none (seed 004), qsgd (FedPAQ)",
+                          choices=QUANTIZERS, source="seed 004 App. D; FedPAQ [30] §2")
+  qsgd_levels: int = hparam(1, help="FedAve QSGD levels s (per sign)", low=1, source="Alistarh et al. 2017")
+
+  def __post_init__(self):
+    validate(self)
 
 
 class FedAveState(NamedTuple):
@@ -204,8 +214,13 @@ class GDConfig:
     phi: communication-to-computation ratio of Definition 1 (accounting only).
     step_size: None = 1/L1 (the step of Lemma 2 / Alg. 1 line 11).
   """
-  phi: float = 100.0
-  step_size: float | None = None
+  phi: float = hparam(100.0, help="communication-to-computation ratio phi of the oracle-complexity ledger "
+                     "(accounting only)", low=0, source="seed 004 Definition 1")
+  step_size: float | None = hparam(None, help="GD step (None: 1/L1 of the task)", low=0, low_open=True,
+                                   finite=True, source="seed 004 Lemma 2 / Alg. 1 line 11")
+
+  def __post_init__(self):
+    validate(self)
 
 
 class GDState(NamedTuple):

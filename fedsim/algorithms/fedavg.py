@@ -23,9 +23,11 @@ import jax.numpy as jnp
 import optax
 
 from fedsim.algorithms.local import make_delta_averaging, local_optimizer
+from fedsim.config import hparam, validate
 from fedsim.core.types import FederatedAlgorithm, Task
 
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad")
+WEIGHTINGS = ("uniform", "size")
 
 
 @chex.dataclass(frozen=True)
@@ -49,17 +51,28 @@ class FedAvgConfig:
       backend's default, fedsim.core.client_map.default_client_block); an
       execution setting, not a hyperparameter of the method.
   """
-  lr: float = 0.1
-  local_steps: int = 5
-  batch_size: int = 20
-  clients_per_round: int | None = None
-  weighting: str = "uniform"
-  server_optimizer: str = "sgd"
-  server_lr: float = 1.0
-  beta1: float = 0.9
-  beta2: float = 0.99
-  tau: float = 1e-3
-  client_block: int | None = None
+  lr: float = hparam(0.1, help="client learning rate (eta)", low=0, low_open=True, finite=True,
+                     source="tuned for the digits softmax main job (McMahan et al. 2017 grid-search it)")
+  local_steps: int = hparam(5, help="local steps per round (H)", low=1)
+  batch_size: int = hparam(20, help="samples per local step (b1 / B)", low=1)
+  clients_per_round: int | None = hparam(None, help="clients sampled per round (M; None = all N)", low=1)
+  weighting: str = hparam("uniform", help="aggregation weights: uniform (1/M), size (n_i-weighted)",
+                          choices=WEIGHTINGS, source="McMahan et al. 2017")
+  server_optimizer: str = hparam("sgd", help="server optimizer: sgd (FedAvg), adam, yogi, adagrad (FedOpt)",
+                                 choices=SERVER_OPTIMIZERS, source="Reddi et al. 2021", cli=False)
+  server_lr: float = hparam(1.0, help="server learning rate", low=0, low_open=True, finite=True,
+                            source="Reddi et al. 2021 App. D")
+  beta1: float = hparam(0.9, help="server first-moment decay (FedOpt)", low=0, high=1, high_open=True,
+                        source="Reddi et al. 2021 §5")
+  beta2: float = hparam(0.99, help="server second-moment decay (FedOpt)", low=0, high=1, high_open=True,
+                        source="Reddi et al. 2021 §5")
+  tau: float = hparam(1e-3, help="server adaptivity epsilon (FedOpt)", low=0, low_open=True, finite=True,
+                      source="Reddi et al. 2021 §5")
+  client_block: int | None = hparam(None, help="clients per vmapped block, 0 = all at once (speed/memory only)",
+                                    low=0)
+
+  def __post_init__(self):
+    validate(self)
 
 
 def server_optimizer(cfg: FedAvgConfig) -> optax.GradientTransformation:

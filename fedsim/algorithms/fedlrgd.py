@@ -98,6 +98,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from fedsim.config import hparam, validate
 from fedsim.core.reduce import pairwise_sum
 from fedsim.core.types import FederatedAlgorithm, Task, make_stats
 
@@ -236,14 +237,26 @@ class FedLRGDConfig:
     project_box: None (Algorithm 1, unprojected) or b > 0: clip theta to
       [-b, b]^p after each step (projected inexact GD, §II-C; a deviation).
   """
-  phi: float = 100.0
-  step_size: float | None = None
-  weights_solver: str = "solve"
-  rcond: float = 1e-10
-  ridge_lambda: float = 1e-10
-  anchor_dist: str = "uniform"
-  anchor_scale: float = 1.0
-  project_box: float | None = None
+  phi: float = hparam(100.0, help="communication-to-computation ratio phi of the oracle-complexity ledger "
+                       "(accounting only)", low=0, source="seed 004 Definition 1, eq. (24)")
+  step_size: float | None = hparam(None, help="FedLRGD step (None: 1/L1 of the task)", low=0, low_open=True,
+                                   finite=True, source="seed 004 Alg. 1 line 11, eq. (42)")
+  weights_solver: str = hparam("solve", help="FedLRGD weight solve: solve (LU), inverse (paper-literal), "
+                               "pinv, ridge", choices=WEIGHT_SOLVERS, source="seed 004 Alg. 1")
+  rcond: float = hparam(1e-10, help="FedLRGD pinv relative singular-value cut-off", low=0, low_open=True,
+                        finite=True)
+  ridge_lambda: float = hparam(1e-10, help="FedLRGD ridge (Tikhonov) weight, relative to sigma_max(G)^2",
+                               low=0, low_open=True, finite=True)
+  anchor_dist: str = hparam("uniform", help="FedLRGD parameter anchors: uniform (U[-a,a]^p), gaussian "
+                            "(theta0 + a N(0,I))", choices=ANCHOR_DISTS, source="seed 004 footnotes 2-3")
+  anchor_scale: float = hparam(1.0, help="FedLRGD anchor scale a", low=0, low_open=True, finite=True,
+                               source="seed 004 App. A")
+  project_box: float | None = hparam(None, help="FedLRGD: clip theta to [-b,b]^p after each step (None: "
+                                     "off, Alg. 1)", low=0, low_open=True, finite=True,
+                                     source="projected inexact GD, seed 004 §II-C (a deviation)")
+
+  def __post_init__(self):
+    validate(self)
 
 
 # ----------------------------------------------------------------------------------------------

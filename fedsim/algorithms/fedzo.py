@@ -18,12 +18,16 @@ import functools
 import chex
 import jax
 
-from fedsim.algorithms.local import make_delta_averaging, local_optimizer
-from fedsim.algorithms.fedavg import FedAvgConfig, server_optimizer
+from fedsim.algorithms.local import LOCAL_OPTIMIZERS, make_delta_averaging, local_optimizer
+from fedsim.algorithms.fedavg import WEIGHTINGS, FedAvgConfig, server_optimizer
 from fedsim.algorithms.fzoos import with_accept_if_improves
 from fedsim.channels import aircomp
+from fedsim.config import FieldError, hparam, validate
 from fedsim.core.types import FederatedAlgorithm, Task
 from fedsim.estimators import finite_difference
+
+
+AGGREGATIONS = ("mean", "aircomp")
 
 
 @chex.dataclass(frozen=True)
@@ -55,27 +59,46 @@ class FedZOConfig:
       for every method they compare (seed 000 code, settings.py l. 79-80;
       fedsim.algorithms.fzoos.accept_if_improves, shared).
   """
-  lr: float = 1e-3
-  smoothing: float = 1e-3
-  batch_size: int = 25
-  fd_directions: int = 20
-  local_steps: int = 5
-  clients_per_round: int | None = None
-  direction: str = "sphere"
-  local_optimizer: str = "sgd"
-  weighting: str = "uniform"
-  aggregation: str = "mean"
-  snr_db: float = 0.0
-  h_min: float = 0.8
-  channel_var: float = 1.0
-  noise_model: str = "real_full"
-  empty_round: str = "skip"
-  transceiver: str = "shortcut"
-  client_block: int | None = None
-  accept_if_improves: int = 0
+  lr: float = hparam(1e-3, help="client learning rate (eta)", low=0, low_open=True, finite=True,
+                     source="seed 001 §V-B")
+  smoothing: float = hparam(1e-3, help="finite-difference smoothing radius (mu)", low=0, low_open=True,
+                            finite=True, source="seed 001 §V")
+  batch_size: int = hparam(25, help="samples per local step (b1 / B)", low=1, source="seed 001 §V")
+  fd_directions: int = hparam(20, help="finite-difference directions per step (b2 / Q)", low=1,
+                              source="seed 001 §V")
+  local_steps: int = hparam(5, help="local steps per round (H)", low=1, source="seed 001 §V")
+  clients_per_round: int | None = hparam(None, help="clients sampled per round (M; None = all N)", low=1)
+  direction: str = hparam("sphere", help="direction law: sphere (paper), gaussian, orthogonal (FZooS baselines)",
+                          choices=finite_difference.LAWS, source="seed 001 eq. 5")
+  local_optimizer: str = hparam("sgd", help="client optimizer: sgd (paper eq. 6), adam (FZooS baselines)",
+                                choices=LOCAL_OPTIMIZERS)
+  weighting: str = hparam("uniform", help="aggregation weights: uniform (1/M), size (n_i-weighted)",
+                          choices=WEIGHTINGS, source="seed 001 eq. 1")
+  aggregation: str = hparam("mean", help="how deltas reach the server: mean (Alg. 1), aircomp (§IV; "
+                            "clients_per_round is then ignored)", choices=AGGREGATIONS, source="seed 001 §IV")
+  snr_db: float = hparam(0.0, help="AirComp transmit SNR P/sigma_w^2 in dB; inf = noise-free",
+                         source="seed 001 §V-C: -10, -5, 0 dB")
+  h_min: float = hparam(0.8, help="AirComp participation threshold on |h|", low=0, source="seed 001 §V-C")
+  channel_var: float = hparam(1.0, help="AirComp E|h|^2: 1.0 (paper), 0.5 (authors' code)", low=0,
+                              low_open=True, finite=True)
+  noise_model: str = hparam("real_full", help="AirComp noise: real_full, complex_real_part, code_compat",
+                            choices=aircomp.NOISE_MODELS)
+  empty_round: str = hparam("skip", help="AirComp round with no device: skip (keep model), resample (code)",
+                            choices=aircomp.EMPTY_ROUND_RULES)
+  transceiver: str = hparam("shortcut", help="AirComp simulation: shortcut (eq. 17), full (eqs. 14-17)",
+                            choices=aircomp.TRANSCEIVERS, source="seed 001 §IV")
+  client_block: int | None = hparam(None, help="clients per vmapped block, 0 = all at once (speed/memory only)",
+                                    low=0)
+  accept_if_improves: int = hparam(0, help="1 keeps x_{r-1} unless the true F improves (FZooS authors' "
+                                   "server rule; outside the query model)", choices=(0, 1),
+                                   source="seed 000 code, settings.py l. 79-80")
 
-
-AGGREGATIONS = ("mean", "aircomp")
+  def __post_init__(self):
+    validate(self)
+    if self.transceiver == "full" and self.noise_model == "code_compat":  # seed 001 §IV
+      raise FieldError("noise_model", "code_compat (the authors' closed-form noise std) cannot be "
+                       "simulated by transceiver=full; accepted with full: "
+                       f"{', '.join(aircomp.FULL_NOISE_MODELS)}")
 
 
 def aircomp_config(cfg: FedZOConfig) -> aircomp.AirCompConfig:

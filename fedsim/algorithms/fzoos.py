@@ -80,7 +80,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedsim.algorithms.local import BYTES_PER_REAL, flat_problem, flat_solution, local_optimizer
+from fedsim.algorithms.local import BYTES_PER_REAL, LOCAL_OPTIMIZERS, flat_problem, flat_solution, local_optimizer
+from fedsim.config import hparam, validate
 from fedsim.core import rng
 from fedsim.core.reduce import pairwise_sum
 from fedsim.core.types import FederatedAlgorithm, Task, make_stats
@@ -142,31 +143,50 @@ class FZooSConfig:
       ``grad_cosine`` (mean over clients and the T steps of the last round),
       ``grad_cosine_early`` / ``grad_cosine_late`` (steps t <= T/2 / t > T/2).
   """
-  lr: float = 0.01
-  local_steps: int = 10
-  local_optimizer: str = "adam"
-  num_rff: int = 10000
-  lengthscale: float = 1.0
-  kernel: str | None = None
-  gp_lengthscale: str | None = None
-  gp_noise: float = 1e-6
-  gp_window: int = 150
-  rff_window: int = 500
-  rff_ridge: float = 1e-8
-  history_size: int = 0
-  rounds: int = 0
-  local_candidates: int = 100
-  local_active: int = 5
-  local_radius: float = 0.01
-  server_candidates: int = 200
-  server_active: int = 50
-  init_queries: int = 10
-  init_radius: float = 0.01
-  gamma_schedule: str = "inv_t"
-  correction_point: str = "current"
-  accept_if_improves: int | None = None
-  track_cosine: int = 0
-  variant: str = "paper"
+  lr: float = hparam(0.01, help="client learning rate (eta; Adam)", low=0, low_open=True, finite=True,
+                      source="seed 000 App. E")
+  local_steps: int = hparam(10, help="local steps per round (T)", low=1, source="seed 000 §6.1")
+  local_optimizer: str = hparam("adam", help="client optimizer: adam (App. E), sgd (Algorithm 1's plain step)",
+                                choices=LOCAL_OPTIMIZERS, source="seed 000 App. E")
+  num_rff: int = hparam(10000, help="FZooS random Fourier features M", low=1, source="seed 000 App. E")
+  lengthscale: float = hparam(1.0, help="FZooS SE lengthscale l of the RFF and the fixed GP", low=0,
+                              low_open=True, finite=True, source="seed 000 App. B")
+  kernel: str | None = hparam(None, help="FZooS local GP kernel: se (paper), matern52 (authors' code); "
+                              "None: the variant's", choices=gpm.KERNELS, source="seed 000 App. B; [code] "
+                              "optimizers.py l. 426-432")
+  gp_lengthscale: str | None = hparam(None, help="FZooS GP lengthscale: fixed (lengthscale, paper), auto "
+                                      "(ML-II grid); None: the variant's", choices=GP_LENGTHSCALES)
+  gp_noise: float = hparam(1e-6, help="FZooS GP noise sigma^2", low=0, finite=True, source="[code] alpha")
+  gp_window: int = hparam(150, help="FZooS local GP window (nearest history points)", low=1, source="[code]")
+  rff_window: int = hparam(500, help="FZooS RFF fit window (points nearest x_r)", low=1, source="[code]")
+  rff_ridge: float = hparam(1e-8, help="FZooS RFF fit ridge sigma^2 (code: 0, min-norm)", low=0, finite=True)
+  history_size: int = hparam(0, help="FZooS per-client history slots: 0 = the whole run (from rounds), "
+                             "H > 0 = ring of the last H queries", low=0, source="seed 000 Alg. 2")
+  rounds: int = hparam(0, help="rounds of the run (set by the run; sizes the history when history_size = 0)",
+                       low=0, cli=False)
+  local_candidates: int = hparam(100, help="FZooS local active-query candidates", low=1,
+                                 source="seed 000 App. E")
+  local_active: int = hparam(5, help="FZooS local active queries per step", low=0, source="seed 000 App. E")
+  local_radius: float = hparam(0.01, help="FZooS local candidate radius", low=0, finite=True,
+                               source="seed 000 App. E")
+  server_candidates: int = hparam(200, help="FZooS server RFF-fit candidates", low=1, source="[code] get_rff")
+  server_active: int = hparam(50, help="FZooS server active queries", low=0, source="[code] get_rff")
+  init_queries: int = hparam(10, help="FZooS initial queries per client", low=0, source="[code]")
+  init_radius: float = hparam(0.01, help="FZooS initial query radius", low=0, finite=True, source="[code]")
+  gamma_schedule: str = hparam("inv_t", help="FZooS correction length: inv_t (paper), one, zero (Fig. 6b "
+                               "ablations)", choices=GAMMA_SCHEDULES, source="seed 000 §6, Fig. 6b")
+  correction_point: str = hparam("current", help="FZooS correction at: current iterate (eq. 8), round_start "
+                                 "(Fig. 6b)", choices=CORRECTION_POINTS, source="seed 000 eq. 8, Fig. 6b")
+  accept_if_improves: int | None = hparam(None, help="1 keeps x_{r-1} unless the true F improves (authors' "
+                                          "code; outside the query model); None: the variant's",
+                                          choices=(0, 1), source="[code] run_server, settings.py l. 79-80")
+  track_cosine: int = hparam(0, help="1 logs grad_cosine, cos(local direction, true grad F) (true F outside "
+                             "the query model)", choices=(0, 1), source="seed 000 Fig. 4, App. F.1")
+  variant: str = hparam("paper", help="paper, code (the authors' code preset of kernel, gp_lengthscale and "
+                        "accept_if_improves)", choices=VARIANTS)
+
+  def __post_init__(self):
+    validate(self)
 
 
 def queries_per_client_round(cfg: FZooSConfig) -> int:

@@ -129,6 +129,7 @@ import jax
 import jax.numpy as jnp
 
 from fedsim.algorithms.local import BYTES_PER_REAL, flat_problem, flat_solution
+from fedsim.config import FieldError, hparam, validate
 from fedsim.core import rng
 from fedsim.core.reduce import pairwise_sum
 from fedsim.core.sampling import sample_clients
@@ -179,16 +180,29 @@ class DeComFLConfig:
       101-103). The paper's step is plain x - eta Delta x: 0. Delta x (the H signal)
       never includes it (adam_forward.py ``update_K_vec`` l. 54-56).
   """
-  lr: float = 1e-4
-  smoothing: float = 1e-3
-  num_perturbations: int = 5
-  local_steps: int = 1
-  batch_size: int = 32
-  clients_per_round: int | None = None
-  fd_scheme: str = "forward"
-  client_state: str = "none"
-  replay_history: int = 256
-  weight_decay: float = 0.0
+  lr: float = hparam(1e-4, help="client learning rate (eta; 0 freezes x, for H-update diagnostics)", low=0,
+                     finite=True, source="[code] lr=1e-4 (tuned per task in seed 003)")
+  smoothing: float = hparam(1e-3, help="finite-difference smoothing radius (mu)", low=0, low_open=True,
+                            finite=True, source="[code] mu=1e-3")
+  num_perturbations: int = hparam(5, help="DeComFL/HiSo shared perturbations per local step (P)", low=1,
+                                  source="seed 003 §6 ([code] num_pert=1)")
+  local_steps: int = hparam(1, help="local steps per round (tau)", low=1, source="[code] local_update_steps=1")
+  batch_size: int = hparam(32, help="samples per local step, shared by all its evaluations (b)", low=1,
+                           source="[code] README example 32 (default 8)")
+  clients_per_round: int | None = hparam(None, help="clients sampled per round (m; None = all N)", low=1,
+                                         source="seed 003 §6: 8 of 64 (MNIST)")
+  fd_scheme: str = hparam("forward", help="DeComFL/HiSo finite difference: forward (paper), central "
+                          "(code's DeComFL)", choices=shared_seed.FD_SCHEMES, source="seed 003 eqs. 1, 4")
+  client_state: str = hparam("none", help="DeComFL/HiSo client state: none (fast), replay (protocol: "
+                             "replay from scalars)", choices=CLIENT_STATES)
+  replay_history: int = hparam(256, help="DeComFL/HiSo rounds of scalars kept for replay (client_state=replay)",
+                               low=1)
+  weight_decay: float = hparam(0.0, help="DeComFL/HiSo SGD weight decay lambda: eta (Delta x + lambda x) "
+                               "(paper 0; code 1e-5 on MNIST, presets hiso_code / decomfl_code)", low=0,
+                               source="[code] prepare_settings.py get_optimizer l. 87-121")
+
+  def __post_init__(self):
+    validate(self)
 
 
 @chex.dataclass(frozen=True)
@@ -215,15 +229,30 @@ class HiSoConfig(DeComFLConfig):
       E||z||^2 = d as in DeComFL, and a uniform H = c 1 gives DeComFL's step for
       every c; only the shape of H matters, not its scale).
   """
-  nu: float = 0.05
-  eps: float = 1e-8
-  h0: float = 1.0
-  k_update: str = "last"
-  h_signal: str = "delta_x"
-  clip_lo: float | None = None
-  clip_hi: float | None = None
-  preconditioner: str = "diagonal"
-  step_norm: str = "none"
+  nu: float = hparam(0.05, help="HiSo EMA weight nu of H", low=0, high=1,
+                      source="[code] hessian_smooth=0.95")
+  eps: float = hparam(1e-8, help="HiSo epsilon floor in the H update (code 0)", low=0,
+                      source="seed 003 eq. 12, §4.3; spec §2.3")
+  h0: float = hparam(1.0, help="HiSo initial H_0 = h0 * 1", low=0, low_open=True, finite=True,
+                     source="[code] ones(d)")
+  k_update: str = hparam("last", help="HiSo H update per round: last (code), all (eq. 12), all_code",
+                         choices=K_UPDATES, source="seed 003 eq. 12; [code] LAST_LOCAL_UPDATE")
+  h_signal: str = hparam("delta_x", help="HiSo H signal: delta_x (code, eq. 12), round_displacement (App. C)",
+                         choices=H_SIGNALS, source="seed 003 §4.3, App. C")
+  clip_lo: float | None = hparam(None, help="HiSo lower clip of H (None: off)", low=0, low_open=True,
+                                 finite=True, source="seed 003 Assumption 4")
+  clip_hi: float | None = hparam(None, help="HiSo upper clip of H (None: off; >= clip_lo)", low=0,
+                                 low_open=True, finite=True, source="seed 003 Assumption 4")
+  preconditioner: str = hparam("diagonal", help="HiSo directions: diagonal (paper), scalar (ablation: "
+                               "mean(H) 1)", choices=PRECONDITIONERS)
+  step_norm: str = hparam("none", help="HiSo step scale: none (eq. 8, factor absorbed in eta; code), trace "
+                          "(eq. 7: H / harmonic mean)", choices=STEP_NORMS, source="seed 003 eqs. 7-8")
+
+  def __post_init__(self):
+    validate(self)
+    lo, hi = self.clip_lo, self.clip_hi
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and not hi >= lo:
+      raise FieldError("clip_hi", f"must be >= clip_lo={lo}; got {hi}")
 
 
 class ReplayState(NamedTuple):

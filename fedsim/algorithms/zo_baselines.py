@@ -57,8 +57,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedsim.algorithms.fzoos import accept_if_improves, cosine_metrics, global_objective, preset
-from fedsim.algorithms.local import BYTES_PER_REAL, flat_problem, flat_solution, local_optimizer
+from fedsim.algorithms.fzoos import VARIANTS, accept_if_improves, cosine_metrics, global_objective, preset
+from fedsim.algorithms.local import BYTES_PER_REAL, LOCAL_OPTIMIZERS, flat_problem, flat_solution, local_optimizer
+from fedsim.config import hparam, validate
 from fedsim.core import rng
 from fedsim.core.reduce import pairwise_sum
 from fedsim.core.sampling import sample_clients
@@ -95,20 +96,36 @@ class ZOBaselineConfig:
       ``gd_opt``; 0 queries counted).
     variant: ``paper`` (default) or ``code`` (module docstring).
   """
-  lr: float = 0.01
-  local_steps: int = 10
-  fd_directions: int = 20
-  smoothing: float = 0.01
-  direction: str = "orthogonal"
-  local_optimizer: str = "adam"
-  batch_size: int = 1
-  correction: str = "none"
-  prox_gamma: float = 1.0
-  fd_normalization: str = "code"
-  accept_if_improves: int | None = None
-  track_cosine: int = 0
-  estimator: str = "fd"
-  variant: str = "paper"
+  lr: float = hparam(0.01, help="client learning rate (eta; Adam)", low=0, low_open=True, finite=True,
+                      source="seed 000 App. E")
+  local_steps: int = hparam(10, help="local steps per round (T)", low=1, source="seed 000 App. E")
+  fd_directions: int = hparam(20, help="finite-difference directions per step (b2 / Q)", low=1,
+                              source="seed 000 Fig. 4 caption; [code] --q 20")
+  smoothing: float = hparam(0.01, help="finite-difference smoothing radius (lambda)", low=0, low_open=True,
+                            finite=True, source="[code] --mu")
+  direction: str = hparam("orthogonal", help="direction law: orthogonal ([code] Gram-Schmidt), sphere, gaussian",
+                          choices=finite_difference.LAWS)
+  local_optimizer: str = hparam("adam", help="client optimizer: adam (App. E), sgd", choices=LOCAL_OPTIMIZERS,
+                                source="seed 000 App. E")
+  batch_size: int = hparam(1, help="samples per query (1: the synthetic tasks are deterministic)", low=1)
+  correction: str = hparam("none", help="client correction: none, prox, scaffold1, scaffold2 (set by the "
+                           "registry name)", choices=CORRECTIONS, cli=False)
+  prox_gamma: float = hparam(1.0, help="FedProx-ZO correction weight gamma (not in the paper)", low=0,
+                             finite=True, source="[code] 1")
+  fd_normalization: str = hparam("code", help="FD baselines: code (divide by lambda Q), unbiased (d/(lambda Q))",
+                                 choices=FD_NORMALIZATIONS)
+  accept_if_improves: int | None = hparam(None, help="1 keeps x_{r-1} unless the true F improves (authors' "
+                                          "code; outside the query model); None: the variant's",
+                                          choices=(0, 1), source="[code] settings.py l. 79-80")
+  track_cosine: int = hparam(0, help="1 logs grad_cosine, cos(local direction, true grad F) (true F outside "
+                             "the query model)", choices=(0, 1), source="seed 000 Fig. 4")
+  estimator: str = hparam("fd", help="fd (eq. 3) or true (exact local gradients, [code] gd_opt; set by the "
+                          "registry name)", choices=ESTIMATORS, cli=False)
+  variant: str = hparam("paper", help="paper, code (the authors' code preset of accept_if_improves)",
+                        choices=VARIANTS)
+
+  def __post_init__(self):
+    validate(self)
 
 
 def queries_per_client_round(cfg: ZOBaselineConfig, stochastic: bool = False) -> int:

@@ -62,13 +62,16 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from fedsim.algorithms.dzopa import make_mean_estimate, validate
+from fedsim import config
+from fedsim.algorithms.dzopa import VARIANTS, make_mean_estimate, validate
 from fedsim.algorithms.local import BYTES_PER_REAL, flat_problem, flat_solution
+from fedsim.config import hparam
 from fedsim.core import rng
 from fedsim.core.errors import ConfigError
 from fedsim.core.reduce import pairwise_sum
 from fedsim.core.sampling import sample_clients
 from fedsim.core.types import FederatedAlgorithm, Task, make_stats
+from fedsim.estimators import finite_difference
 
 PAPER_RHO = 500.0     # seed 001 §V-A
 CODE_RHO = 1.0 / 2e-6  # alg_ZONES.py rho = 1 / lr, run_ZONES.sh --lr=0.000002
@@ -93,14 +96,25 @@ class ZONESConfig:
     variant: ``paper`` (default) or ``code`` (the authors' estimator scale d
       for every law, and rho = 5e5).
   """
-  rho: float | None = None
-  smoothing: float = 1e-3
-  alpha: float | None = None
-  local_steps: int = 100
-  batch_size: int = 25
-  fd_directions: int = 1
-  direction: str | None = None
-  variant: str = "paper"
+  rho: float | None = hparam(None, help="ZONE-S penalty rho (None: 500 for variant=paper, 1/lr = 5e5 "
+                             "for code)", low=0, low_open=True, finite=True,
+                             source="seed 001 §V-A; [code] run_ZONES.sh lr = 2e-6")
+  smoothing: float = hparam(1e-3, help="finite-difference smoothing radius (mu)", low=0, low_open=True,
+                            finite=True, source="seed 001 §V-A")
+  alpha: float | None = hparam(None, help="ZONE-S dual step factor alpha (None: 1/N)", low=0, low_open=True,
+                               finite=True, source="[code] self.alpha = 1.0 / num_users")
+  local_steps: int = hparam(100, help="estimates averaged per iteration (J)", low=1,
+                            source="[code] --local_ep=100")
+  batch_size: int = hparam(25, help="samples per local step (b1 / B)", low=1, source="[code] --local_bs=25")
+  fd_directions: int = hparam(1, help="finite-difference directions per step (b2 / Q)", low=1,
+                              source="[code] --num_dir=1")
+  direction: str | None = hparam(None, help="direction law (None: sphere for variant=paper, gaussian "
+                                 "for code)", choices=finite_difference.LAWS, source="seed 001 eq. 2")
+  variant: str = hparam("paper", help="paper, code (the authors' estimator scale d for every law, "
+                        "rho = 5e5)", choices=VARIANTS)
+
+  def __post_init__(self):
+    config.validate(self)
 
 
 class ZONESState(NamedTuple):

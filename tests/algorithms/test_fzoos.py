@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from fedsim import algorithms
 from fedsim.algorithms import fzoos, zo_baselines
@@ -24,6 +25,7 @@ def _run(alg, task, rounds):
   return state, stats
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_query_ledger_per_client_round():
   """T = 10, Q = 20: FZooS 6T + 47 = 107 (+10 initial in round 1), FD baselines 1 + T(Q+1) = 211,
   SCAFFOLD I's extra Q + 1 at x_r counted separately."""
@@ -68,6 +70,7 @@ def test_corrections_reduce_to_fedzo_when_zero():
     np.testing.assert_allclose(s.x, ref.x, rtol=0, atol=5e-5)
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_fzoos_one_client_correction_vanishes_and_f_decreases():
   """With N = 1, w_r = w_{r,T}^(1), so eq. 8's correction is 0: the inv_t run equals the
   no-correction ablation. FZooS lowers F on the quadratic."""
@@ -118,6 +121,7 @@ def test_track_cosine_is_exact_for_a_full_orthonormal_fd_basis():
     assert float(jnp.max(c.cosine)) < 0.99
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_fzoos_track_cosine_does_not_change_iterates():
   with jax.enable_x64(True):
     task = make_task("quadratic", num_clients=3, dim=20, heterogeneity=5.0, seed=0)
@@ -133,6 +137,7 @@ def test_fzoos_track_cosine_does_not_change_iterates():
     assert bool(jnp.all(jnp.abs(a.cosine) <= 1.0)) and float(m["grad_cosine"]) > 0.0
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_accept_if_improves_keeps_the_previous_point_exactly_when_F_does_not_improve():
   """[code] reject-if-not-improving (specs §2.1): x_r = x_{r-1} iff F(x_r^avg) >= F(x_{r-1});
   otherwise the averaged point, exactly as without the flag; F is then non-increasing. A small

@@ -105,6 +105,7 @@ def test_replay_download_and_bounded_history():
 # --- 2. Scalar protocol == FedAvg-style reference (App. C) -----------------------------------
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 @pytest.mark.parametrize("tau", [1, 5])
 def test_protocol_equals_fedavg_reference(tau):
   """x_{r+1} = mean_i x^{(i)}_{r,tau} of explicit local models with the same shared
@@ -173,6 +174,7 @@ def test_protocol_equals_fedavg_reference(tau):
     assert int(stats.queries) == m * tau * (P + 1) * b
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_k_update_variants_follow_their_rules():
   """``all`` chains the EMA over k with Delta x_{r,k} built with H_r (eq. 12);
   ``all_code`` ([code] ALL_LOCAL_UPDATES) takes the tau model steps with H_r
@@ -290,6 +292,7 @@ def test_h_signal_moment_fixes_h_near_a_multiple_of_one():
     np.testing.assert_allclose(h_emp[small], np.sqrt(S / P), rtol=0.1)
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_trace_step_norm_makes_the_scale_of_h_irrelevant():
   """step_norm=trace keeps eq. 7's factor in expectation: directions use H / hbar,
   hbar = d / Tr(H^{-1}). A uniform H = c 1 then gives DeComFL for every c (bitwise

@@ -119,7 +119,7 @@ BASE = dict(lr=0.05, smoothing=1e-3, local_steps=2, num_perturbations=2, wd=0.0,
 
 
 def _build(name, c):
-  hp = {k: v for k, v in c.items() if k not in ("wd", "preconditioned")}
+  hp = {k: v for k, v in c.items() if k in algorithms.config_fields(name)}   # build rejects others
   return algorithms.build(name, _task(), clients_per_round=M, weight_decay=c["wd"], **hp)
 
 
@@ -156,7 +156,7 @@ def _check_rounds(name, c, rounds=3):
 
 @pytest.mark.parametrize("scheme", ["forward", "central"])
 def test_decomfl_rounds_match_numpy(scheme):
-  """DeComFL (H = I; HiSo's nu, eps, h0 do not exist for it and are ignored)."""
+  """DeComFL (H = I; HiSo's nu, eps, h0 do not exist for it and are not passed to it)."""
   _check_rounds("decomfl", dict(BASE, preconditioned=False, fd_scheme=scheme))
 
 

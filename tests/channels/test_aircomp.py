@@ -215,6 +215,7 @@ def test_noisy_and_noise_free_runs_share_participants(digits10):
   assert free[-1]["objective"] != noisy[-1]["objective"]
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_empty_rounds_keep_the_model_or_resample():
   task = make_task("quadratic", num_clients=3, dim=10)
   state0, recs = _run(task, aggregation="aircomp", h_min=100.0, rounds=3)
@@ -223,3 +224,54 @@ def test_empty_rounds_keep_the_model_or_resample():
   # P(|h| >= 2) = exp(-4) = 0.018 per device; resampling finds a device almost always.
   _, recs = _run(task, aggregation="aircomp", h_min=2.0, empty_round="resample", rounds=6)
   assert recs[-1]["empty_rounds"] == 0 and recs[-1]["participants"] >= 6
+
+
+def test_resample_redraws_with_fold_in_1_2_3_until_a_device_passes():
+  # empty_round=resample ([code]): redraw i = 1, 2, ... uses fold_in(key, i); the first
+  # draw (i = 0) is fold_in(key, 0). Reference loop written out in NumPy.
+  key = jax.random.key(3)
+  draws = [np.abs(np.asarray(aircomp.draw_channels(jax.random.fold_in(key, i), 2))) for i in range(4)]
+  h_min = float(draws[0].max()) + 1e-3                # the first draw has no device
+  assert draws[1].max() >= h_min > draws[2].max()  # redraw 1 passes, redraw 2 would not
+  want = 1
+  cfg = aircomp.AirCompConfig(h_min=h_min, empty_round="resample")
+  h, mask = aircomp.participating_channels(key, 2, cfg)
+  np.testing.assert_allclose(np.abs(np.asarray(h)), draws[want], rtol=1e-6)  # jit vs eager abs
+  np.testing.assert_array_equal(np.asarray(mask), draws[want] >= h_min)
+
+
+def test_one_device_noise_free_aggregate_is_its_own_update():
+  # eq. 17 with |M_t| = 1 and no noise: y = Delta_i exactly (mean over the ONE device).
+  deltas = jnp.array([[1.0, -2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, -9.0]], jnp.float32)
+  mask = jnp.array([False, True, False])
+  h = jnp.ones(3, jnp.complex64)
+  cfg = aircomp.AirCompConfig(snr_db=float("inf"))
+  y, m_size, _ = aircomp.aggregate(deltas, h, mask, jax.random.key(0), cfg)
+  assert int(m_size) == 1
+  np.testing.assert_array_equal(np.asarray(y), [4.0, 5.0, 6.0])
+
+
+@pytest.mark.parametrize("transceiver", ["shortcut", "full"])
+def test_one_device_noisy_round_is_sent_and_an_empty_round_is_zero(transceiver):
+  # |M_t| = 1 is a real round (eq. 17 with noise: y != 0, around Delta_i); |M_t| = 0 gives
+  # y = 0 exactly even though the channel adds noise (nothing was transmitted).
+  deltas = jnp.array([[1.0, -2.0, 3.0], [4.0, 5.0, 6.0]], jnp.float32)
+  h = jnp.array([1.0 + 0.5j, 0.3 - 1.0j], jnp.complex64)
+  cfg = aircomp.AirCompConfig(snr_db=10.0, transceiver=transceiver)
+  y, m_size, _ = aircomp.aggregate(deltas, h, jnp.array([False, True]), jax.random.key(1), cfg)
+  assert int(m_size) == 1 and np.any(np.asarray(y) != 0.0)
+  y0, m0, _ = aircomp.aggregate(deltas, h, jnp.array([False, False]), jax.random.key(1), cfg)
+  assert int(m0) == 0
+  np.testing.assert_array_equal(np.asarray(y0), np.zeros(3, np.float32))
+
+
+def test_transmit_energy_by_hand():
+  # ||alpha_i Delta_i||^2 = h_min^2 / |h_i|^2 * d / Delta_max * ||Delta_i||^2 (eq. 15, P = 1):
+  # Delta = (3, 4) and (1, 0): ||.||^2 = 25, 1, Delta_max = 25; h_min = 0.8, |h| = 2, 0.5, d = 2.
+  deltas = jnp.array([[3.0, 4.0], [1.0, 0.0]], jnp.float32)
+  h = jnp.array([2.0 + 0.0j, 0.0 + 0.5j], jnp.complex64)
+  cfg = aircomp.AirCompConfig(h_min=0.8)
+  e = aircomp.transmit_energy(deltas, h, jnp.array([True, True]), cfg)
+  np.testing.assert_allclose(np.asarray(e), [0.64 / 4 * 2 / 25 * 25, 0.64 / 0.25 * 2 / 25 * 1], rtol=1e-6)
+  # the device with the largest update meets the power budget d P = 2 only at |h| = h_min
+  assert float(aircomp.transmit_energy(deltas, jnp.array([0.8 + 0j, 1j]), jnp.array([True, True]), cfg)[0]) == pytest.approx(2.0, rel=1e-6)

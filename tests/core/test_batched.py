@@ -61,6 +61,7 @@ def test_stack_padded_pads_masked_sample_axis(tasks):
   assert stack_padded([datas[0], digits_task(5, seed=0).data]) is None
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_batched_seeds_equal_separate_runs(tasks):
   """Seeds 0, 1, 2 (three partitions of different n_max) in one program vs three simulate runs."""
   hp = dict(HP, lr=0.1)
@@ -75,6 +76,7 @@ def test_batched_seeds_equal_separate_runs(tasks):
   assert len({recs[k][0][-1]["objective"] for k in range(3)}) == 3
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_vmapped_lr_equals_separate_runs(tasks):
   lrs = [0.1, 0.3]
   recs, _ = simulate_batched(_build("fedavg"), tasks[0], [t.data for t in tasks[:2]], [0, 1], HP,
@@ -85,6 +87,7 @@ def test_vmapped_lr_equals_separate_runs(tasks):
   assert recs[0][0][-1]["objective"] != recs[0][1][-1]["objective"]
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_fedzo_batched_equals_separate_runs(tasks):
   """FedZO (sphere directions, mu = 1e-3), 2 seeds x 2 traced learning rates. The
   estimator divides function differences by mu, so a 1-ulp change of F (XLA CPU

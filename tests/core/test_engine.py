@@ -24,6 +24,7 @@ def _strip(recs):
   return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in recs]
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_same_seed_same_metrics_and_chunking_invariance(digits10):
   alg = algorithms.build("fedzo", digits10, lr=0.01, clients_per_round=3, local_steps=2)
   _, a = simulate(alg, digits10, 6, 3, jax.random.key(0))
@@ -104,7 +105,7 @@ def test_shared_perturbations_come_from_the_runs_shared_stream():
     cos = abs(delta @ u) / (np.linalg.norm(delta) * np.linalg.norm(u))
     assert cos > 1 - 1e-6, cos
   # FZooS: the shared random-feature draw, whatever the init stream.
-  fz = algorithms.build("fzoos", task, num_rff=16, local_steps=1, clients_per_round=2, rounds=2)
+  fz = algorithms.build("fzoos", task, num_rff=16, local_steps=1, rounds=2)
   fz_init, ref = jax.jit(fz.init), rff.draw(shared, 16, d, 1.0)
   for init_key in (rng.stream(root, "init"), jax.random.key(99)):
     s_f = fz_init(init_key, shared)
@@ -133,6 +134,7 @@ SHARDING_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_one_vs_eight_devices_same_metrics():
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, "-c", SHARDING_SCRIPT], cwd=REPO, env=env,

@@ -92,6 +92,7 @@ def test_adding_points_never_increases_gradient_uncertainty(kind):
     assert prev_tr < d * float(gp.kappa(kind, 1.0))
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_uncertainty_shrinks_near_observations_and_spectral_norm_degenerates():
   """Near a dense cloud the trace falls far below the prior d*kappa; far away it stays at it;
   with n < d the spectral norm stays exactly kappa (specs §2.4.1)."""
@@ -134,6 +135,7 @@ def test_select_lengthscale_prefers_the_generating_scale():
     assert float(ls) in (0.1, 0.3)
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 @pytest.mark.parametrize("kind", gp.KERNELS)
 def test_lemma_c1_gradient_error_bound_on_exact_gp_samples(kind):
   """Lemma C.1 (specs §4 item 2, §7 check 2): with f ~ GP(0, k), ||grad mu(x) - grad f(x)||^2 <=
@@ -256,3 +258,41 @@ def test_posterior_mean_gradient_covariance_and_likelihood_against_numpy(kind):
     np.testing.assert_allclose(float(gp.log_marginal_likelihood(*args, 0.4, 1.0, noise)), lml(0.4), rtol=1e-9)
     grid = (0.05, 0.2, 0.5, 1.0, 3.0)
     assert float(gp.select_lengthscale(*args, grid, noise=noise)) == grid[int(np.argmax([lml(l) for l in grid]))]
+
+
+@pytest.mark.parametrize("kind", gp.KERNELS)
+def test_padding_alpha_is_zero_and_default_lengthscale_is_the_papers(kind):
+  # GPPosterior's contract: alpha is exactly 0 on invalid slots (their y is taken as 0);
+  # fit's default lengthscale is App. B's l = 1.
+  with jax.enable_x64(True):
+    X, y, mask = _data()
+    y = y.at[-5:].set(7.0)                       # garbage targets in the padding
+    post = gp.fit(kind, X, y, mask, X[0])
+    assert np.all(np.asarray(post.alpha)[~np.asarray(mask)] == 0.0)
+    assert float(post.lengthscale) == 1.0
+    # and the default-lengthscale posterior is the l = 1 one, not another scale
+    x = jnp.full((5,), 0.3, jnp.float64)
+    ref = gp.posterior_mean(kind, gp.fit(kind, X, y, mask, X[0], 1.0), x)
+    other = gp.posterior_mean(kind, gp.fit(kind, X, y, mask, X[0], 2.0), x)
+    assert float(gp.posterior_mean(kind, post, x)) == float(ref) != float(other)
+
+
+@pytest.mark.parametrize("kind", gp.KERNELS)
+def test_kernel_gradient_is_finite_at_zero_distance(kind):
+  # _radius: r = sqrt(sq) with a finite derivative at sq = 0 (a GP queried at one of
+  # its own points); the kernel is even in r, so d k / d x at x = x_j is 0.
+  with jax.enable_x64(True):
+    g = jax.grad(lambda s: gp.kernel_from_sqdist(kind, s, 1.0))(jnp.float64(0.0))
+    assert np.isfinite(float(g))
+    X, y, mask = _data()
+    post = gp.fit(kind, X, y, mask, X[0], 1.0)
+    auto = jax.grad(lambda z: gp.posterior_mean(kind, post, z))(X[3])
+    assert np.all(np.isfinite(np.asarray(auto)))
+    np.testing.assert_allclose(gp.posterior_mean_grad(kind, post, X[3]), auto, rtol=1e-7, atol=1e-9)
+
+
+def test_optimal_gamma_by_hand_and_zero_without_a_correction():
+  # Prop. 1: (grad F - g)^T c / ||c||^2; g = (1, 0), c = (1, 1), grad F = (3, 2): 4 / 2 = 2.
+  g, c, gf = jnp.array([1.0, 0.0]), jnp.array([1.0, 1.0]), jnp.array([3.0, 2.0])
+  assert float(gp.optimal_gamma(g, c, gf)) == 2.0
+  assert float(gp.optimal_gamma(g, jnp.zeros(2), gf)) == 0.0   # c = 0: gamma = 0

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from fedsim.estimators import rff
 
@@ -83,6 +84,7 @@ def test_shared_draw_is_reproducible_from_the_init_key():
   assert not np.allclose(a.V, c.V)
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_lemma_c4_rff_gradient_converges_to_exact_gp_like_one_over_m():
   """Lemma C.4 (specs §7 check 3): with the history fixed, the squared gap between the RFF
   surrogate gradient grad phi(x)^T w (eq. 6-7, ridge sigma^2) and the exact SE-GP posterior-mean
@@ -149,3 +151,15 @@ def test_features_gradient_and_fit_are_the_numpy_closed_forms():
     want = P.T @ np.linalg.solve(P @ P.T + 0.05 * np.eye(6), y[:6])
     got = rff.fit_weights(feats, jnp.asarray(Xg), jnp.asarray(yg), jnp.asarray(mask), ridge=0.05)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_fit_weights_singular_window_retries_with_jitter_and_stays_finite():
+  # ridge = 0 (the code's min-norm fit) and a repeated point: Phi Phi^T is singular, the
+  # first Cholesky fails, the retry adds 1e-6 jitter; the weights are finite and still
+  # interpolate the (consistent) targets.
+  r = rff.draw(jax.random.key(0), 64, 2)
+  X = jnp.array([[0.1, 0.2], [0.1, 0.2], [0.5, -0.3]], jnp.float32)
+  y = jnp.array([1.0, 1.0, -0.5], jnp.float32)
+  w = rff.fit_weights(r, X, y, jnp.ones(3, bool), ridge=0.0)
+  assert np.all(np.isfinite(np.asarray(w)))
+  np.testing.assert_allclose(np.asarray(rff.features(r, X) @ w), np.asarray(y), atol=1e-2)

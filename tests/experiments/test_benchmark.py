@@ -18,6 +18,7 @@ def _positive(v):
   return isinstance(v, (int, float)) and math.isfinite(v) and v > 0
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_quick_measurement_fields_and_outputs(tmp_path):
   settings = benchmark.Settings.make(quick=True)
   assert settings.repeats == 1 and settings.rounds_per_chunk == 2
@@ -150,6 +151,7 @@ def test_hiso_loop_is_the_same_round_as_the_engine():
     assert float(jnp.max(jnp.abs(dh_loop - dh_engine))) <= 1e-3 * float(jnp.max(jnp.abs(dh_engine))) + 1e-12
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_ffgb_loop_trains_the_engine_learners():
   """The looped per-client function gives the learners the vmapped round trains (same keys, data)."""
   import jax

@@ -108,6 +108,7 @@ def test_bad_configurations_raise_naming_the_flag():
     algorithms.build("fedlrgd", digits_task(3))
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_suite_fidelity_smoke(tmp_path):
   proc = _run("experiments.fedlrgd_suite", "--study=fidelity", "--seeds=2", "--ranks=2,8", "--rounds=30",
               "--num_clients=10", "--samples_per_client=8", "--num_thetas=4", f"--output_dir={tmp_path}")
@@ -118,6 +119,7 @@ def test_suite_fidelity_smoke(tmp_path):
   assert rows[1]["max_anchor_rel_err"] < 1e-8
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_crossover_same_start_and_same_instances():
   """S5: FedLRGD and FedAve start from the engine's theta^(0) and, for every rank r, are
   scored on the same instance: r server samples, n = m s + r (eq. (3)), that instance's F_*."""

@@ -76,6 +76,7 @@ def test_outputs_and_determinism(tmp_path):
   assert "[fedzo] round 4/4" in a.stdout and "ETA" in a.stdout
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_per_algorithm_flag_beats_global(tmp_path):
   proc = _run("--algorithm=fedavg,fedzo", "--num_clients=4", "--clients_per_round=2", "--rounds=0",
               "--lr=0.2", "--fedzo_lr=0.003", f"--output_dir={tmp_path}")

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from fedsim.models.weak_learners import gamma_hat, make_oracle
 
@@ -71,6 +72,7 @@ def test_fedavg_mlp_task_is_the_ffgb_weak_learner_network():
   assert abs(float(relu_task.loss(params, batch)) - float(expected)) > 1e-6
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_cnn_oracle_trains_and_vmaps_over_clients():
   # App. B.1 CIFAR weak learner (tutorial CNN, FC 32-32, leaky ReLU), trained like the mlp
   # oracle (App. B.3): Adam from a fresh init; vmapped over clients as in FFGB's round.

@@ -53,6 +53,7 @@ def test_attack_margin_objective_on_a_hand_built_classifier(digits, tmp_path):
     assert float(ev["success_rate"]) == float(np.mean(want) < 0)
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_attack_classifier_cache_hit_reproduces_the_classifiers(digits, tmp_path):
   kw = dict(seed=1, portion=0.5, model="mlp", cache_dir=tmp_path, train_config=TINY)
   a = attack.make_attack_task(digits, 3, **kw)
@@ -69,6 +70,7 @@ def test_attack_classifier_cache_hit_reproduces_the_classifiers(digits, tmp_path
 
 @pytest.mark.parametrize("metric, fn", [("precision", skm.precision_score), ("recall", skm.recall_score),
                                         ("f1", skm.f1_score), ("jaccard", skm.jaccard_score)])
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_macro_metric_equals_sklearn(metric, fn):
   rng = np.random.default_rng(hash(metric) % 2**32)
   for trial in range(20):

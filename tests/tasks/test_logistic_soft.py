@@ -52,6 +52,7 @@ def test_objective_and_gradient_are_eq_67():
     assert float(ev["optimality_gap"]) > 0
 
 
+@pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_f_star_is_the_float64_optimum_and_constants():
   with jax.enable_x64(True):
     task = make(heterogeneity=0.5, server_shift=0.2)

@@ -1,0 +1,501 @@
+"""The library API: describe an experiment with :class:`ExperimentConfig`, run it with :func:`run`.
+
+``experiments.run`` is this module behind flags: the same settings give the
+same records, ``config.json``, ``<alg>/metrics.jsonl`` and ``curves.png``::
+
+  import fedsim
+  cfg = fedsim.ExperimentConfig(algorithms=("fedavg", "fedzo:local_steps=5"), rounds=20)
+  histories = fedsim.run(cfg)            # {"fedavg": [record, ...], "fedzo-local_steps=5": [...]}
+  histories["fedavg"][-1]["test_accuracy"]
+
+A record is a dict of Python scalars: ``round``, the cumulative ledgers
+(``queries``, ``bytes_up``, ``bytes_down``, ``participants``, ``empty_rounds``),
+the task's evaluation (``objective``, e.g. ``test_accuracy``), the algorithm's
+metrics and ``wall_time_s`` (see :func:`fedsim.core.engine.simulate`).
+
+Importing this module is cheap: algorithms, tasks and data are imported when a
+config is checked or run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import json
+import math
+import numbers
+import os
+import sys
+import types
+import typing
+from typing import Any, Callable, Mapping
+
+from fedsim.core.errors import ConfigError, DivergenceError
+
+# fedsim's run defaults where the paper's value does not suit the embedded digits
+# main job (the same as ``experiments.common.ALGORITHM_DEFAULTS``): FedZO's paper
+# eta = 1e-3 (seed 001 §V-B) reaches ~0.72 test accuracy on digits in 200 rounds,
+# 1e-2 reaches ~0.90. Give ``hparams={"fedzo": {"lr": 1e-3}}`` for the paper's value.
+RUN_DEFAULTS = {"fedzo": {"lr": 1e-2}}
+
+# The FFGB family (seed 002): scored on value caches, FFGB's communication cost.
+FFGB_FAMILY = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l", "ffgb_code", "ffgb_nores_code")
+
+# Tasks that train or load cached models while being built (a progress line says so).
+SLOW_TASKS = ("attack", "attack_cw", "metric_opt", "finetune")
+
+# task_options defaults where make_task has none (experiments.run's flag defaults: --rank=8 is
+# server_samples; seed 004 App. A).
+TASK_OPTION_DEFAULTS = {
+    "logistic_soft": {"samples_per_client": 40, "num_features": 2, "server_samples": 8, "max_rank": 32},
+    "ridge": {"samples_per_client": 40, "num_features": 2, "server_samples": 8, "max_rank": 32},
+}
+
+# make_task arguments that are ExperimentConfig fields (not task_options).
+_TASK_FIELDS = ("num_clients", "seed", "dataset", "data_dir", "partition", "dirichlet_alpha",
+                "shards_per_client", "quantity_law", "quantity_sigma", "homo_ratio")
+
+
+def _did_you_mean(key: str, accepted) -> str:
+  close = difflib.get_close_matches(key, list(accepted), n=1)
+  return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unknown(field: str, what: str, key: str, accepted) -> ConfigError:
+  accepted = list(accepted)
+  return ConfigError(field, f"unknown {what} {key!r}{_did_you_mean(key, accepted)}; "
+                     f"accepted: {', '.join(accepted)}")
+
+
+def run_label(spec: str) -> str:
+  """The output-folder name (and history key) of an algorithm spec (':' -> '-', '/' -> '_')."""
+  return spec.replace(":", "-").replace("/", "_")
+
+
+def _field_type(cls, key: str):
+  """The scalar type (bool, int, float or str) of config field ``key``; ``T | None`` -> T."""
+  hint = typing.get_type_hints(cls).get(key, str)
+  if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+    hint = next((a for a in typing.get_args(hint) if a is not type(None)), str)
+  return hint if hint in (bool, int, float, str) else str
+
+
+def _convert(typ, value: str):
+  """``HP=VALUE`` text -> typ (bool: true/false/1/0, any case). Raises ValueError."""
+  if typ is bool:
+    low = value.lower()
+    if low not in ("true", "false", "1", "0"):
+      raise ValueError(value)
+    return low in ("true", "1")
+  return typ(value)
+
+
+def parse_algorithm(entry) -> tuple[str, str, dict]:
+  """One ``ExperimentConfig.algorithms`` entry -> (label, name, overrides).
+
+  Args:
+    entry: ``"NAME"``, ``"NAME:HP=VALUE[:HP=VALUE...]"`` (values parsed by the
+      type of the algorithm config's field) or a ``(NAME, {HP: VALUE})`` pair.
+      The label of a pair is that of the equivalent spec
+      (``("fedzo", {"local_steps": 5})`` -> ``"fedzo-local_steps=5"``).
+
+  Raises:
+    ConfigError: unknown algorithm or hyperparameter (with a suggestion), a value
+      that is not of the field's type, or a malformed entry.
+  """
+  from fedsim import algorithms
+  if isinstance(entry, str):
+    name, *items = entry.split(":")
+    label, overrides, given = run_label(entry), {}, []
+    for item in items:
+      key, eq, value = item.partition("=")
+      if not eq:
+        raise ConfigError("algorithms", f"bad override {item!r} in {entry!r}; expected HP=VALUE")
+      given.append((key, value))
+  elif (isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], str)
+        and isinstance(entry[1], Mapping)):
+    name, overrides, given = entry[0], dict(entry[1]), []
+    label = run_label(":".join([name, *(f"{k}={v}" for k, v in overrides.items())]))
+  else:
+    raise ConfigError("algorithms", f"entries are 'NAME', 'NAME:HP=VALUE' or (NAME, dict); got {entry!r}")
+  if name not in algorithms.REGISTRY:
+    raise _unknown("algorithms", "algorithm", name, algorithms.REGISTRY)
+  fields = algorithms.config_fields(name)
+  cls = algorithms.REGISTRY[name][0]
+  for key, value in given:
+    if key not in fields:
+      raise _unknown("algorithms", f"{name} hyperparameter", key, fields)
+    typ = _field_type(cls, key)
+    try:
+      overrides[key] = _convert(typ, value)
+    except ValueError:
+      raise ConfigError("algorithms", f"{key}={value!r} in {entry!r} is not a {typ.__name__}") from None
+  for key in overrides:
+    if key not in fields:
+      raise _unknown("algorithms", f"{name} hyperparameter", key, fields)
+  return label, name, overrides
+
+
+def comm_rounds(name: str, hp: dict, num_clients: int, budget: int) -> int:
+  """Rounds within a communication budget (seed 002 Figs. 1, 4; [code] comm starts at 2).
+
+  Returns:
+    ceil((budget - 2) / cost), cost = m K models a round for the FFGB family
+    (m = clients_per_round, all clients when None), 2 otherwise; >= 0.
+  """
+  if name in FFGB_FAMILY:
+    cost = (hp.get("clients_per_round") or num_clients) * hp["local_steps"]
+  else:
+    cost = 2
+  return max(0, -(-(budget - 2) // cost))
+
+
+def _task_option_names() -> tuple[str, ...]:
+  """The keys ``ExperimentConfig.task_options`` accepts (``make_task``'s other arguments)."""
+  from fedsim.tasks import make_task
+  from fedsim.tasks.logistic_soft import make_smooth_erm_task
+  own = [p.name for p in inspect.signature(make_task).parameters.values()
+         if p.kind is p.KEYWORD_ONLY and p.name not in _TASK_FIELDS]
+  smooth = [p.name for p in inspect.signature(make_smooth_erm_task).parameters.values()
+            if p.kind is p.KEYWORD_ONLY and p.name not in ("num_clients", "seed", "heterogeneity")]
+  return tuple(own + ["data_heterogeneity"] + [n for n in smooth if n not in own])
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+  """One experiment: a task, algorithms run side by side on it, and how to run them.
+
+  The defaults are the main job (``python -m experiments.run`` with no flags):
+  digits, softmax, 100 clients, Dirichlet alpha = 0.5, 10 clients per round,
+  FedAvg and FedZO side by side, 300 rounds. Checked when constructed.
+
+  Attributes:
+    task: a name of ``fedsim.tasks.TASKS``.
+    dataset: a name of ``fedsim.data.DATASETS`` (supervised tasks).
+    data_dir: folder (or LIBSVM file) with the dataset's files; None = the
+      dataset's default.
+    num_clients: N >= 1.
+    partition: a name of ``fedsim.data.METHODS``; ``dirichlet_alpha``,
+      ``shards_per_client``, ``quantity_law``, ``quantity_sigma`` and
+      ``homo_ratio`` are its settings (``fedsim.data.partition``).
+    task_options: further keyword arguments of ``fedsim.tasks.make_task``
+      (``hidden_width``, ``dim``, ``heterogeneity``, ``classifier``,
+      ``samples_per_client``, ``server_samples``, ...; over
+      :data:`TASK_OPTION_DEFAULTS`); unknown keys raise.
+    algorithms: entries ``"NAME"``, ``"NAME:HP=VALUE[:HP=VALUE]"`` or
+      ``(NAME, {HP: VALUE})``, NAME in ``fedsim.algorithms.REGISTRY``; each runs
+      under its label (``"fedzo:local_steps=5"`` -> ``"fedzo-local_steps=5"``).
+    hparams: ``{NAME or label: {HP: VALUE}}``. An algorithm's hyperparameters
+      are, later winning: its config's (paper) defaults with the registry's
+      overrides, :data:`RUN_DEFAULTS`, ``clients_per_round``, ``hparams[NAME]``,
+      the entry's own overrides, ``hparams[label]``.
+    clients_per_round: M, for every algorithm that samples clients.
+    rounds: T >= 0 communication rounds (per algorithm ``comm_budget`` may
+      replace it).
+    eval_every: rounds per compiled chunk / between evaluations (>= 1).
+    seed: root seed (data partition, initialisation, all randomness).
+    comm_budget: > 0 sets each algorithm's rounds to ``comm_rounds(...)``.
+    checkpoint_every: K > 0 saves each algorithm's state every K rounds under
+      ``<output_dir>/<label>/checkpoints`` (needs an output directory).
+    resume: continue each algorithm from its newest checkpoint there
+      (metrics.jsonl kept up to it and appended).
+    save_learners: FFGB family: write each round's learners under
+      ``<output_dir>/<label>/learners``.
+    num_devices: devices of the ``clients`` mesh axis (0 = all).
+    blas_threads: BLAS/LAPACK threads (process-wide; 0 = the libraries' default),
+      see :func:`fedsim.runner.set_blas_threads`.
+    output_dir: where outputs go (None: nothing written); ``run``'s argument wins.
+    progress: print one line per evaluation (and per divergence) to stdout/stderr.
+    flags: the command-line flags this config was made from (recorded in
+      config.json by the CLI); None from Python.
+
+  Raises:
+    ConfigError: (at construction) naming the field, the accepted values and the
+      value given; unknown names or keys come with a "did you mean" suggestion.
+  """
+
+  task: str = "softmax"
+  dataset: str = "digits"
+  data_dir: str | None = None
+  num_clients: int = 100
+  partition: str = "dirichlet"
+  dirichlet_alpha: float = 0.5
+  shards_per_client: int = 2
+  quantity_law: str = "lognormal"
+  quantity_sigma: float = 1.0
+  homo_ratio: float = 0.1
+  task_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  algorithms: tuple = ("fedavg", "fedzo")
+  hparams: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+  clients_per_round: int = 10
+  rounds: int = 300
+  eval_every: int = 10
+  seed: int = 0
+  comm_budget: int = 0
+  checkpoint_every: int = 0
+  resume: bool = False
+  save_learners: bool = False
+  num_devices: int = 0
+  blas_threads: int = 1
+  output_dir: str | None = None
+  progress: bool = True
+  flags: Mapping[str, Any] | None = None
+
+  def __post_init__(self):
+    entries = (self.algorithms,) if isinstance(self.algorithms, str) else tuple(self.algorithms)
+    object.__setattr__(self, "algorithms", entries)
+    object.__setattr__(self, "task_options", dict(self.task_options))
+    if not isinstance(self.hparams, Mapping) or not all(
+        isinstance(v, Mapping) for v in self.hparams.values()):
+      raise ConfigError("hparams", f"must map NAME or label -> {{HP: VALUE}}; got {self.hparams!r}")
+    object.__setattr__(self, "hparams", {k: dict(v) for k, v in self.hparams.items()})
+    self._check_types()
+    self._check_ranges()
+    self._check_names()
+    self.algorithm_hparams()  # every algorithm entry and hparams key
+
+  def _check_types(self):
+    hints = typing.get_type_hints(type(self))
+    for f in dataclasses.fields(self):
+      v, hint = getattr(self, f.name), hints[f.name]
+      if hint is bool:
+        ok = isinstance(v, (bool, numbers.Integral)) and v in (0, 1)
+      elif hint is int:
+        ok = isinstance(v, numbers.Integral) and not isinstance(v, bool)
+      elif hint is float:
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool)
+      elif hint is str:
+        ok = isinstance(v, str)
+      elif hint == (str | None):
+        ok = v is None or isinstance(v, (str, os.PathLike))
+      else:
+        continue
+      if not ok:
+        kind = {bool: "a bool", int: "an integer", float: "a number"}.get(hint, "a string")
+        raise ConfigError(f.name, f"must be {kind}; got {v!r}")
+
+  def _check_ranges(self):
+    def at_least(name, lo, note=""):
+      if getattr(self, name) < lo:
+        raise ConfigError(name, f"must be >= {lo}{note}; got {getattr(self, name)}")
+    at_least("num_clients", 1)
+    if not 1 <= self.clients_per_round <= self.num_clients:
+      raise ConfigError("clients_per_round", f"must be in [1, num_clients={self.num_clients}]; "
+                        f"got {self.clients_per_round}")
+    at_least("rounds", 0)
+    at_least("eval_every", 1)
+    at_least("comm_budget", 0, " (0 = use rounds)")
+    at_least("checkpoint_every", 0, " (0 = off)")
+    at_least("num_devices", 0, " (0 = all)")
+    at_least("blas_threads", 0, " (0 = the libraries' default)")
+    at_least("shards_per_client", 1)
+    if not self.dirichlet_alpha > 0:
+      raise ConfigError("dirichlet_alpha", f"must be > 0; got {self.dirichlet_alpha}")
+    if not 0 <= self.homo_ratio <= 1:
+      raise ConfigError("homo_ratio", f"must be in [0, 1]; got {self.homo_ratio}")
+    if not self.algorithms:
+      from fedsim import algorithms
+      raise ConfigError("algorithms", f"empty; accepted: {', '.join(algorithms.REGISTRY)}")
+
+  def _check_names(self):
+    from fedsim.data import DATASETS
+    from fedsim.data import METHODS as PARTITIONS
+    from fedsim.tasks import TASKS
+    for name, accepted in (("task", TASKS), ("dataset", DATASETS), ("partition", PARTITIONS)):
+      if getattr(self, name) not in accepted:
+        raise _unknown(name, name, getattr(self, name), accepted)
+    accepted = _task_option_names()
+    for key in self.task_options:
+      if key not in accepted:
+        raise _unknown("task_options", "task option", key, accepted)
+
+  def algorithm_hparams(self) -> dict[str, tuple[str, dict]]:
+    """``{label: (NAME, hyperparameters)}``, in ``algorithms`` order (see ``hparams``).
+
+    Raises:
+      ConfigError: a bad entry, a repeated label, an ``hparams`` key that names no
+        entry, or a hyperparameter the algorithm does not have.
+    """
+    from fedsim import algorithms
+    parsed = [parse_algorithm(e) for e in self.algorithms]
+    labels = [label for label, _, _ in parsed]
+    if len(set(labels)) != len(labels):
+      raise ConfigError("algorithms", "an entry is repeated; give repeated algorithms different overrides")
+    names = {name for _, name, _ in parsed}
+    for key, hp in self.hparams.items():
+      if key not in names and key not in labels:
+        raise _unknown("hparams", "algorithm", key, dict.fromkeys([*labels, *sorted(names - set(labels))]))
+      name = key if key in names else parsed[labels.index(key)][1]
+      fields = algorithms.config_fields(name)
+      for k in hp:
+        if k not in fields:
+          raise _unknown("hparams", f"{key} hyperparameter", k, fields)
+    out = {}
+    for label, name, overrides in parsed:
+      cfg = algorithms.default_config(name)
+      cfg.update(RUN_DEFAULTS.get(name, {}))
+      if "clients_per_round" in cfg:
+        cfg["clients_per_round"] = self.clients_per_round
+      given = {**self.hparams.get(name, {}), **overrides,
+               **(self.hparams.get(label, {}) if label != name else {})}
+      cfg.update(given)
+      if "rounds" in cfg and "rounds" not in given:  # FZooS sizes its history from the run
+        cfg["rounds"] = self.rounds_for(name, cfg)
+      out[label] = (name, cfg)
+    return out
+
+  def rounds_for(self, name: str, hp: dict) -> int:
+    """Rounds algorithm ``name`` runs with hyperparameters ``hp`` (``comm_budget`` or ``rounds``)."""
+    if self.comm_budget > 0:
+      return comm_rounds(name, hp, self.num_clients, self.comm_budget)
+    return self.rounds
+
+  def task_kwargs(self) -> dict:
+    """Keyword arguments of ``fedsim.tasks.make_task`` (besides the task's name)."""
+    return {**{k: getattr(self, k) for k in _TASK_FIELDS}, **TASK_OPTION_DEFAULTS.get(self.task, {}),
+            **self.task_options}
+
+  def to_json(self) -> dict:
+    """A JSON-friendly dict of the fields (config.json's ``experiment``)."""
+    out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "flags"}
+    out["algorithms"] = [e if isinstance(e, str) else [e[0], dict(e[1])] for e in self.algorithms]
+    return out
+
+
+def build_task(config: ExperimentConfig):
+  """The task of ``config`` (loads and partitions data; may train cached models).
+
+  Raises:
+    ConfigError: a bad task setting or data file (naming it).
+  """
+  from fedsim.tasks import make_task
+  return make_task(config.task, **config.task_kwargs())
+
+
+def diverged(histories: dict[str, list[dict]]) -> list[str]:
+  """Labels of the algorithms whose last objective is NaN or inf (they stopped there)."""
+  return [label for label, h in histories.items() if h and not math.isfinite(h[-1]["objective"])]
+
+
+def _version():
+  from importlib import metadata
+  try:
+    return metadata.version("fedsim")
+  except metadata.PackageNotFoundError:
+    return "unknown"
+
+
+def run(config: ExperimentConfig, output_dir: str | None = None,
+        callbacks: tuple[Callable[[str, dict], None], ...] = ()) -> dict[str, list[dict]]:
+  """Runs every algorithm of ``config`` on its task, one after the other.
+
+  Everything is checked (task built, each algorithm built once) before anything
+  is written or compiled. With an output directory, writes ``config.json``,
+  ``<label>/metrics.jsonl`` (as records arrive) and ``curves.png`` (after each
+  algorithm), like ``experiments.run``; only process 0 of a multi-host run
+  (``fedsim.core.distributed``) writes or prints. A NaN/inf objective stops that
+  algorithm (its records so far are kept, the last one non-finite; see
+  :func:`diverged`) and the run goes on with the next.
+
+  Args:
+    config: the experiment.
+    output_dir: where the outputs go; None uses ``config.output_dir`` (None too:
+      nothing is written).
+    callbacks: each is called as ``callback(label, record)`` after every new
+      evaluation (all processes).
+
+  Returns:
+    ``{label: [record, ...]}`` in ``config.algorithms`` order (a resumed run's
+    kept records first).
+
+  Raises:
+    ConfigError: a bad setting (naming it), checkpointing without an output
+      directory, or an algorithm that rejects the task (field ``algorithm``).
+  """
+  import jax
+
+  from fedsim import algorithms
+  from fedsim.core import distributed
+  from fedsim.core.engine import simulate
+  from fedsim.core.sharding import client_mesh, shard_task
+  from fedsim.runner import ProgressWriter, plot_curves, set_blas_threads
+
+  out_dir = output_dir if output_dir is not None else config.output_dir
+  out_dir = os.fspath(out_dir) if out_dir is not None else None
+  if (config.checkpoint_every > 0 or config.resume or config.save_learners) and out_dir is None:
+    raise ConfigError("output_dir", "checkpoint_every, resume and save_learners need an output directory")
+  if config.num_devices > jax.device_count():
+    raise ConfigError("num_devices", f"must be in [0, {jax.device_count()}]; got {config.num_devices}")
+  main = distributed.is_main()
+  echo = config.progress and main
+  hps = config.algorithm_hparams()
+  if echo and config.task in SLOW_TASKS:
+    print(f"building task {config.task} (trains or loads cached models) ...", flush=True)
+  task = build_task(config)
+  for label, (name, hp) in hps.items():
+    try:  # builders check their own settings (shapes, laws) without compiling
+      algorithms.build(name, task, **hp)
+    except ValueError as e:
+      if isinstance(e, ConfigError):
+        raise
+      raise ConfigError("algorithm", f"{label}: {e}") from None
+
+  set_blas_threads(config.blas_threads)
+  mesh = client_mesh(config.num_devices or None)
+  task = shard_task(task, mesh)
+  if out_dir is not None:
+    os.makedirs(out_dir, exist_ok=True)  # every process (checkpoints need it)
+  record = {**({"flags": dict(config.flags)} if config.flags is not None else {}),
+            "version": _version(), "jax_version": jax.__version__, "backend": jax.default_backend(),
+            "devices": mesh.devices.size, "processes": jax.process_count(),
+            "task": {"name": task.name, "dim": task.dim, **task.info},
+            "algorithms": {label: {"algorithm": name, **hp} for label, (name, hp) in hps.items()},
+            "experiment": config.to_json()}
+  if main and out_dir is not None:
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+      json.dump(record, f, indent=2, default=str)
+  if echo:
+    entries = [e if isinstance(e, str) else label for e, label in zip(config.algorithms, hps)]
+    print(f"task {task.name}: d = {task.dim}, N = {task.num_clients}; "
+          f"algorithms {', '.join(entries)}; output {out_dir}", flush=True)
+
+  histories = {}
+  title = f"{task.name} on {task.info.get('dataset', task.name)}, N = {task.num_clients}"
+  for label, (name, hp) in hps.items():
+    # Built on the sharded task (cheap: builders only close over functions).
+    alg = algorithms.build(name, task, **hp)
+    alg_dir = os.path.join(out_dir, label) if out_dir is not None else None
+    if alg_dir is not None:
+      os.makedirs(alg_dir, exist_ok=True)
+    rounds, run_task = config.rounds_for(name, hp), task
+    if name in FFGB_FAMILY:  # scored on its value caches (fedsim.tasks.functional)
+      from fedsim.tasks.functional import cache_view
+      run_task = cache_view(task)
+      if config.save_learners:
+        from fedsim.algorithms import ffgb
+        alg = ffgb.attach_learner_writer(alg, os.path.join(alg_dir, "learners"), alg.hparams, name)
+    ckpt_dir = os.path.join(alg_dir, "checkpoints") if alg_dir is not None else None
+    resumed = None
+    if config.resume:
+      from fedsim.core import checkpoint
+      resumed = checkpoint.latest_round(ckpt_dir)
+    writer = ProgressWriter(label, os.path.join(alg_dir, "metrics.jsonl") if alg_dir else None,
+                            rounds, keep_until=resumed, write=main, echo=config.progress,
+                            callbacks=callbacks)
+    if resumed is not None and echo:
+      print(f"[{label}] resuming from round {resumed} ({ckpt_dir})", flush=True)
+    try:
+      simulate(alg, run_task, rounds, config.eval_every, jax.random.key(config.seed), on_eval=writer,
+               checkpoint_dir=ckpt_dir, checkpoint_every=config.checkpoint_every, resume=config.resume)
+    except DivergenceError as e:
+      if echo:
+        print(f"[{label}] diverged: {e}", file=sys.stderr, flush=True)
+    finally:
+      writer.close()
+      histories[label] = writer.history
+      if main and out_dir is not None:
+        plot_curves(histories, os.path.join(out_dir, "curves.png"), title=title)
+  if echo and out_dir is not None:
+    print(f"wrote {out_dir}/config.json, */metrics.jsonl, curves.png", flush=True)
+  return histories

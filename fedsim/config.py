@@ -1,0 +1,206 @@
+"""Hyperparameter fields that carry their own help, accepted values and source.
+
+Each algorithm's config dataclass is the single source of truth for its
+hyperparameters: every field is declared with :func:`hparam`, whose metadata
+holds the help text, the accepted values or range and the paper source. The
+dataclass calls :func:`validate` from its ``__post_init__``, so a bad value
+raises :class:`FieldError` (a :class:`~fedsim.core.errors.ConfigError`) naming
+the field, what is accepted and the value given, from Python and from the CLI
+alike; :func:`check_keys` rejects unknown names with a "did you mean"
+suggestion. ``experiments/common.py`` generates the command-line flags, their
+help and their checks from the same metadata (:func:`describe`,
+:func:`field_type`).
+
+Example::
+
+  @chex.dataclass(frozen=True)
+  class MyConfig:
+    lr: float = hparam(0.1, help="client learning rate (eta)", low=0, low_open=True,
+                       finite=True, source="McMahan et al. 2017 §3")
+
+    def __post_init__(self):
+      validate(self)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import math
+import numbers
+import sys
+import typing
+from typing import Any, Iterable
+
+from fedsim.core.errors import ConfigError
+
+
+
+class FieldError(ConfigError):
+  """A config field (or key) is invalid; the message is worded without ``--``.
+
+  ``str(err)`` is ``"FIELD: MESSAGE"``. Attributes: ``flag`` and ``field`` (the
+  field name) and ``message`` (the text after ``FIELD: ``), so the CLI can
+  print the same message under its own flag name.
+  """
+
+  def __init__(self, field: str, message: str):
+    ValueError.__init__(self, f"{field}: {message}")
+    self.flag = field
+    self.field = field
+    self.message = message
+
+
+def hparam(default: Any, *, help: str, choices: Iterable | None = None,  # noqa: A002 (help)
+           low: float | None = None, high: float | None = None, low_open: bool = False,
+           high_open: bool = False, finite: bool = False, source: str | None = None,
+           cli: bool = True) -> Any:
+  """A dataclass field whose metadata describes the hyperparameter.
+
+  Args:
+    default: the default value (a scalar; ``None`` means "the algorithm or the
+      task chooses" and is always accepted).
+    help: one-line help text (the flag help and the README table).
+    choices: the accepted values of a string (or enumerated) field.
+    low, high: the accepted range of a numeric field (None: unbounded).
+    low_open, high_open: exclude ``low`` / ``high`` themselves.
+    finite: reject +-inf (NaN is always rejected).
+    source: where the value or the rule comes from (paper section, code file).
+    cli: False for fields that the registry entry or the run sets (e.g. a
+      variant's ``server_optimizer``, FZooS's ``rounds``): no command-line flag.
+
+  Returns:
+    A ``dataclasses.field`` with ``default`` and the metadata above.
+  """
+  meta = {"help": help, "choices": tuple(choices) if choices is not None else None,
+          "low": low, "high": high, "low_open": low_open, "high_open": high_open,
+          "finite": finite, "source": source, "cli": cli}
+  return dataclasses.field(default=default, metadata=meta)
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls) -> dict:
+  return typing.get_type_hints(cls)
+
+
+def field_type(cls, name: str) -> type:
+  """The scalar type of field ``name`` of ``cls`` (``int | None`` -> ``int``)."""
+  hint = _type_hints(cls)[name]
+  args = [a for a in typing.get_args(hint) if a is not type(None)]
+  return args[0] if args else hint
+
+
+def range_text(meta) -> str | None:
+  """``meta``'s accepted range in words ("> 0", "in [0, 1)", ">= 1 and finite"), or None."""
+  lo, hi = meta.get("low"), meta.get("high")
+  if lo is None and hi is None:
+    text = "a number"
+  elif hi is None:
+    text = f"{'>' if meta['low_open'] else '>='} {lo:g}"
+  elif lo is None:
+    text = f"{'<' if meta['high_open'] else '<='} {hi:g}"
+  else:
+    text = f"in {'(' if meta['low_open'] else '['}{lo:g}, {hi:g}{')' if meta['high_open'] else ']'}"
+  if meta.get("finite"):
+    text += " and finite"
+  return None if text == "a number" else text
+
+
+def describe(f: dataclasses.Field) -> str:
+  """Help text of a field with its accepted values and source, for flag help and docs."""
+  meta = f.metadata
+  extra = []
+  if meta.get("choices"):
+    extra.append(f"one of {', '.join(map(str, meta['choices']))}")
+  elif range_text(meta):
+    extra.append(range_text(meta))
+  if meta.get("source"):
+    extra.append(meta["source"])
+  return meta["help"] + (f" [{'; '.join(extra)}]" if extra else "")
+
+
+def check_value(name: str, value: Any, meta, typ: type | None = None, optional: bool = False) -> None:
+  """Checks one value against a field's metadata.
+
+  Values that are neither None, strings nor real numbers (tracers, arrays a
+  pytree operation rebuilt the dataclass with) are not checked.
+
+  Raises:
+    FieldError: naming ``name``, the accepted values or range and ``value``.
+  """
+  if value is None:
+    if optional:
+      return
+    raise FieldError(name, "must be given; got None")
+  choices = meta.get("choices")
+  if choices is not None:
+    if isinstance(value, (str, numbers.Number)) and value not in choices:
+      raise FieldError(name, f"unknown {value!r}; accepted: {', '.join(map(str, choices))}")
+    return
+  numeric = typ in (int, float)
+  if isinstance(value, str):
+    if numeric:
+      raise FieldError(name, f"must be a{'n integer' if typ is int else ' number'}; got {value!r}")
+    return
+  if not isinstance(value, numbers.Real) or isinstance(value, bool) or not numeric:
+    return
+  if typ is int and not float(value).is_integer():
+    raise FieldError(name, f"must be an integer; got {value}")
+  lo, hi = meta.get("low"), meta.get("high")
+  ok = not math.isnan(value)
+  ok = ok and not (meta.get("finite") and math.isinf(value))
+  if lo is not None:
+    ok = ok and (value > lo if meta["low_open"] else value >= lo)
+  if hi is not None:
+    ok = ok and (value < hi if meta["high_open"] else value <= hi)
+  if not ok:
+    raise FieldError(name, f"must be {range_text(meta) or 'a number'}; got {value}")
+
+
+def hparam_fields(cls) -> list:
+  """The fields of dataclass ``cls`` declared with :func:`hparam`."""
+  return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
+
+
+def validate(cfg) -> None:
+  """Checks every :func:`hparam` field of dataclass instance ``cfg`` against its metadata.
+
+  Called from ``__post_init__``: chex rebuilds a dataclass pytree without
+  ``__init__`` and then calls ``__post_init__`` with whatever leaves a JAX tree
+  operation produced (tracers, sentinels); that call is not checked.
+
+  Raises:
+    FieldError: (a ConfigError) naming the first bad field, its accepted values
+      or range and the value given.
+  """
+  caller = sys._getframe(1)
+  if caller.f_code.co_name == "__post_init__" and caller.f_back is not None and \
+      caller.f_back.f_code.co_name == "_dataclass_unflatten":
+    return
+  cls = type(cfg)
+  for f in hparam_fields(cls):
+    check_value(f.name, getattr(cfg, f.name), f.metadata, field_type(cls, f.name),
+                optional=f.default is None)
+
+
+def check_keys(config_cls, keys: Iterable[str], owner: str | None = None) -> None:
+  """Raises FieldError for the first key that is not a field of ``config_cls``.
+
+  Args:
+    config_cls: a config dataclass.
+    keys: the names given.
+    owner: what the keys configure, for the message (default: the class name).
+
+  Raises:
+    FieldError: naming the unknown key, with a "did you mean X?" suggestion
+      (difflib) when a field name is close, else the accepted names.
+  """
+  names = [f.name for f in dataclasses.fields(config_cls)]
+  for key in keys:
+    if key in names:
+      continue
+    owner = owner or config_cls.__name__
+    close = difflib.get_close_matches(key, names, n=1)
+    hint = f"did you mean {close[0]}?" if close else f"accepted: {', '.join(names)}"
+    raise FieldError(key, f"unknown setting of {owner}; {hint}")

@@ -1,0 +1,151 @@
+"""Run outputs: the progress line and ``metrics.jsonl`` writer, ``curves.png``, BLAS threads.
+
+The pieces :func:`fedsim.run` (``fedsim/api.py``) puts around
+:func:`fedsim.core.engine.simulate`; the experiment binaries reuse them.
+matplotlib, threadpoolctl and JAX are imported only when used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable
+
+# Task metrics shown on the progress line, with their short names.
+HEADLINE = (("test_accuracy", "acc"), ("attack_accuracy", "attack_acc"), ("optimality_gap", "gap"))
+
+
+def progress_line(alg: str, rec: dict, total_rounds: int) -> str:
+  """The one-line progress report of a record: round, objective, headline metrics, queries, ETA.
+
+  Args:
+    alg: the algorithm's label (shown in brackets).
+    rec: an evaluation record (``round``, ``objective``, ``queries``, ``wall_time_s``, ...).
+    total_rounds: the run's T (for the ETA, linear in rounds).
+  """
+  r, el = rec["round"], rec["wall_time_s"]
+  eta = f"{el / r * (total_rounds - r):.1f}s" if r else "-"
+  extra = "".join(f" {short} {rec[key]:.4g}" for key, short in HEADLINE if key in rec)
+  return (f"[{alg}] round {r}/{total_rounds} objective {rec['objective']:.5g}{extra} "
+          f"queries {rec['queries']:.3e} elapsed {el:.1f}s ETA {eta}")
+
+
+class ProgressWriter:
+  """Collects an algorithm's records; writes ``metrics.jsonl`` and prints one line each.
+
+  Attributes:
+    history: the records so far (kept ones from a resumed file first).
+  """
+
+  def __init__(self, alg: str, path: str | None, total_rounds: int, keep_until: int | None = None,
+               write: bool = True, echo: bool = True,
+               callbacks: tuple[Callable[[str, dict], None], ...] = ()):
+    """Opens ``path`` (truncating it).
+
+    Args:
+      alg: the algorithm's label (progress lines, callbacks).
+      path: the metrics.jsonl file; None writes no file.
+      total_rounds: the run's T (progress line).
+      keep_until: resuming from that round: earlier records of ``path`` are kept
+        (and re-plotted), later ones dropped; None starts a new file.
+      write: False on the processes other than 0 of a multi-host run (nothing
+        written or printed; callbacks still run).
+      echo: print the progress line (to stdout) when ``write``.
+      callbacks: each is called as ``callback(alg, record)`` for every new record.
+    """
+    self.alg, self.total, self.write, self.echo = alg, total_rounds, write, echo
+    self.callbacks = tuple(callbacks)
+    self.history = []
+    if keep_until is not None and path is not None and os.path.exists(path):
+      with open(path) as f:
+        self.history = [rec for rec in map(json.loads, filter(str.strip, f))
+                        if rec["round"] <= keep_until]
+    self.f = None
+    if write and path is not None:
+      self.f = open(path, "w")
+      for rec in self.history:
+        self.f.write(json.dumps(rec) + "\n")
+      self.f.flush()
+
+  def __call__(self, rec: dict):
+    self.history.append(rec)
+    if self.write:
+      if self.f is not None:
+        self.f.write(json.dumps(rec) + "\n")
+        self.f.flush()
+      if self.echo:
+        print(progress_line(self.alg, rec, self.total), flush=True)
+    for callback in self.callbacks:
+      callback(self.alg, rec)
+
+  def close(self):
+    if self.f is not None:
+      self.f.close()
+      self.f = None
+
+
+def plot_curves(histories: dict[str, list[dict]], path: str, title: str = ""):
+  """Writes ``path``: objective vs rounds, objective vs queries, and test accuracy
+  (or the attack accuracy, or the optimality gap) vs rounds when the records have it.
+
+  Args:
+    histories: algorithm label -> list of metrics records (``round``,
+      ``queries``, ``objective``, optional ``test_accuracy``).
+    path: the PNG file.
+    title: the figure's title.
+  """
+  import matplotlib.ticker
+  from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
+
+  extra = next((k for k in ("test_accuracy", "attack_accuracy", "optimality_gap")
+                if any(k in r for h in histories.values() for r in h)), None)
+  ncol = 3 if extra else 2
+  fig = Figure(figsize=(5 * ncol, 4))
+  axes = fig.subplots(1, ncol)
+  for name, hist in histories.items():
+    if not hist:
+      continue
+    rounds = [r["round"] for r in hist]
+    axes[0].plot(rounds, [r["objective"] for r in hist], label=name)
+    q = [(r["queries"], r["objective"]) for r in hist if r["queries"] > 0]
+    if q:
+      axes[1].plot(*zip(*q), label=name)
+    if extra:
+      axes[2].plot(rounds, [r.get(extra, float("nan")) for r in hist], label=name)
+  axes[0].set_xlabel("round")
+  axes[0].set_ylabel("objective")
+  axes[1].set_xlabel("queries (summed over clients)")
+  axes[1].set_ylabel("objective")
+  axes[1].set_xscale("log")
+  axes[1].xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # no overlapping labels
+  if extra:
+    axes[2].set_xlabel("round")
+    axes[2].set_ylabel(extra.replace("_", " "))
+    if extra == "optimality_gap":
+      axes[2].set_yscale("log")
+  for ax in axes:
+    ax.grid(alpha=0.3)
+    ax.legend()
+  if title:
+    fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+
+
+def set_blas_threads(n: int) -> list:
+  """Limits every loaded BLAS/LAPACK library to ``n`` threads (0: leave the default).
+
+  Loads jaxlib's LAPACK first (one tiny Cholesky) so its OpenBLAS is among the
+  libraries limited (threadpoolctl, a scikit-learn dependency). XLA's own CPU
+  matmuls do not use these libraries and are unaffected. Process-wide.
+
+  Returns:
+    [[library path, threads]] after the change.
+  """
+  import jax
+  import jax.numpy as jnp
+  from threadpoolctl import threadpool_info, threadpool_limits
+  jax.block_until_ready(jnp.linalg.cholesky(jnp.eye(2)))
+  if n > 0:
+    threadpool_limits(limits=n, user_api="blas")
+  return [[i["filepath"], i["num_threads"]] for i in threadpool_info() if i.get("user_api") == "blas"]
