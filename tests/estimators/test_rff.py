@@ -154,12 +154,14 @@ def test_features_gradient_and_fit_are_the_numpy_closed_forms():
 
 
 def test_fit_weights_singular_window_retries_with_jitter_and_stays_finite():
-  # ridge = 0 (the code's min-norm fit) and a repeated point: Phi Phi^T is singular, the
-  # first Cholesky fails, the retry adds 1e-6 jitter; the weights are finite and still
-  # interpolate the (consistent) targets.
+  # ridge = 0 (the code's min-norm fit) and one point repeated 8 times: Phi Phi^T has rank 1,
+  # its float32 Cholesky fails (checked below), the retry adds 1e-6 jitter; the weights are
+  # finite and interpolate the (consistent) target.
   r = rff.draw(jax.random.key(0), 64, 2)
-  X = jnp.array([[0.1, 0.2], [0.1, 0.2], [0.5, -0.3]], jnp.float32)
-  y = jnp.array([1.0, 1.0, -0.5], jnp.float32)
-  w = rff.fit_weights(r, X, y, jnp.ones(3, bool), ridge=0.0)
+  X = jnp.tile(jnp.array([[0.1, 0.2]], jnp.float32), (8, 1))
+  y = jnp.full((8,), 0.7, jnp.float32)
+  phi = rff.features(r, X)
+  assert not bool(jnp.all(jnp.isfinite(jnp.linalg.cholesky(phi @ phi.T))))  # the retry is needed
+  w = rff.fit_weights(r, X, y, jnp.ones(8, bool), ridge=0.0)
   assert np.all(np.isfinite(np.asarray(w)))
-  np.testing.assert_allclose(np.asarray(rff.features(r, X) @ w), np.asarray(y), atol=1e-2)
+  np.testing.assert_allclose(np.asarray(phi @ w), np.asarray(y), atol=1e-2)
