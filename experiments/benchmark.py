@@ -51,20 +51,18 @@ most of it XLA compilation.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import json
 import math
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from absl import app, flags
 
-from experiments import common
-from experiments.bench import util
-from experiments.bench.util import (SUITES, Settings, compiled_memory, environment, make_benchmark_task,  # noqa: F401
-                                    process_memory, time_interleaved)
-from experiments.bench.vmap import (ALGORITHMS, benchmark_one, prepare_normals, prepare_sequential,  # noqa: F401
-                                    prepare_vmapped, run_benchmark)
+from experiments.bench.util import SUITES, Settings, environment
+from experiments.bench.vmap import ALGORITHMS, run_benchmark
 from fedsim.core.errors import ConfigError
 
 FLAGS = flags.FLAGS
@@ -72,8 +70,12 @@ FLAGS = flags.FLAGS
 # jax.random key implementations --prng_impl accepts (the philox / threefry4x32
 # ones need a recent JAX).
 PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg", "philox2x32", "philox4x32", "threefry4x32")
+_MODULES = {"compile": "compile_time", "fzoos": "fzoos_speed", "ffgb": "ffgb_speed"}
 
-_mib, _rate, _mega = util.mib, util.rate, util.mega
+
+def suite(name: str):
+  """The module of suite ``name``: ``TITLE``, ``markdown(result)`` and (but vmap) ``run(settings, log)``."""
+  return importlib.import_module(f"experiments.bench.{_MODULES.get(name, name)}")
 
 
 def run_suites(suites: Sequence[str], algorithm_names: Sequence[str], num_clients: Sequence[int],
@@ -89,11 +91,8 @@ def run_suites(suites: Sequence[str], algorithm_names: Sequence[str], num_client
   Returns:
     (vmap records, {suite name: result dict}).
   """
-  from experiments.bench import compile_time, ffgb_speed, fzoos_speed, roofline, scaling
   records, results = [], {}
   update = (lambda: on_update(records, results)) if on_update else (lambda: None)
-  runners = {"scaling": scaling.run_scaling, "roofline": roofline.run_roofline,
-             "compile": compile_time.run_compile, "fzoos": fzoos_speed.run_fzoos, "ffgb": ffgb_speed.run_ffgb}
   for name in SUITES:
     if name not in suites:
       continue
@@ -105,52 +104,9 @@ def run_suites(suites: Sequence[str], algorithm_names: Sequence[str], num_client
       records = run_benchmark(algorithm_names, num_clients, settings, log=log, on_record=on_record)
       results["vmap"] = {"records": records}
     else:
-      results[name] = runners[name](settings, log)
+      results[name] = suite(name).run(settings, log)
     update()
   return records, results
-
-
-# ----------------------------------------------------------------------------- output
-
-
-def markdown_table(records: Sequence[dict]) -> str:
-  """The vmap records as a markdown table (rates in client local steps per second; FFGB: learners)."""
-  head = ("| algorithm | N | s/round | vmapped rate | one-at-a-time rate (clients timed) | unit | speedup "
-          "| speedup in CPU s | cpu/wall vmapped, loop | compiled temp+arg+out MiB | peak RSS MiB "
-          "| directions M/s engine | raw normal M/s | ratio (in CPU s) |")
-  rows = [head, "|" + "---|" * 14]
-  for r in records:
-    m, dr = r["memory"], r["directions"] or {}
-    rows.append(
-        f"| {r['algorithm']} | {r['num_clients']} | {r['seconds_per_round']:.4g} "
-        f"| {_rate(r['vmapped_steps_per_s'])} "
-        f"| {_rate(r['sequential_steps_per_s'])} ({r['sequential_clients_timed']}) "
-        f"| {r.get('rate_unit', 'client steps')}/s | {r['speedup']:.2f}x "
-        f"| {r['speedup_cpu']:.2f}x "
-        f"| {r['vmapped_cpu_per_wall']:.2f}, {r['sequential_cpu_per_wall']:.2f} "
-        f"| {_mib(m['total_bytes'])} | {_mib(m['peak_rss_bytes'])} | {_mega(dr.get('engine_per_s'))} "
-        f"| {_mega(dr.get('raw_normal_per_s'))} "
-        f"| {'' if not dr else format(dr['ratio'], '.2f') + ' (' + format(dr['ratio_cpu'], '.2f') + ')'} |")
-  return "\n".join(rows) + "\n"
-
-
-def suite_markdown(name: str, result: dict) -> str:
-  """One suite's markdown section body."""
-  from experiments.bench import compile_time, ffgb_speed, fzoos_speed, roofline, scaling
-  if name == "vmap":
-    return markdown_table(result["records"])
-  return {"scaling": scaling.markdown, "roofline": roofline.markdown, "compile": compile_time.markdown,
-          "fzoos": fzoos_speed.markdown, "ffgb": ffgb_speed.markdown}[name](result)
-
-
-SUITE_TITLES = {
-    "vmap": "vmapped engine vs one client at a time",
-    "scaling": "FedZO scaling in N (digits softmax, full participation)",
-    "roofline": "roofline",
-    "compile": "compile time against rounds per chunk and N",
-    "fzoos": "FZooS round time (quadratic, Fig. 1 settings, float64)",
-    "ffgb": "FFGB round time (digits homo_ratio, mlp oracle)",
-}
 
 
 def write_outputs(output_dir: str, records: Sequence[dict], env: dict, settings: Settings,
@@ -178,13 +134,11 @@ def write_outputs(output_dir: str, records: Sequence[dict], env: dict, settings:
       f.write(f"`{command}`\n\n")
     for name in SUITES:
       if name in suites:
-        f.write(f"## {name}: {SUITE_TITLES[name]}\n\n{suite_markdown(name, suites[name])}\n")
+        module = suite(name)
+        f.write(f"## {name}: {module.TITLE}\n\n{module.markdown(suites[name])}\n")
 
 
 # ----------------------------------------------------------------------------- binary
-
-
-set_blas_threads = common.set_blas_threads  # shared with experiments.run / sweep
 
 
 def define_flags():
@@ -224,53 +178,33 @@ def define_flags():
   flags.DEFINE_string("output_dir", "runs/benchmark", "where benchmark.json and benchmark.md go")
 
 
-def parse_num_clients(values: Sequence[str], flag: str = "num_clients") -> list[int]:
-  """Comma-list strings -> ints >= 1.
+def parse_ints(values: Sequence[str], flag: str, pairs: bool = False) -> list:
+  """Comma-list strings -> ints >= 1, or (``pairs``) ``N:M`` strings -> [(N, M)] with N, M >= 1.
 
   Raises:
-    ConfigError: empty, not an integer, or < 1 (naming ``flag``).
+    ConfigError: empty, malformed, or a value < 1 (naming ``flag``).
   """
+  what = "N:M pairs of integers >= 1 (e.g. 5:10000)" if pairs else "integers >= 1"
   if not values:
-    raise ConfigError(flag, "empty; give comma-separated integers >= 1")
+    raise ConfigError(flag, f"empty; give comma-separated {what}")
   out = []
   for v in values:
     try:
-      n = int(v)
-    except (TypeError, ValueError):
-      raise ConfigError(flag, f"must be comma-separated integers >= 1; got {v!r}") from None
-    if n < 1:
-      raise ConfigError(flag, f"must be >= 1; got {n}")
-    out.append(n)
-  return out
-
-
-def parse_pairs(values: Sequence[str], flag: str) -> list[tuple[int, int]]:
-  """``N:M`` strings -> [(N, M)] with N, M >= 1.
-
-  Raises:
-    ConfigError: a malformed pair (naming ``flag``).
-  """
-  if not values:
-    raise ConfigError(flag, "empty; give comma-separated N:M pairs of integers >= 1")
-  out = []
-  for v in values:
-    a, sep, b = str(v).partition(":")
-    try:
-      pair = (int(a), int(b))
+      ints = [int(p) for p in str(v).split(":")]
     except ValueError:
-      pair = None
-    if not sep or pair is None or min(pair) < 1:
-      raise ConfigError(flag, f"must be N:M pairs of integers >= 1 (e.g. 5:10000); got {v!r}")
-    out.append(pair)
+      ints = []
+    if len(ints) != (2 if pairs else 1) or min(ints) < 1:
+      raise ConfigError(flag, f"must be comma-separated {what}; got {v!r}")
+    out.append(tuple(ints) if pairs else ints[0])
   return out
 
 
-def validate(algorithm_names: Sequence[str], num_clients: Sequence[str], *, repeats=None, min_time=None,
-             rounds_per_chunk=None, sequential_clients=None, samples_per_client=20,
-             prng_impl=None, suites: Sequence[str] = ("vmap",), scaling_clients=None, compile_rounds=None,
-             compile_clients=None, roofline_clients=None, matmul_size=None, fzoos_configs=None,
-             fzoos_vmap=None, ffgb_clients=None, ffgb_oracle_steps=None):
-  """Checks the flag values before anything is built or compiled.
+def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Sequence[str] = ("vmap",),
+             repeats=None, min_time=None, rounds_per_chunk=None, sequential_clients=None, samples_per_client=20,
+             prng_impl=None, scaling_clients=None, compile_rounds=None, compile_clients=None,
+             roofline_clients=None, matmul_size=None, fzoos_configs=None, fzoos_vmap=None, ffgb_clients=None,
+             ffgb_oracle_steps=None, blas_threads=1, client_block=None):
+  """Checks the flag values (arguments named as the flags) before anything is built or compiled.
 
   Returns:
     (the vmap suite's client counts as ints, dict of parsed suite overrides
@@ -279,24 +213,21 @@ def validate(algorithm_names: Sequence[str], num_clients: Sequence[str], *, repe
   Raises:
     ConfigError: naming the flag and what is accepted.
   """
-  if not suites:
-    raise ConfigError("suite", f"empty; accepted: {', '.join(SUITES)}")
-  for s in suites:
-    if s not in SUITES:
-      raise ConfigError("suite", f"unknown {s!r}; accepted: {', '.join(SUITES)}")
-  if not algorithm_names:
-    raise ConfigError("algorithm", f"empty; accepted: {', '.join(ALGORITHMS)}")
-  for a in algorithm_names:
-    if a not in ALGORITHMS:
-      raise ConfigError("algorithm", f"unknown {a!r}; accepted: {', '.join(ALGORITHMS)}")
-  ns = parse_num_clients(num_clients)
-  for flag, value in (("repeats", repeats), ("rounds_per_chunk", rounds_per_chunk),
-                      ("sequential_clients", sequential_clients),
-                      ("samples_per_client", samples_per_client), ("roofline_clients", roofline_clients),
-                      ("matmul_size", matmul_size), ("ffgb_clients", ffgb_clients),
-                      ("ffgb_oracle_steps", ffgb_oracle_steps)):
-    if value is not None and value < 1:
-      raise ConfigError(flag, f"must be >= 1; got {value}")
+  for flag, values, accepted in (("suite", suite, SUITES), ("algorithm", algorithm, ALGORITHMS)):
+    if not values:
+      raise ConfigError(flag, f"empty; accepted: {', '.join(accepted)}")
+    for v in values:
+      if v not in accepted:
+        raise ConfigError(flag, f"unknown {v!r}; accepted: {', '.join(accepted)}")
+  ns = parse_ints(num_clients, "num_clients")
+  for flag, value, low in (("repeats", repeats, 1), ("rounds_per_chunk", rounds_per_chunk, 1),
+                           ("sequential_clients", sequential_clients, 1),
+                           ("samples_per_client", samples_per_client, 1), ("roofline_clients", roofline_clients, 1),
+                           ("matmul_size", matmul_size, 1), ("ffgb_clients", ffgb_clients, 2),
+                           ("ffgb_oracle_steps", ffgb_oracle_steps, 1),
+                           ("blas_threads", blas_threads, 0), ("client_block", client_block, 0)):
+    if value is not None and value < low:
+      raise ConfigError(flag, f"must be >= {low}; got {value}")
   if min_time is not None and not (math.isfinite(min_time) and min_time >= 0):
     raise ConfigError("min_time", f"must be a finite number >= 0; got {min_time}")
   if prng_impl is not None and prng_impl not in PRNG_IMPLS:
@@ -305,32 +236,24 @@ def validate(algorithm_names: Sequence[str], num_clients: Sequence[str], *, repe
   for flag, value in (("scaling_clients", scaling_clients), ("compile_rounds", compile_rounds),
                       ("compile_clients", compile_clients)):
     if value is not None:
-      extra[flag] = tuple(parse_num_clients(value, flag))
+      extra[flag] = tuple(parse_ints(value, flag))
   if fzoos_configs is not None:
-    extra["fzoos_configs"] = tuple(parse_pairs(fzoos_configs, "fzoos_configs"))
+    extra["fzoos_configs"] = tuple(parse_ints(fzoos_configs, "fzoos_configs", pairs=True))
   if fzoos_vmap is not None:
-    pairs = parse_pairs([fzoos_vmap], "fzoos_vmap")
-    extra["fzoos_vmap"] = pairs[0]
-  if ffgb_clients is not None and ffgb_clients < 2:
-    raise ConfigError("ffgb_clients", f"must be >= 2; got {ffgb_clients}")
+    extra["fzoos_vmap"] = parse_ints([fzoos_vmap], "fzoos_vmap", pairs=True)[0]
   return ns, extra
 
 
 def main(argv):
   del argv
   try:
-    ns, extra = validate(
-        FLAGS.algorithm, FLAGS.num_clients, repeats=FLAGS.repeats, min_time=FLAGS.min_time,
-        rounds_per_chunk=FLAGS.rounds_per_chunk, sequential_clients=FLAGS.sequential_clients,
-        samples_per_client=FLAGS.samples_per_client, prng_impl=FLAGS.prng_impl, suites=FLAGS.suite,
-        scaling_clients=FLAGS.scaling_clients, compile_rounds=FLAGS.compile_rounds,
-        compile_clients=FLAGS.compile_clients, roofline_clients=FLAGS.roofline_clients,
-        matmul_size=FLAGS.matmul_size, fzoos_configs=FLAGS.fzoos_configs, fzoos_vmap=FLAGS.fzoos_vmap,
-        ffgb_clients=FLAGS.ffgb_clients, ffgb_oracle_steps=FLAGS.ffgb_oracle_steps)
+    ns, extra = validate(**{name: FLAGS[name].value for name in inspect.signature(validate).parameters})
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   import jax
+
+  from fedsim.runner import set_blas_threads
   if FLAGS.prng_impl:
     try:
       jax.config.update("jax_default_prng_impl", FLAGS.prng_impl)
@@ -339,22 +262,12 @@ def main(argv):
       print(f"error: --prng_impl: {FLAGS.prng_impl!r} is not available in jax {jax.__version__}",
             file=sys.stderr)
       sys.exit(2)
-  if FLAGS.blas_threads < 0:
-    print(f"error: --blas_threads: must be >= 0 (0 = library default); got {FLAGS.blas_threads}", file=sys.stderr)
-    sys.exit(2)
-  if FLAGS.client_block is not None and FLAGS.client_block < 0:
-    print(f"error: --client_block: must be >= 0 (0 = one vmap); got {FLAGS.client_block}", file=sys.stderr)
-    sys.exit(2)
   if FLAGS.quick and not FLAGS["num_clients"].present:
     ns = [8]
   blas = set_blas_threads(FLAGS.blas_threads)
-  settings = Settings.make(FLAGS.quick, repeats=FLAGS.repeats, min_time=FLAGS.min_time,
-                           rounds_per_chunk=FLAGS.rounds_per_chunk,
-                           sequential_clients=FLAGS.sequential_clients,
-                           samples_per_client=FLAGS.samples_per_client, seed=FLAGS.seed,
-                           roofline_clients=FLAGS.roofline_clients, matmul_size=FLAGS.matmul_size,
-                           ffgb_clients=FLAGS.ffgb_clients, ffgb_oracle_steps=FLAGS.ffgb_oracle_steps,
-                           client_block=FLAGS.client_block, **extra)
+  # Every Settings field with a flag of the same name (list flags as validate parsed them).
+  given = {f.name: FLAGS[f.name].value for f in dataclasses.fields(Settings) if f.name in FLAGS}
+  settings = Settings.make(FLAGS.quick, **{**given, **extra})
   env = environment()
   env["blas_threads"] = blas
   command = "python -m experiments.benchmark " + " ".join(sys.argv[1:])
@@ -372,5 +285,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  from experiments import common
   define_flags()
   app.run(main, flags_parser=common.parse_flags_or_exit)

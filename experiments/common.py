@@ -1,29 +1,38 @@
-"""Flags and set-up shared by the experiment binaries (run, sweep, benchmark).
+"""Flags shared by the experiment binaries (run, sweep, benchmark), as a ``fedsim.ExperimentConfig``.
 
-Core flags have the same names in every binary (DESIGN.md). Algorithm
-hyperparameters exist twice: ``--lr`` sets the value for every algorithm of
-the run, ``--fedzo_lr`` for one; an algorithm otherwise keeps its own default
-(a learning rate right for FedAvg is wrong for FedZO). Precedence:
-``--<alg>_<hp>`` given > ``--<hp>`` given > the binary's per-algorithm default
-(:data:`ALGORITHM_DEFAULTS`) > the algorithm's paper default.
+Core flags have the same names in every binary (DESIGN.md); each sets the
+``ExperimentConfig`` field of its name or, for task settings, an entry of its
+``task_options`` (:data:`TASK_OPTION_FLAGS`). Algorithm hyperparameters exist
+twice: ``--lr`` sets the value for every algorithm of the run that has ``lr``,
+``--fedzo_lr`` for one; both become ``hparams[NAME]`` of the config, so the
+library's one resolution (``ExperimentConfig.resolve``) decides: ``NAME:HP=VALUE``
+entry > ``--<alg>_<hp>`` > ``--<hp>`` > the run default (``fedsim.api.RUN_DEFAULTS``,
+"binary default") > the registry preset > the algorithm's paper default.
+config.json and the start-up log name each value's source: ``--HP`` / ``--ALG_HP``
+(command line), ``flagfile PATH (--HP)``, ``algorithm entry``, ``binary default``,
+``registry preset``, ``default``.
 """
 
 from __future__ import annotations
 
-import difflib
+import contextlib
+import dataclasses
 import math
+import re
 import sys
 
 from absl import flags
 
 from fedsim import algorithms, api, config
-from fedsim.config import FieldError
 from fedsim.core.errors import ConfigError
-from fedsim.data import METHODS as PARTITIONS
 from fedsim.data import DATASETS
+from fedsim.data import METHODS as PARTITIONS
+from fedsim.runner import set_blas_threads  # noqa: F401 (re-exported: experiments.benchmark)
 from fedsim.tasks import TASKS
 
 FLAGS = flags.FLAGS
+
+FFGB_FAMILY = api.FFGB_FAMILY  # the library's (seed 002)
 
 # Hyperparameters settable for all algorithms (--NAME) or one (--ALG_NAME): derived from
 # the algorithms' config dataclasses (fedsim.config metadata), the single source of their
@@ -57,11 +66,19 @@ HPARAMS, CHOICES = _derive_hparams()
 # Hyperparameters that are core flags (always given, no per-algorithm default).
 CORE_HPARAMS = ("clients_per_round",)
 
-# This binary's per-algorithm defaults where the paper's value does not suit
-# the embedded digits main job. FedZO's paper eta = 1e-3 (seed 001 §V-B,
-# Fashion-MNIST, T unstated) reaches ~0.72 test accuracy on digits in 200
-# rounds; 1e-2 reaches ~0.90. Pass --fedzo_lr=0.001 for the paper's value.
-ALGORITHM_DEFAULTS = {"fedzo": {"lr": 1e-2}}
+# Flags that set an entry of ExperimentConfig.task_options (make_task's keyword): flag -> key.
+# The other core flags named like an ExperimentConfig field set that field.
+TASK_OPTION_FLAGS = {
+    **{n: n for n in ("hidden_width", "dim", "heterogeneity", "target_class", "attack_c", "classifier",
+                      "cache_dir", "spectrum_sigma", "isotropic", "finetune_shift", "hidden_layers",
+                      "activation", "shift_kind", "feature_shift", "tabular_loss", "samples_per_client",
+                      "num_features")},
+    "rank": "server_samples", "max_rank": "max_rank", "l2_penalty": "mu",
+    **{n: n for n in ("data_heterogeneity", "server_shift", "feature_map", "holder_eta", "raw_dim",
+                      "portion", "opt_metric", "attack_target", "perturbation_box", "model_train_steps")},
+}
+# ExperimentConfig fields that no flag of their name sets.
+_NOT_FLAGS = ("algorithms", "hparams", "task_options", "progress", "flags", "source_names")
 
 
 def define_flags():
@@ -153,8 +170,10 @@ def define_flags():
     for alg in algorithms.REGISTRY:
       f = _field(alg, name)
       if f is not None:
-        default = {**algorithms.default_config(alg), **ALGORITHM_DEFAULTS.get(alg, {})}[name]
+        default = {**algorithms.default_config(alg), **api.RUN_DEFAULTS.get(alg, {})}[name]
         _define(f"{alg}_{name}", typ, None, f"{config.describe(f)}; for {alg} only (default: {default})")
+
+
 
 
 def _field(alg: str, name: str):
@@ -167,12 +186,82 @@ def _define(name, typ, default, help_):
    bool: flags.DEFINE_bool}[typ](name, default, help_)
 
 
-# ``NAME=VALUE`` override text -> the field's type: one parser for the CLI and fedsim.run.
-_convert = api._convert
+# --- where a flag's value comes from -----------------------------------------------------
 
+_ARGV: list[str] = []  # the command line parse_flags_or_exit parsed (flagfiles not expanded)
+_ORIGINS: dict[tuple, dict] = {}  # flag_origins(_ARGV), by argv
+
+
+def flag_origins(argv) -> dict[str, str | None]:
+  """Flag name -> the flagfile that set it last in ``argv`` (None: the command line).
+
+  Expands ``--flagfile`` as absl does (recursively, in order; the last occurrence of
+  a flag wins), so a flag set on the command line and then again by a later
+  flagfile is that flagfile's.
+  """
+  out = {}
+
+  def walk(args, origin):
+    i = 0
+    while i < len(args):
+      arg, i = args[i], i + 1
+      if arg == "--":
+        break
+      if not arg.startswith("-"):
+        continue
+      name, eq, value = arg.lstrip("-").partition("=")
+      if name == "flagfile":
+        if not eq and i < len(args):
+          value, i = args[i], i + 1
+        try:
+          with open(value) as f:
+            lines = [line.strip() for line in f]
+        except OSError:
+          continue
+        walk([line for line in lines if line and not line.startswith(("#", "//"))], value)
+      else:
+        if name not in FLAGS and name.startswith("no") and name[2:] in FLAGS:
+          name = name[2:]
+        out[name] = origin
+  walk(list(argv[1:]), None)
+  return out
+
+
+def flag_source(flag: str) -> str:
+  """How config.json names a flag's value: ``--FLAG`` (command line or its default) or
+  ``flagfile PATH (--FLAG)``."""
+  if tuple(_ARGV) not in _ORIGINS:
+    _ORIGINS[tuple(_ARGV)] = flag_origins(_ARGV)
+  origin = _ORIGINS[tuple(_ARGV)].get(flag) if FLAGS[flag].present else None
+  return f"flagfile {origin} (--{flag})" if origin else f"--{flag}"
+
+
+def _flag_of(source: str, hp: str) -> str:
+  """The flag a source names (:func:`flag_source`; ``algorithm entry`` -> ``algorithm``); else ``hp``."""
+  m = re.fullmatch(r"--(\w+)|flagfile .* \(--(\w+)\)", source)
+  if m:
+    return m.group(1) or m.group(2)
+  return "algorithm" if source == "algorithm entry" else hp
+
+
+@contextlib.contextmanager
+def cli_errors():
+  """Re-raises the library's ConfigErrors under the flag that set the value (exit 2, one line)."""
+  try:
+    yield
+  except api.HparamError as e:
+    raise ConfigError(_flag_of(e.source, e.hparam), e.message) from None
+  except ConfigError as e:
+    if e.flag == "algorithms":
+      raise ConfigError("algorithm", str(e).split(": ", 1)[1]) from None
+    raise
+
+
+# --- flags -> ExperimentConfig -----------------------------------------------------------
 
 def parse_spec(spec: str):
-  """Splits an ``--algorithm`` entry ``NAME[:HP=VALUE...]`` into (NAME, overrides).
+  """Splits an ``--algorithm`` entry ``NAME[:HP=VALUE...]`` into (NAME, overrides)
+  (``fedsim.api.parse_algorithm``, errors under ``--algorithm``).
 
   ``fedzo:local_steps=20:lr=0.001`` runs FedZO with H = 20 and eta = 1e-3 next to
   other entries (e.g. ``fedzo:local_steps=5``), each in its own output folder.
@@ -180,170 +269,80 @@ def parse_spec(spec: str):
   Raises:
     ConfigError: unknown algorithm, hyperparameter, or a value of the wrong type.
   """
-  name, *items = spec.split(":")
-  if name not in algorithms.REGISTRY:
-    raise ConfigError("algorithm", f"unknown {name!r}; accepted: {', '.join(algorithms.REGISTRY)}")
-  fields, out = algorithms.config_fields(name), {}
-  for item in items:
-    key, eq, value = item.partition("=")
-    if not eq or key not in fields or key not in HPARAMS:
-      accepted = [f for f in fields if f in HPARAMS]
-      close = difflib.get_close_matches(key, accepted, n=1) if eq else []
-      hint = f"did you mean {close[0]}?" if close else f"accepted NAME=VALUE with NAME in: {', '.join(accepted)}"
-      raise ConfigError("algorithm", f"bad override {item!r} in {spec!r}; {hint}")
-    try:
-      out[key] = _convert(HPARAMS[key][0], value)
-    except ValueError:
-      raise ConfigError("algorithm", f"{key}={value!r} in {spec!r} is not a {HPARAMS[key][0].__name__}")
-  return name, out
+  with cli_errors():
+    _, name, overrides = api.parse_algorithm(spec)
+  return name, overrides
 
 
-def run_label(spec: str) -> str:
-  """The output-folder name of an ``--algorithm`` entry (':' -> '-')."""
-  return spec.replace(":", "-").replace("/", "_")
+def _flag_hparams():
+  """``hparams[NAME]`` from the hyperparameter flags given (``--ALG_HP`` over ``--HP``), and
+  the ``source_names`` of those values."""
+  hparams, names = {}, {}
+  for alg in dict.fromkeys(parse_spec(spec)[0] for spec in FLAGS.algorithm):
+    for hp in algorithms.config_fields(alg):
+      shared = hp if hp in HPARAMS and hp not in CORE_HPARAMS else None
+      for flag in (shared, f"{alg}_{hp}"):
+        if flag is not None and flag in FLAGS and FLAGS[flag].present:
+          hparams.setdefault(alg, {})[hp] = FLAGS[flag].value
+          names[f"hparams[{alg}].{hp}"] = flag_source(flag)
+  return hparams, names
 
 
-def hparams_for(spec: str) -> dict:
-  """The hyperparameters an ``--algorithm`` entry runs with (see module docstring
-  for precedence; ``NAME:HP=VALUE`` overrides come last)."""
-  alg, overrides = parse_spec(spec)
-  cfg = algorithms.default_config(alg)
-  cfg.update(ALGORITHM_DEFAULTS.get(alg, {}))
-  for name in HPARAMS:
-    if name not in cfg or name in CORE_HPARAMS:
-      continue
-    if FLAGS[f"{alg}_{name}"].present:
-      cfg[name] = FLAGS[f"{alg}_{name}"].value
-    elif FLAGS[name].present:
-      cfg[name] = FLAGS[name].value
-  if "clients_per_round" in cfg:
-    flag = FLAGS[f"{alg}_clients_per_round"]
-    cfg["clients_per_round"] = flag.value if flag.present else FLAGS.clients_per_round
-  if "rounds" in cfg:  # FZooS sizes its history from the run (seed 000 Alg. 2 keeps the trajectory)
-    cfg["rounds"] = (comm_rounds(alg, cfg, FLAGS.num_clients, FLAGS.comm_budget)
-                     if FLAGS.comm_budget > 0 else FLAGS.rounds)
-  cfg.update(overrides)
+def config_fields() -> dict:
+  """The keyword arguments of ``fedsim.ExperimentConfig`` the flags give (unchecked)."""
+  hparams, names = _flag_hparams()
+  fields = {f.name: FLAGS[f.name].value for f in dataclasses.fields(api.ExperimentConfig)
+            if f.name not in _NOT_FLAGS}
+  fields.update(algorithms=tuple(FLAGS.algorithm), hparams=hparams,
+                task_options={key: FLAGS[flag].value for flag, key in TASK_OPTION_FLAGS.items()},
+                source_names={"RUN_DEFAULTS": "binary default",
+                              **{k: flag_source(k) for k in ("clients_per_round", "rounds", "comm_budget")},
+                              **names})
+  return fields
+
+
+def experiment_config(**overrides):
+  """The ``fedsim.ExperimentConfig`` of the flags (``overrides`` replace fields), checked.
+
+  Raises:
+    ConfigError: a bad setting, naming the flag that set it.
+  """
+  check_flags_reach_an_algorithm()
+  with cli_errors():
+    cfg = api.ExperimentConfig(**{**config_fields(), **overrides})
+  check_config(cfg)
   return cfg
 
 
-def hparam_sources(spec: str) -> dict:
-  """Where each hyperparameter of an ``--algorithm`` entry comes from (same precedence as
-  :func:`hparams_for`): ``"algorithm entry"`` (``NAME:HP=VALUE``), ``"--ALG_HP"``, ``"--HP"``
-  (given on the command line or in a flagfile), ``"binary default"``
-  (:data:`ALGORITHM_DEFAULTS`), ``"registry preset"`` (the registry entry's overrides) or
-  ``"default"`` (the config dataclass's)."""
-  alg, overrides = parse_spec(spec)
-  presets = algorithms.REGISTRY[alg][1]
-  out = {}
-  for name in algorithms.config_fields(alg):
-    per_alg = f"{alg}_{name}" in FLAGS and FLAGS[f"{alg}_{name}"].present
-    if name in overrides:
-      out[name] = "algorithm entry"
-    elif name == "rounds":
-      out[name] = "--comm_budget" if FLAGS.comm_budget > 0 else "--rounds"
-    elif per_alg:
-      out[name] = f"--{alg}_{name}"
-    elif name in HPARAMS and (name in CORE_HPARAMS or FLAGS[name].present):
-      out[name] = f"--{name}"
-    elif name in ALGORITHM_DEFAULTS.get(alg, {}):
-      out[name] = "binary default"
-    elif name in presets:
-      out[name] = "registry preset"
-    else:
-      out[name] = "default"
-  return out
-
-
 def validate():
-  """Checks every flag before anything is built or compiled.
+  """Checks every flag before anything is built or compiled; returns :func:`experiment_config`.
 
   Raises:
     ConfigError: naming the flag and the accepted values.
   """
-  for spec in FLAGS.algorithm:
-    parse_spec(spec)
-  if len({run_label(s) for s in FLAGS.algorithm}) != len(FLAGS.algorithm):
-    raise ConfigError("algorithm", "an entry is repeated; give repeated algorithms different overrides")
-  if not FLAGS.algorithm:
-    raise ConfigError("algorithm", f"empty; accepted: {', '.join(algorithms.REGISTRY)}")
-  for flag, accepted in (("task", TASKS), ("dataset", DATASETS), ("partition", PARTITIONS)):
-    _check_one_of(flag, accepted)
-  if FLAGS.num_clients < 1:
-    raise ConfigError("num_clients", f"must be >= 1; got {FLAGS.num_clients}")
-  if not 1 <= FLAGS.clients_per_round <= FLAGS.num_clients:
-    raise ConfigError("clients_per_round",
-                      f"must be in [1, num_clients={FLAGS.num_clients}]; got {FLAGS.clients_per_round}")
-  if FLAGS.rounds < 0:
-    raise ConfigError("rounds", f"must be >= 0; got {FLAGS.rounds}")
-  if FLAGS.eval_every < 1:
-    raise ConfigError("eval_every", f"must be >= 1; got {FLAGS.eval_every}")
-  if not FLAGS.dirichlet_alpha > 0:
-    raise ConfigError("dirichlet_alpha", f"must be > 0; got {FLAGS.dirichlet_alpha}")
-  if FLAGS.shards_per_client < 1:
-    raise ConfigError("shards_per_client", f"must be >= 1; got {FLAGS.shards_per_client}")
-  validate_distributed()
-  if FLAGS.checkpoint_every < 0:
-    raise ConfigError("checkpoint_every", f"must be >= 0 (0 = off); got {FLAGS.checkpoint_every}")
-  if FLAGS.blas_threads < 0:
-    raise ConfigError("blas_threads", f"must be >= 0 (0 = the libraries' default); got {FLAGS.blas_threads}")
-  import jax
-  if not 0 <= FLAGS.num_devices <= jax.device_count():
-    raise ConfigError("num_devices", f"must be in [0, {jax.device_count()}]; got {FLAGS.num_devices}")
-  for spec in FLAGS.algorithm:
-    alg, overrides = parse_spec(spec)
-    hp = hparams_for(spec)
-    where = lambda n: ("algorithm" if n in overrides else
-                       f"{alg}_{n}" if f"{alg}_{n}" in FLAGS and FLAGS[f"{alg}_{n}"].present else n)
-    try:  # every field's accepted values / range and the config's own cross-field rules
-      algorithms.make_config(alg, **hp)
-    except FieldError as e:
-      raise ConfigError(where(e.field), e.message) from None
-    if "clients_per_round" in hp and not 1 <= hp["clients_per_round"] <= FLAGS.num_clients:
-      raise ConfigError(where("clients_per_round"), f"must be in [1, num_clients={FLAGS.num_clients}]; "
-                        f"got {hp['clients_per_round']}")
-    if hp.get("direction") == "orthogonal" and FLAGS.task == "quadratic" and hp["fd_directions"] > FLAGS.dim:
-      raise ConfigError(where("fd_directions"), f"orthogonal directions need <= dim={FLAGS.dim}")
-    if alg in FFGB_FAMILY:
-      validate_ffgb(alg, hp, where)
-  _check_flags_reach_an_algorithm()
-  if FLAGS.task in ("attack", "metric_opt"):  # seed 000 §6.2-6.3
-    _check_fzoos_task_flags()
-  if not 0 <= FLAGS.homo_ratio <= 1:
-    raise ConfigError("homo_ratio", f"must be in [0, 1]; got {FLAGS.homo_ratio}")
-  if FLAGS.comm_budget < 0:
-    raise ConfigError("comm_budget", f"must be >= 0 (0 = use --rounds); got {FLAGS.comm_budget}")
-  if FLAGS.hidden_layers < 1:
-    raise ConfigError("hidden_layers", f"must be >= 1; got {FLAGS.hidden_layers}")
-  _check_one_of("activation", ("relu", "leaky_relu"))
-  if FLAGS.task == "shift_tabular":
-    _check_one_of("shift_kind", ("tv", "w1"))
-    _check_one_of("tabular_loss", ("square", "ce"))
-    hi = 1.0 if FLAGS.shift_kind == "tv" else math.inf
-    if not (0 <= FLAGS.feature_shift <= hi and math.isfinite(FLAGS.feature_shift)):
-      raise ConfigError("feature_shift", f"must be in [0, {hi:g}] for shift_kind={FLAGS.shift_kind} "
-                        f"(finite); got {FLAGS.feature_shift}")
-    bad = [a for a in FLAGS.algorithm if parse_spec(a)[0] not in FFGB_FAMILY]
-    if bad:
-      raise ConfigError("algorithm", f"--task=shift_tabular runs only {', '.join(FFGB_FAMILY)}; got {bad[0]}")
+  return experiment_config()
 
 
-def _check_flags_reach_an_algorithm():
-  """A hyperparameter flag given (command line or flagfile) must reach an algorithm of the run.
+def check_flags_reach_an_algorithm(given=()):
+  """A hyperparameter flag given (command line, flagfile, or ``given``) must reach an
+  algorithm of the run.
 
   Raises:
     ConfigError: a shared ``--HP`` that no algorithm of the run has, or an
       ``--ALG_HP`` whose ALG is not in ``--algorithm``.
   """
   run = list(dict.fromkeys(parse_spec(spec)[0] for spec in FLAGS.algorithm))
+  def present(flag):
+    return flag in given or (flag in FLAGS and FLAGS[flag].present)
   for name in HPARAMS:
-    if name not in CORE_HPARAMS and FLAGS[name].present and \
+    if name not in CORE_HPARAMS and present(name) and \
         not any(name in algorithms.config_fields(alg) for alg in run):
       having = [a for a in algorithms.REGISTRY if name in algorithms.config_fields(a)]
       raise ConfigError(name, f"no algorithm of the run ({', '.join(run)}) has {name}; it is a "
                         f"hyperparameter of {', '.join(having)}")
     for alg in algorithms.REGISTRY:
       flag = f"{alg}_{name}"
-      if alg not in run and flag in FLAGS and FLAGS[flag].present:
+      if alg not in run and present(flag):
         raise ConfigError(flag, f"{alg} is not an algorithm of the run ({', '.join(run)})")
 
 
@@ -365,103 +364,106 @@ def validate_distributed():
                         f"--num_processes > 1; got {FLAGS.coordinator_address!r}")
 
 
-def task_settings() -> dict:
-  """The task fields of ``fedsim.ExperimentConfig`` from the flags (task, data, partition,
-  ``task_options``), without the seed."""
-  return dict(task=FLAGS.task, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
-              num_clients=FLAGS.num_clients, partition=FLAGS.partition,
-              dirichlet_alpha=FLAGS.dirichlet_alpha, shards_per_client=FLAGS.shards_per_client,
-              quantity_law=FLAGS.quantity_law, quantity_sigma=FLAGS.quantity_sigma,
-              homo_ratio=FLAGS.homo_ratio,
-              task_options=dict(hidden_width=FLAGS.hidden_width, dim=FLAGS.dim,
-                                heterogeneity=FLAGS.heterogeneity, target_class=FLAGS.target_class,
-                                attack_c=FLAGS.attack_c, classifier=FLAGS.classifier,
-                                cache_dir=FLAGS.cache_dir, spectrum_sigma=FLAGS.spectrum_sigma,
-                                isotropic=FLAGS.isotropic, finetune_shift=FLAGS.finetune_shift,
-                                hidden_layers=FLAGS.hidden_layers, activation=FLAGS.activation,
-                                shift_kind=FLAGS.shift_kind, feature_shift=FLAGS.feature_shift,
-                                tabular_loss=FLAGS.tabular_loss,
-                                **smooth_erm_kwargs(), **fzoos_task_kwargs()))
+# --- checks the library does not do (task settings, algorithm x task) ---------------------
+
+FFGB_TASKS = ("softmax", "mlp", "cnn", "shift_tabular")  # tasks with per-client points x (seed 002)
 
 
-def build_task():
-  """The task described by the flags (loads and partitions data), as ``fedsim.api.build_task``
-  builds it from the same settings: ``make_task(task, seed=, <fields>, **task_options)``."""
-  from fedsim.tasks import make_task
-  settings = task_settings()
-  options = settings.pop("task_options")
-  return make_task(settings.pop("task"), seed=FLAGS.seed, **settings, **options)
-
-
-def experiment_config(**overrides):
-  """The ``fedsim.ExperimentConfig`` of the flags (``overrides`` replace fields).
-
-  Each ``--algorithm`` entry's hyperparameters are resolved here (:func:`hparams_for`)
-  and passed under its label, so the library runs exactly what the flags say.
+def check_config(cfg) -> None:
+  """The CLI's checks of an ExperimentConfig made from its flags that the library leaves to
+  the task and algorithm builders (so they fail before anything is built): task options,
+  and hyperparameters that depend on the task (each value's range is the library's).
 
   Raises:
-    ConfigError: a bad setting (naming the field).
+    ConfigError: naming the flag that set the value and the accepted values.
   """
-  from fedsim.api import ExperimentConfig
-  specs = tuple(FLAGS.algorithm)
-  fields = dict(task_settings(), seed=FLAGS.seed, algorithms=specs,
-                hparams={run_label(s): hparams_for(s) for s in specs},
-                clients_per_round=FLAGS.clients_per_round, rounds=FLAGS.rounds,
-                eval_every=FLAGS.eval_every, comm_budget=FLAGS.comm_budget,
-                checkpoint_every=FLAGS.checkpoint_every, resume=FLAGS.resume,
-                save_learners=FLAGS.save_learners, num_devices=FLAGS.num_devices,
-                blas_threads=FLAGS.blas_threads, output_dir=FLAGS.output_dir)
-  fields.update(overrides)
-  return ExperimentConfig(**fields)
+  opts = cfg.task_options
+  for r in cfg.resolve().values():
+    def where(hp, r=r):
+      return _flag_of(r.sources.get(hp, "default"), hp)
+    hp = r.values
+    if hp.get("direction") == "orthogonal" and cfg.task == "quadratic" and hp["fd_directions"] > opts["dim"]:
+      raise ConfigError(where("fd_directions"), f"orthogonal directions need <= dim={opts['dim']}")
+    if r.name in FFGB_FAMILY:
+      validate_ffgb(r.name, hp, where, cfg)
+  if cfg.task in ("attack", "metric_opt"):  # seed 000 §6.2-6.3
+    _check_fzoos_task_options(cfg)
+  if opts["hidden_layers"] < 1:
+    raise ConfigError("hidden_layers", f"must be >= 1; got {opts['hidden_layers']}")
+  _check_one_of("activation", opts["activation"], ("relu", "leaky_relu"))
+  if cfg.task == "shift_tabular":
+    _check_one_of("shift_kind", opts["shift_kind"], ("tv", "w1"))
+    _check_one_of("tabular_loss", opts["tabular_loss"], ("square", "ce"))
+    hi, shift = (1.0 if opts["shift_kind"] == "tv" else math.inf), opts["feature_shift"]
+    if not (0 <= shift <= hi and math.isfinite(shift)):
+      raise ConfigError("feature_shift", f"must be in [0, {hi:g}] for shift_kind={opts['shift_kind']} "
+                        f"(finite); got {shift}")
+    bad = [label for label, r in cfg.resolve().items() if r.name not in FFGB_FAMILY]
+    if bad:
+      raise ConfigError("algorithm", f"--task=shift_tabular runs only {', '.join(FFGB_FAMILY)}; got {bad[0]}")
 
 
-def _check_fzoos_task_flags():
-  """--task=attack / metric_opt flag checks (exit 2 before anything is built)."""
-  if FLAGS.portion is not None and not 0 < FLAGS.portion <= 1:
-    raise ConfigError("portion", f"must be in (0, 1]; got {FLAGS.portion}")
-  if not (math.isfinite(FLAGS.perturbation_box) and FLAGS.perturbation_box >= 0):
-    raise ConfigError("perturbation_box", f"must be >= 0 (0 = task default); got {FLAGS.perturbation_box}")
-  if FLAGS.model_train_steps < 0:
-    raise ConfigError("model_train_steps", f"must be >= 0 (0 = task default); got {FLAGS.model_train_steps}")
+def _check_fzoos_task_options(cfg):
+  """--task=attack / metric_opt checks (exit 2 before anything is built)."""
+  opts = cfg.task_options
+  if opts["portion"] is not None and not 0 < opts["portion"] <= 1:
+    raise ConfigError("portion", f"must be in (0, 1]; got {opts['portion']}")
+  if not (math.isfinite(opts["perturbation_box"]) and opts["perturbation_box"] >= 0):
+    raise ConfigError("perturbation_box", f"must be >= 0 (0 = task default); got {opts['perturbation_box']}")
+  if opts["model_train_steps"] < 0:
+    raise ConfigError("model_train_steps", f"must be >= 0 (0 = task default); got {opts['model_train_steps']}")
   from fedsim.tasks.metric_opt import METRICS
-  if FLAGS.task == "metric_opt":
-    _check_one_of("opt_metric", METRICS)
-  if FLAGS.task == "attack":
-    if FLAGS.classifier not in ("cnn", "mlp"):
-      raise ConfigError("classifier", f"unknown {FLAGS.classifier!r} for --task=attack; accepted: cnn, mlp")
-    if FLAGS.dataset not in ("digits", "mnist"):
-      raise ConfigError("dataset", f"--task=attack needs images; accepted: digits, mnist")
+  if cfg.task == "metric_opt":
+    _check_one_of("opt_metric", opts["opt_metric"], METRICS)
+  if cfg.task == "attack":
+    if opts["classifier"] not in ("cnn", "mlp"):
+      raise ConfigError("classifier", f"unknown {opts['classifier']!r} for --task=attack; accepted: cnn, mlp")
+    if cfg.dataset not in ("digits", "mnist"):
+      raise ConfigError("dataset", "--task=attack needs images; accepted: digits, mnist")
 
 
-def _check_one_of(flag: str, accepted) -> None:
-  """Raises ConfigError(flag, "unknown V; accepted: A, B") unless FLAGS.<flag> is in ``accepted``."""
-  value = getattr(FLAGS, flag)
+def _check_one_of(flag: str, value, accepted) -> None:
+  """Raises ConfigError(flag, "unknown V; accepted: A, B") unless ``value`` is in ``accepted``."""
   if value not in accepted:
     raise ConfigError(flag, f"unknown {value!r}; accepted: {', '.join(accepted)}")
 
 
-def fzoos_task_kwargs() -> dict:
-  """The attack / metric_opt arguments of ``make_task`` from the flags (seed 000 §6.2-6.3)."""
-  return dict(portion=FLAGS.portion, opt_metric=FLAGS.opt_metric, attack_target=FLAGS.attack_target,
-              perturbation_box=FLAGS.perturbation_box, model_train_steps=FLAGS.model_train_steps)
+def validate_ffgb(alg: str, hp: dict, where, cfg):
+  """FFGB-family checks that involve the algorithm name, the task or other settings (seed 002;
+  specs/ffgb.md §2, §6.4); each field's own range is checked by its dataclass (fedsim.config).
 
+  Args:
+    alg: an FFGB_FAMILY name; hp: its hyperparameters; where: hp name -> flag name;
+    cfg: the ExperimentConfig.
 
-def set_blas_threads(n: int) -> list:
-  """Limits every loaded BLAS/LAPACK library to ``n`` threads (``fedsim.runner.set_blas_threads``)."""
-  from fedsim.runner import set_blas_threads as set_threads
-  return set_threads(n)
-
-
-def smooth_erm_kwargs() -> dict:
-  """The logistic_soft / ridge arguments of ``make_task`` from the flags (seed 004)."""
-  return dict(samples_per_client=FLAGS.samples_per_client, num_features=FLAGS.num_features,
-              server_samples=FLAGS.rank, max_rank=FLAGS.max_rank, mu=FLAGS.l2_penalty,
-              data_heterogeneity=FLAGS.data_heterogeneity, server_shift=FLAGS.server_shift,
-              feature_map=FLAGS.feature_map, holder_eta=FLAGS.holder_eta, raw_dim=FLAGS.raw_dim)
+  Raises:
+    ConfigError: naming the flag and the accepted range.
+  """
+  task, tabular_loss = cfg.task, cfg.task_options["tabular_loss"]
+  no_images = task == "shift_tabular" or cfg.dataset == "libsvm"
+  if hp["weak_learner"] == "wo_lip" and alg != "ffgb_l":
+    raise ConfigError(where("weak_learner"), f"wo_lip (eq. 25) needs FFGB.L's closed-form query "
+                      f"gradient; accepted for {alg}: scaled, rf_ridge, mlp, cnn, wo_inf")
+  if hp["weak_learner"] in ("wo_inf", "wo_lip") and hp["wo_family"] == "cnn" and (
+      hp["weak_learner"] == "wo_lip" or no_images):
+    raise ConfigError(where("wo_family"), "cnn needs image data (and wo_inf); accepted: mlp, rf, linear")
+  if cfg.save_learners and hp["store_learners"] < cfg.eval_every:
+    raise ConfigError(where("store_learners"), f"--save_learners needs >= eval_every={cfg.eval_every}; "
+                      f"got {hp['store_learners']}")
+  if hp["eta_schedule"] == "theory" and alg != "ffgb_l" and hp["mu"] <= 0:
+    raise ConfigError(where("mu"), "eta_schedule=theory (c/(mu(tK+k+1)), Thm 3.1) needs mu > 0")
+  if task not in FFGB_TASKS:
+    raise ConfigError("task", f"{alg} needs a task with client points; accepted: {', '.join(FFGB_TASKS)}")
+  if alg == "ffgb_l" and not (task == "shift_tabular" and tabular_loss == "square"):
+    raise ConfigError("task", "ffgb_l needs square loss (problem (14)): --task=shift_tabular --tabular_loss=square")
+  if hp["weak_learner"] == "cnn" and no_images:
+    raise ConfigError(where("weak_learner"), "cnn needs image data (--dataset=digits or mnist); "
+                      "accepted otherwise: scaled, rf_ridge, mlp")
 
 
 def parse_flags_or_exit(argv):
   """absl flags parser that turns a flag error into one line and exit status 2."""
+  _ARGV[:] = argv
   try:
     argv = FLAGS(argv)
   except flags.Error as e:
@@ -471,47 +473,3 @@ def parse_flags_or_exit(argv):
     import jax
     jax.config.update("jax_enable_x64", True)
   return argv
-
-
-FFGB_FAMILY = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l", "ffgb_code", "ffgb_nores_code")
-FFGB_TASKS = ("softmax", "mlp", "cnn", "shift_tabular")  # tasks with per-client points x (seed 002)
-
-
-def validate_ffgb(alg: str, hp: dict, where):
-  """FFGB-family checks that involve the algorithm name, the task or other flags (seed 002;
-  specs/ffgb.md §2, §6.4); each field's own range is checked by its dataclass (fedsim.config).
-
-  Args:
-    alg: an FFGB_FAMILY name; hp: its hyperparameters; where: hp name -> flag name.
-
-  Raises:
-    ConfigError: naming the flag and the accepted range.
-  """
-  if hp["weak_learner"] == "wo_lip" and alg != "ffgb_l":
-    raise ConfigError(where("weak_learner"), f"wo_lip (eq. 25) needs FFGB.L's closed-form query "
-                      f"gradient; accepted for {alg}: scaled, rf_ridge, mlp, cnn, wo_inf")
-  if hp["weak_learner"] in ("wo_inf", "wo_lip") and hp["wo_family"] == "cnn" and (
-      hp["weak_learner"] == "wo_lip" or FLAGS.task == "shift_tabular" or FLAGS.dataset == "libsvm"):
-    raise ConfigError(where("wo_family"), "cnn needs image data (and wo_inf); accepted: mlp, rf, linear")
-  if FLAGS.save_learners and hp["store_learners"] < FLAGS.eval_every:
-    raise ConfigError(where("store_learners"), f"--save_learners needs >= eval_every={FLAGS.eval_every}; "
-                      f"got {hp['store_learners']}")
-  if hp["eta_schedule"] == "theory" and alg != "ffgb_l" and hp["mu"] <= 0:
-    raise ConfigError(where("mu"), "eta_schedule=theory (c/(mu(tK+k+1)), Thm 3.1) needs mu > 0")
-  if FLAGS.task not in FFGB_TASKS:
-    raise ConfigError("task", f"{alg} needs a task with client points; accepted: {', '.join(FFGB_TASKS)}")
-  if alg == "ffgb_l" and not (FLAGS.task == "shift_tabular" and FLAGS.tabular_loss == "square"):
-    raise ConfigError("task", "ffgb_l needs square loss (problem (14)): --task=shift_tabular --tabular_loss=square")
-  if hp["weak_learner"] == "cnn" and (FLAGS.task == "shift_tabular" or FLAGS.dataset == "libsvm"):
-    raise ConfigError(where("weak_learner"), "cnn needs image data (--dataset=digits or mnist); "
-                      "accepted otherwise: scaled, rf_ridge, mlp")
-
-
-def comm_rounds(alg: str, hp: dict, num_clients: int, budget: int) -> int:
-  """Rounds within ``--comm_budget`` (Figs. 1, 4; [code] comm starts at 2):
-  ceil((budget - 2) / cost), cost = m K for the FFGB family, 2 otherwise."""
-  if alg in FFGB_FAMILY:
-    cost = (hp.get("clients_per_round") or num_clients) * hp["local_steps"]
-  else:
-    cost = 2
-  return max(0, -(-(budget - 2) // cost))

@@ -21,7 +21,11 @@ the outputs.
 
 This binary only parses flags: ``common.experiment_config`` maps them to a
 ``fedsim.ExperimentConfig`` and ``fedsim.run`` (fedsim/api.py) does the rest, so
-the same settings from Python give the same records and files.
+the same settings from Python give the same records and files. The start-up log
+prints one line per algorithm with its non-default hyperparameters and where each
+came from (``--HP``, ``--ALG_HP``, ``flagfile PATH (--HP)``, ``algorithm entry``,
+``binary default``, ``registry preset``); config.json's ``hyperparameters`` has
+every value and source.
 """
 
 from __future__ import annotations
@@ -51,8 +55,7 @@ def main(argv):
   distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   import fedsim
 
-  try:
-    common.validate()
+  try:  # the flags' ExperimentConfig, checked; config.json records each value's flag or flagfile
     config = common.experiment_config(
         flags={k: v for k, v in FLAGS.flag_values_dict().items() if k in _own_flags()})
     histories = fedsim.run(config)  # checks the task and every algorithm before writing anything

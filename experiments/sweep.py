@@ -14,6 +14,12 @@ Accepts every ``experiments.run`` flag, plus
                           (>= for accuracies, <= for objective/loss/gap; force
                           with ``METRIC:>=VALUE`` or ``METRIC:<=VALUE``).
 
+Each grid point is a ``fedsim.ExperimentConfig``: the flags' config
+(``common.experiment_config``) with the point's swept values, task settings by
+``dataclasses.replace`` and hyperparameters as ``hparams`` overrides (a shared name
+such as ``lr`` for every algorithm of the run that has it, ``fedzo_lr`` for one);
+the global flags are never rewritten.
+
 Execution (fedsim/core/batched.py): the K seeds, and every value of a swept
 numeric hyperparameter that traces (the builder accepts a traced scalar), run
 as one vmapped compiled program; hyperparameters that do not trace (shapes,
@@ -34,7 +40,6 @@ Bad input exits 2 with one line before anything compiles.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import io
@@ -48,7 +53,9 @@ import time
 from absl import app, flags, logging
 
 from experiments import common
+from fedsim import api
 from fedsim.core.errors import ConfigError
+from fedsim.runner import set_blas_threads
 
 FLAGS = flags.FLAGS
 if "algorithm" not in FLAGS:  # experiments.run may have defined them in this process
@@ -151,20 +158,6 @@ def parse_target(keys: set[str] | None = None) -> Target | None:
   return Target(metric, v, lower)
 
 
-@contextlib.contextmanager
-def flag_values(assign: dict):
-  """Temporarily sets flags (and marks them given, so ``hparams_for`` applies them)."""
-  saved = {n: (FLAGS[n].value, FLAGS[n].present) for n in assign}
-  try:
-    for n, v in assign.items():
-      FLAGS[n].value = v
-      FLAGS[n].present = 1
-    yield
-  finally:
-    for n, (v, p) in saved.items():
-      FLAGS[n].value, FLAGS[n].present = v, p
-
-
 def _hp_target(name: str, alg: str) -> str | None:
   """The hyperparameter of ``alg`` that flag ``name`` sets, or None."""
   from fedsim import algorithms
@@ -201,7 +194,7 @@ class Sweep:
     parse_target()  # syntax; the metric is checked against the tasks below
     self.names = [n for n, _ in self.sweeps]
     self.specs = list(FLAGS.algorithm)
-    self.labels = [common.run_label(s) for s in self.specs]
+    self.labels = [api.run_label(s) for s in self.specs]
     self.algs = {l: common.parse_spec(s)[0] for l, s in zip(self.labels, self.specs)}
     self.grid = [dict(zip(self.names, c)) for c in itertools.product(*[v for _, v in self.sweeps])]
     # Conflicts: a swept generic hyperparameter that a more specific flag or override shadows.
@@ -219,13 +212,15 @@ class Sweep:
         if name == hp and hp in common.CORE_HPARAMS and FLAGS[f"{alg}_{hp}"].present:
           raise ConfigError("sweep", f"{name} is shadowed by --{alg}_{hp} for {alg}; drop one")
     self.task_names = [n for n in self.names if not _is_hp_flag(n)]
-    # Every value of every flag, before compiling anything.
+    # Every grid point's config, before compiling anything: the first from the flags, the
+    # others derived from it (every point sets every swept name).
+    self.fields, self.base, self.points, self.resolved = common.config_fields(), None, {}, {}
+    try:
+      common.check_flags_reach_an_algorithm(given=self.names)
+    except ConfigError as e:
+      raise ConfigError("sweep", f"{_fmt_combo(self.grid[0])}: {e}") from None
     for combo in self.grid:
-      try:
-        with flag_values({**combo, "seed": 0}):
-          common.validate()
-      except ConfigError as e:
-        raise ConfigError("sweep", f"{_fmt_combo(combo)}: {e}") from None
+      self.point(combo)
     self.tasks = {}  # (task combo, seed) -> Task, for the current task combo only
     keys = set()
     for tcombo in self.task_combos():
@@ -253,6 +248,47 @@ class Sweep:
         "test_accuracy" if "test_accuracy" in keys else "objective")
 
   # --- the grid -------------------------------------------------------------
+  def point(self, combo: dict):
+    """The ``ExperimentConfig`` of grid point ``combo`` (seed of the flags), checked.
+
+    Raises:
+      ConfigError: (flag ``sweep``) the point's first bad setting, naming its flag.
+    """
+    key = tuple(_fmt(combo[n]) for n in self.names)
+    if key not in self.points:
+      changes = self.changes(combo)
+      try:
+        if self.base is None:
+          self.base = self.points[key] = common.experiment_config(**changes)
+        else:
+          with common.cli_errors():
+            self.points[key] = dataclasses.replace(self.base, **changes)
+          common.check_config(self.points[key])
+      except ConfigError as e:
+        raise ConfigError("sweep", f"{_fmt_combo(combo)}: {e}") from None
+    return self.points[key]
+
+  def changes(self, combo: dict) -> dict:
+    """The ExperimentConfig fields that differ from the flags' at ``combo``: a field of the
+    swept name, a ``task_options`` entry (``common.TASK_OPTION_FLAGS``), or a hyperparameter
+    in ``hparams[NAME]`` of each algorithm it reaches (``_hp_target``)."""
+    out = {}
+    options = dict(self.fields["task_options"])
+    hparams = {k: dict(v) for k, v in self.fields["hparams"].items()}
+    names = dict(self.fields["source_names"])
+    for name, value in combo.items():
+      if name in common.TASK_OPTION_FLAGS:
+        options[common.TASK_OPTION_FLAGS[name]] = value
+      elif name in self.fields:  # clients_per_round included
+        out[name] = value
+      else:
+        for alg in dict.fromkeys(self.algs.values()):
+          hp = _hp_target(name, alg)
+          if hp is not None:
+            hparams.setdefault(alg, {})[hp] = value
+            names[f"hparams[{alg}].{hp}"] = f"--{name}"
+    return dict(out, task_options=options, hparams=hparams, source_names=names)
+
   def task_combos(self):
     seen, out = set(), []
     for combo in self.grid:
@@ -267,25 +303,22 @@ class Sweep:
     if key not in self.tasks:
       if self.tasks and next(iter(self.tasks))[0] != key[0]:
         self.tasks.clear()  # keep one task combination's K tasks in memory
-      with flag_values({**tcombo, "seed": seed}):
-        self.tasks[key] = common.build_task()
+      # A grid point with these task values (the grid is a product: the first values of the rest).
+      point = self.point({**self.grid[0], **tcombo})
+      self.tasks[key] = api.build_task(dataclasses.replace(point, seed=seed))
     return self.tasks[key]
 
   def hparams(self, label: str, combo: dict) -> dict:
-    spec = self.specs[self.labels.index(label)]
-    with flag_values(combo):
-      return common.hparams_for(spec)
+    key = tuple(_fmt(combo[n]) for n in self.names)
+    if key not in self.resolved:
+      self.resolved[key] = self.point(combo).resolve()
+    return dict(self.resolved[key][label].values)
 
   def run_task(self, label, task):
-    if self.algs[label] in common.FFGB_FAMILY:  # scored on its value caches, as in run.py
+    if self.algs[label] in api.FFGB_FAMILY:  # scored on its value caches, as fedsim.run does
       from fedsim.tasks.functional import cache_view
       return cache_view(task)
     return task
-
-  def rounds(self, label, hp):
-    if FLAGS.comm_budget > 0:
-      return common.comm_rounds(self.algs[label], hp, FLAGS.num_clients, FLAGS.comm_budget)
-    return FLAGS.rounds
 
   @staticmethod
   def metric_keys(alg, task):
@@ -393,7 +426,8 @@ class Sweep:
       hp0 = self.hparams(label, combos[0])
       static = {k: v for k, v in hp0.items() if k not in {h for _, h in vm_hps}}
       traced = [{h: self.hparams(label, c)[h] for _, h in vm_hps} for c in combos] if vm_hps else []
-      rounds = self.rounds(label, hp0)
+      point = self.point(combos[0])  # rounds and eval_every are task names: the group's own
+      rounds, eval_every = point.rounds_for(alg_name, hp0), point.eval_every
       tasks = [self.run_task(label, self.task(tcombo, s)) for s in range(K)]
       build = lambda t, hp, a=alg_name: algorithms.build(a, t, **hp)
       t0 = _clock()
@@ -403,7 +437,7 @@ class Sweep:
         batches = [list(range(K))] if stack_padded([t.data for t in tasks]) is not None else [[s] for s in range(K)]
         for b in batches:
           recs, div = simulate_batched(build, tasks[b[0]], [tasks[s].data for s in b], b, static,
-                                       traced, rounds, FLAGS.eval_every, cache=cache, clock=_clock)
+                                       traced, rounds, eval_every, cache=cache, clock=_clock)
           for i, s in enumerate(b):
             for v in range(len(combos)):
               results[(v, s)] = (recs[i][v], div[i][v], len(b) * len(combos))
@@ -413,7 +447,7 @@ class Sweep:
           for s in range(K):
             hist, diverged = [], False
             try:
-              simulate(build(tasks[s], hp), tasks[s], rounds, FLAGS.eval_every, jax.random.key(s),
+              simulate(build(tasks[s], hp), tasks[s], rounds, eval_every, jax.random.key(s),
                        on_eval=hist.append)
               jax.block_until_ready(hist)
             except DivergenceError:
@@ -579,7 +613,7 @@ def main(argv):
     with open(cfg_path + ".tmp", "w") as f:
       json.dump(config, f, indent=2, sort_keys=True)
     os.replace(cfg_path + ".tmp", cfg_path)
-  common.set_blas_threads(FLAGS.blas_threads)
+  set_blas_threads(sweep.base.blas_threads)
   stop = os.environ.get("FEDSIM_SWEEP_STOP_AFTER")  # test hook: simulate a kill
   rows = sweep.run(out_dir, done, int(stop) if stop else None)
   ordered = [rows[k] for k in sweep.order() if k in rows]

@@ -29,14 +29,15 @@ import os
 import sys
 import types
 import typing
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from fedsim.core.errors import ConfigError, DivergenceError
 
 # fedsim's run defaults where the paper's value does not suit the embedded digits
-# main job (the same as ``experiments.common.ALGORITHM_DEFAULTS``): FedZO's paper
-# eta = 1e-3 (seed 001 §V-B) reaches ~0.72 test accuracy on digits in 200 rounds,
-# 1e-2 reaches ~0.90. Give ``hparams={"fedzo": {"lr": 1e-3}}`` for the paper's value.
+# main job (experiments.run's too: its "binary default"): FedZO's paper eta = 1e-3
+# (seed 001 §V-B) reaches ~0.72 test accuracy on digits in 200 rounds, 1e-2 reaches
+# ~0.90. Give ``hparams={"fedzo": {"lr": 1e-3}}`` for the paper's value.
 RUN_DEFAULTS = {"fedzo": {"lr": 1e-2}}
 
 # The FFGB family (seed 002): scored on value caches, FFGB's communication cost.
@@ -66,6 +67,44 @@ def _unknown(field: str, what: str, key: str, accepted) -> ConfigError:
   accepted = list(accepted)
   return ConfigError(field, f"unknown {what} {key!r}{_did_you_mean(key, accepted)}; "
                      f"accepted: {', '.join(accepted)}")
+
+
+class HparamError(ConfigError):
+  """An algorithm's config rejects a hyperparameter value of an :class:`ExperimentConfig`.
+
+  ``str(err)`` is ``"FIELD: LABEL HP (from SOURCE): MESSAGE"``, without ``--``.
+
+  Attributes:
+    flag: the ExperimentConfig field that supplied the value (``hparams``,
+      ``algorithms`` for an entry's override, ``clients_per_round``, ``rounds``,
+      ``comm_budget``; ``hparams`` for a default that another value makes invalid).
+    label: the algorithm's label; hparam: the hyperparameter;
+    source: where the value came from (see :meth:`ExperimentConfig.resolve`);
+    message: what is accepted and the value given.
+  """
+
+  def __init__(self, field: str, label: str, hparam: str, source: str, message: str):
+    ValueError.__init__(self, f"{field}: {label} {hparam} (from {source}): {message}")
+    self.flag, self.label, self.hparam, self.source, self.message = field, label, hparam, source, message
+
+
+class Resolved(NamedTuple):
+  """One algorithm entry of an :class:`ExperimentConfig`, resolved (:meth:`ExperimentConfig.resolve`).
+
+  Attributes:
+    name: its name in ``fedsim.algorithms.REGISTRY``.
+    values: every hyperparameter of its config -> the value it runs with.
+    sources: every hyperparameter -> where that value came from.
+  """
+
+  name: str
+  values: dict
+  sources: dict
+
+
+# A resolved value's source -> the ExperimentConfig field a user changes to change it.
+_SOURCE_FIELDS = {"algorithm entry": "algorithms", "clients_per_round": "clients_per_round",
+                  "rounds": "rounds", "comm_budget": "comm_budget"}
 
 
 def run_label(spec: str) -> str:
@@ -189,7 +228,9 @@ class ExperimentConfig:
     hparams: ``{NAME or label: {HP: VALUE}}``. An algorithm's hyperparameters
       are, later winning: its config's (paper) defaults with the registry's
       overrides, :data:`RUN_DEFAULTS`, ``clients_per_round``, ``hparams[NAME]``,
-      the entry's own overrides, ``hparams[label]``.
+      the entry's own overrides, ``hparams[label]``; each is checked by the
+      algorithm's config dataclass when the config is made, and where it came
+      from is recorded (:meth:`resolve`; config.json, the start-up log).
     clients_per_round: M, for every algorithm that samples clients.
     rounds: T >= 0 communication rounds (per algorithm ``comm_budget`` may
       replace it).
@@ -209,6 +250,10 @@ class ExperimentConfig:
     progress: print one line per evaluation (and per divergence) to stdout/stderr.
     flags: the command-line flags this config was made from (recorded in
       config.json by the CLI); None from Python.
+    source_names: how config.json and the start-up log name the sources of
+      :meth:`resolve` (the CLI names its flags this way): keys are a source
+      (``RUN_DEFAULTS``, ``clients_per_round``, ``rounds``, ``comm_budget``,
+      ``hparams[KEY]``) or ``hparams[KEY].HP`` for one value; None: the sources' own names.
 
   Raises:
     ConfigError: (at construction) naming the field, the accepted values and the
@@ -241,6 +286,7 @@ class ExperimentConfig:
   output_dir: str | None = None
   progress: bool = True
   flags: Mapping[str, Any] | None = None
+  source_names: Mapping[str, str] | None = None
 
   def __post_init__(self):
     entries = (self.algorithms,) if isinstance(self.algorithms, str) else tuple(self.algorithms)
@@ -250,10 +296,15 @@ class ExperimentConfig:
         isinstance(v, Mapping) for v in self.hparams.values()):
       raise ConfigError("hparams", f"must map NAME or label -> {{HP: VALUE}}; got {self.hparams!r}")
     object.__setattr__(self, "hparams", {k: dict(v) for k, v in self.hparams.items()})
+    if self.source_names is not None:
+      if not isinstance(self.source_names, Mapping) or not all(
+          isinstance(k, str) and isinstance(v, str) for k, v in self.source_names.items()):
+        raise ConfigError("source_names", f"must map a source -> its name; got {self.source_names!r}")
+      object.__setattr__(self, "source_names", dict(self.source_names))
     self._check_types()
     self._check_ranges()
     self._check_names()
-    self.algorithm_hparams()  # every algorithm entry and hparams key
+    self.resolve()  # every algorithm entry, hparams key and hyperparameter value
 
   def _check_types(self):
     hints = typing.get_type_hints(type(self))
@@ -310,12 +361,23 @@ class ExperimentConfig:
       if key not in accepted:
         raise _unknown("task_options", "task option", key, accepted)
 
-  def algorithm_hparams(self) -> dict[str, tuple[str, dict]]:
-    """``{label: (NAME, hyperparameters)}``, in ``algorithms`` order (see ``hparams``).
+  def resolve(self) -> dict[str, Resolved]:
+    """Each algorithm entry's hyperparameters, with where each value came from.
+
+    Sources, later winning: ``default`` (the config dataclass), ``registry
+    preset`` (``fedsim.algorithms.REGISTRY``), ``RUN_DEFAULTS``,
+    ``clients_per_round``, ``hparams[NAME]``, ``algorithm entry`` (``NAME:HP=V``
+    or a pair's dict), ``hparams[label]``; FZooS's ``rounds`` is ``rounds`` (or
+    ``comm_budget``) unless given. ``source_names`` renames them.
+
+    Returns:
+      ``{label: Resolved(name, values, sources)}``, in ``algorithms`` order.
 
     Raises:
       ConfigError: a bad entry, a repeated label, an ``hparams`` key that names no
         entry, or a hyperparameter the algorithm does not have.
+      HparamError: (a ConfigError) a value the algorithm's config rejects, or a
+        ``clients_per_round`` outside [1, num_clients].
     """
     from fedsim import algorithms
     parsed = [parse_algorithm(e) for e in self.algorithms]
@@ -333,17 +395,45 @@ class ExperimentConfig:
           raise _unknown("hparams", f"{key} hyperparameter", k, fields)
     out = {}
     for label, name, overrides in parsed:
-      cfg = algorithms.default_config(name)
-      cfg.update(RUN_DEFAULTS.get(name, {}))
-      if "clients_per_round" in cfg:
-        cfg["clients_per_round"] = self.clients_per_round
-      given = {**self.hparams.get(name, {}), **overrides,
-               **(self.hparams.get(label, {}) if label != name else {})}
-      cfg.update(given)
-      if "rounds" in cfg and "rounds" not in given:  # FZooS sizes its history from the run
-        cfg["rounds"] = self.rounds_for(name, cfg)
-      out[label] = (name, cfg)
+      values = algorithms.default_config(name)
+      sources = dict.fromkeys(values, "default")
+      layers = [("registry preset", algorithms.REGISTRY[name][1]), ("RUN_DEFAULTS", RUN_DEFAULTS.get(name, {})),
+                ("clients_per_round", {"clients_per_round": self.clients_per_round}),
+                (f"hparams[{name}]", self.hparams.get(name, {})), ("algorithm entry", overrides),
+                (f"hparams[{label}]", self.hparams.get(label, {}) if label != name else {})]
+      for source, layer in layers:
+        for k, v in layer.items():
+          if k in values:
+            values[k], sources[k] = v, source
+      if "rounds" in values and sources["rounds"] in ("default", "registry preset", "RUN_DEFAULTS"):
+        values["rounds"] = self.rounds_for(name, values)  # FZooS sizes its history from the run
+        sources["rounds"] = "comm_budget" if self.comm_budget > 0 else "rounds"
+      self._check_values(label, name, values, sources)
+      out[label] = Resolved(name, values, {k: self._source_name(s, k) for k, s in sources.items()})
     return out
+
+  def _check_values(self, label: str, name: str, values: dict, sources: dict):
+    """Raises HparamError unless algorithm ``name``'s config accepts ``values``."""
+    from fedsim import algorithms
+
+    def error(hp, message):
+      src = sources.get(hp, "default")
+      return HparamError(_SOURCE_FIELDS.get(src, "hparams"), label, hp, self._source_name(src, hp), message)
+    try:
+      algorithms.make_config(name, **values)
+    except ConfigError as e:
+      raise error(getattr(e, "field", e.flag), getattr(e, "message", str(e))) from None
+    m = values.get("clients_per_round")
+    if m is not None and not 1 <= m <= self.num_clients:
+      raise error("clients_per_round", f"must be in [1, num_clients={self.num_clients}]; got {m}")
+
+  def _source_name(self, source: str, hp: str) -> str:
+    names = self.source_names or {}
+    return names.get(f"{source}.{hp}", names.get(source, source))
+
+  def algorithm_hparams(self) -> dict[str, tuple[str, dict]]:
+    """``{label: (NAME, hyperparameters)}``, in ``algorithms`` order (:meth:`resolve` without sources)."""
+    return {label: (r.name, r.values) for label, r in self.resolve().items()}
 
   def rounds_for(self, name: str, hp: dict) -> int:
     """Rounds algorithm ``name`` runs with hyperparameters ``hp`` (``comm_budget`` or ``rounds``)."""
@@ -358,7 +448,8 @@ class ExperimentConfig:
 
   def to_json(self) -> dict:
     """A JSON-friendly dict of the fields (config.json's ``experiment``)."""
-    out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "flags"}
+    out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+           if f.name not in ("flags", "source_names")}
     out["algorithms"] = [e if isinstance(e, str) else [e[0], dict(e[1])] for e in self.algorithms]
     return out
 
@@ -394,7 +485,11 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
   is written or compiled. With an output directory, writes ``config.json``,
   ``<label>/metrics.jsonl`` (as records arrive) and ``curves.png`` (after each
   algorithm), like ``experiments.run``; only process 0 of a multi-host run
-  (``fedsim.core.distributed``) writes or prints. A NaN/inf objective stops that
+  (``fedsim.core.distributed``) writes or prints. ``config.json``'s
+  ``hyperparameters`` holds, per label, each hyperparameter's value and source
+  (:meth:`ExperimentConfig.resolve`); with ``progress``, one start-up line per
+  algorithm lists its values that are not the config's defaults, with their
+  sources (:func:`fedsim.runner.provenance_line`). A NaN/inf objective stops that
   algorithm (its records so far are kept, the last one non-finite; see
   :func:`diverged`) and the run goes on with the next.
 
@@ -419,7 +514,7 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
   from fedsim.core import distributed
   from fedsim.core.engine import simulate
   from fedsim.core.sharding import client_mesh, shard_task
-  from fedsim.runner import ProgressWriter, plot_curves, set_blas_threads
+  from fedsim.runner import ProgressWriter, plot_curves, provenance_line, set_blas_threads
 
   out_dir = output_dir if output_dir is not None else config.output_dir
   out_dir = os.fspath(out_dir) if out_dir is not None else None
@@ -429,7 +524,8 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
     raise ConfigError("num_devices", f"must be in [0, {jax.device_count()}]; got {config.num_devices}")
   main = distributed.is_main()
   echo = config.progress and main
-  hps = config.algorithm_hparams()
+  resolved = config.resolve()
+  hps = {label: (r.name, r.values) for label, r in resolved.items()}
   if echo and config.task in SLOW_TASKS:
     print(f"building task {config.task} (trains or loads cached models) ...", flush=True)
   task = build_task(config)
@@ -451,6 +547,8 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
             "devices": mesh.devices.size, "processes": jax.process_count(),
             "task": {"name": task.name, "dim": task.dim, **task.info},
             "algorithms": {label: {"algorithm": name, **hp} for label, (name, hp) in hps.items()},
+            "hyperparameters": {label: {k: {"value": v, "source": r.sources[k]} for k, v in r.values.items()}
+                                for label, r in resolved.items()},
             "experiment": config.to_json()}
   if main and out_dir is not None:
     with open(os.path.join(out_dir, "config.json"), "w") as f:
@@ -459,6 +557,8 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
     entries = [e if isinstance(e, str) else label for e, label in zip(config.algorithms, hps)]
     print(f"task {task.name}: d = {task.dim}, N = {task.num_clients}; "
           f"algorithms {', '.join(entries)}; output {out_dir}", flush=True)
+    for label, r in resolved.items():
+      print(provenance_line(label, r.values, r.sources), flush=True)
 
   histories = {}
   title = f"{task.name} on {task.info.get('dataset', task.name)}, N = {task.num_clients}"
@@ -474,11 +574,13 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
       run_task = cache_view(task)
       if config.save_learners:
         from fedsim.algorithms import ffgb
+        assert alg_dir is not None  # save_learners needs an output directory (checked above)
         alg = ffgb.attach_learner_writer(alg, os.path.join(alg_dir, "learners"), alg.hparams, name)
     ckpt_dir = os.path.join(alg_dir, "checkpoints") if alg_dir is not None else None
     resumed = None
     if config.resume:
       from fedsim.core import checkpoint
+      assert ckpt_dir is not None  # resume needs an output directory (checked above)
       resumed = checkpoint.latest_round(ckpt_dir)
     writer = ProgressWriter(label, os.path.join(alg_dir, "metrics.jsonl") if alg_dir else None,
                             rounds, keep_until=resumed, write=main, echo=config.progress,

@@ -7,9 +7,10 @@ dataclass calls :func:`validate` from its ``__post_init__``, so a bad value
 raises :class:`FieldError` (a :class:`~fedsim.core.errors.ConfigError`) naming
 the field, what is accepted and the value given, from Python and from the CLI
 alike; :func:`check_keys` rejects unknown names with a "did you mean"
-suggestion. ``experiments/common.py`` generates the command-line flags, their
-help and their checks from the same metadata (:func:`describe`,
-:func:`field_type`).
+suggestion. ``experiments/common.py`` generates the command-line flags and
+their help from the same metadata (:func:`describe`, :func:`field_type`);
+``fedsim.ExperimentConfig`` runs the checks when a config is made, for the CLI
+and Python alike.
 
 Example::
 
@@ -31,10 +32,10 @@ import math
 import numbers
 import sys
 import typing
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from fedsim.core.errors import ConfigError
-
 
 
 class FieldError(ConfigError):
@@ -79,7 +80,7 @@ def hparam(default: Any, *, help: str, choices: Iterable | None = None,  # noqa:
   return dataclasses.field(default=default, metadata=meta)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _type_hints(cls) -> dict:
   return typing.get_type_hints(cls)
 
@@ -102,6 +103,8 @@ def range_text(meta) -> str | None:
     text = f"{'<' if meta['high_open'] else '<='} {hi:g}"
   else:
     text = f"in {'(' if meta['low_open'] else '['}{lo:g}, {hi:g}{')' if meta['high_open'] else ']'}"
+  if lo == -math.inf and meta["low_open"] and hi is None:
+    text = "a number or +inf (not -inf)"
   if meta.get("finite"):
     text += " and finite"
   return None if text == "a number" else text
@@ -111,10 +114,11 @@ def describe(f: dataclasses.Field) -> str:
   """Help text of a field with its accepted values and source, for flag help and docs."""
   meta = f.metadata
   extra = []
+  rng = range_text(meta)
   if meta.get("choices"):
     extra.append(f"one of {', '.join(map(str, meta['choices']))}")
-  elif range_text(meta):
-    extra.append(range_text(meta))
+  elif rng:
+    extra.append(rng)
   if meta.get("source"):
     extra.append(meta["source"])
   return meta["help"] + (f" [{'; '.join(extra)}]" if extra else "")

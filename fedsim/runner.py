@@ -1,4 +1,4 @@
-"""Run outputs: the progress line and ``metrics.jsonl`` writer, ``curves.png``, BLAS threads.
+"""Run outputs: the start-up and progress lines, the ``metrics.jsonl`` writer, ``curves.png``, BLAS threads.
 
 The pieces :func:`fedsim.run` (``fedsim/api.py``) puts around
 :func:`fedsim.core.engine.simulate`; the experiment binaries reuse them.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable
+from collections.abc import Callable
 
 # Task metrics shown on the progress line, with their short names.
 HEADLINE = (("test_accuracy", "acc"), ("attack_accuracy", "attack_acc"), ("optimality_gap", "gap"))
@@ -28,6 +28,14 @@ def progress_line(alg: str, rec: dict, total_rounds: int) -> str:
   extra = "".join(f" {short} {rec[key]:.4g}" for key, short in HEADLINE if key in rec)
   return (f"[{alg}] round {r}/{total_rounds} objective {rec['objective']:.5g}{extra} "
           f"queries {rec['queries']:.3e} elapsed {el:.1f}s ETA {eta}")
+
+
+def provenance_line(label: str, values: dict, sources: dict) -> str:
+  """The start-up line of an algorithm: its values that are not its config's defaults, each
+  with its source (``fedsim.ExperimentConfig.resolve``), e.g.
+  ``[fedzo] lr=0.01 (binary default), clients_per_round=10 (--clients_per_round)``."""
+  given = [f"{k}={v} ({sources[k]})" for k, v in values.items() if sources[k] != "default"]
+  return f"[{label}] {', '.join(given) if given else 'all defaults'}"
 
 
 class ProgressWriter:

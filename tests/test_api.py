@@ -155,6 +155,57 @@ def test_hparams_precedence_and_pair_labels():
   assert fedsim.ExperimentConfig(algorithms=("fedzo",)).algorithm_hparams()["fedzo"][1]["lr"] == 0.01
 
 
+def test_resolve_names_each_values_source():
+  config = fedsim.ExperimentConfig(
+      algorithms=("fedzo", "fedzo:lr=0.3", ("fedzo", {"local_steps": 7}), "fedadam", "fzoos"),
+      hparams={"fedzo": {"local_steps": 2}, "fedzo-lr=0.3": {"batch_size": 9, "local_steps": 3}},
+      clients_per_round=5, comm_budget=12)
+  got = {label: {k: (r.values[k], s) for k, s in r.sources.items() if s != "default"}
+         for label, r in config.resolve().items()}
+  assert got == {
+      "fedzo": {"lr": (0.01, "RUN_DEFAULTS"), "local_steps": (2, "hparams[fedzo]"),
+                "clients_per_round": (5, "clients_per_round")},
+      "fedzo-lr=0.3": {"lr": (0.3, "algorithm entry"), "batch_size": (9, "hparams[fedzo-lr=0.3]"),
+                       "local_steps": (3, "hparams[fedzo-lr=0.3]"), "clients_per_round": (5, "clients_per_round")},
+      "fedzo-local_steps=7": {"lr": (0.01, "RUN_DEFAULTS"), "local_steps": (7, "algorithm entry"),
+                              "clients_per_round": (5, "clients_per_round")},
+      "fedadam": {"clients_per_round": (5, "clients_per_round"), "server_optimizer": ("adam", "registry preset"),
+                  "server_lr": (0.01, "registry preset")},
+      "fzoos": {"rounds": (5, "comm_budget")},                   # ceil((12 - 2) / 2)
+  }
+  assert config.resolve()["fedzo"].values == config.algorithm_hparams()["fedzo"][1]
+  # source_names renames a source, or one value's (the CLI names its flags this way).
+  named = fedsim.ExperimentConfig(algorithms=("fedzo",), hparams={"fedzo": {"lr": 0.1, "smoothing": 0.01}},
+                                  source_names={"hparams[fedzo]": "--fedzo_X", "hparams[fedzo].lr": "--lr"})
+  sources = named.resolve()["fedzo"].sources
+  assert (sources["lr"], sources["smoothing"], sources["clients_per_round"]) == ("--lr", "--fedzo_X",
+                                                                                "clients_per_round")
+
+
+@pytest.mark.parametrize("kwargs, field, message", [
+    (dict(hparams={"fedzo": {"smoothing": -1.0}}), "hparams",
+     "hparams: fedzo smoothing (from hparams[fedzo]): must be > 0 and finite; got -1.0"),
+    (dict(algorithms=("fedzo:lr=-1",)), "algorithms",
+     "algorithms: fedzo-lr=-1 lr (from algorithm entry): must be > 0 and finite; got -1.0"),
+    (dict(algorithms=("fedzo",), hparams={"fedzo": {"clients_per_round": 200}}), "hparams",
+     "hparams: fedzo clients_per_round (from hparams[fedzo]): must be in [1, num_clients=100]; got 200"),
+])
+def test_bad_hyperparameter_values_raise_when_the_config_is_made(kwargs, field, message):
+  with pytest.raises(fedsim.ConfigError) as err:
+    fedsim.ExperimentConfig(**kwargs)
+  assert err.value.flag == field and str(err.value) == message
+
+
+def test_config_json_records_each_values_source(api_run):
+  out, _, _ = api_run
+  hp = json.loads((out / "config.json").read_text())["hyperparameters"]
+  assert list(hp) == LABELS
+  assert hp["fedavg"]["lr"] == {"value": 0.05, "source": "hparams[fedavg]"}
+  assert hp["fedzo-local_steps=3"]["local_steps"] == {"value": 3, "source": "algorithm entry"}
+  assert hp["fedzo-local_steps=3"]["clients_per_round"] == {"value": 4, "source": "clients_per_round"}
+  assert hp["fedavg"]["batch_size"]["source"] == "default"
+
+
 def test_import_is_light_and_exports_the_public_surface():
   code = ("import sys, fedsim; assert 'absl.flags' not in sys.modules and 'experiments' not in sys.modules;"
           "assert 'fedsim.algorithms' not in sys.modules;"

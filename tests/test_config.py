@@ -14,7 +14,7 @@ import sys
 import jax
 import pytest
 
-from fedsim import algorithms, config
+from fedsim import algorithms, api, config
 from fedsim.algorithms.fedavg import FedAvgConfig
 from fedsim.algorithms.fedzo import FedZOConfig
 from fedsim.algorithms.ffgb import FFGBConfig
@@ -39,7 +39,8 @@ def _error(fn):
     (lambda: FedAvgConfig(local_steps=2.5), "local_steps", "must be an integer; got 2.5"),
     (lambda: FedAvgConfig(lr="fast"), "lr", "must be a number; got 'fast'"),
     (lambda: FedAvgConfig(lr=None), "lr", "must be given; got None"),
-    (lambda: FedZOConfig(snr_db=math.nan), "snr_db", "must be a number; got nan"),
+    (lambda: FedZOConfig(snr_db=math.nan), "snr_db", "must be a number or +inf (not -inf); got nan"),
+    (lambda: FedZOConfig(snr_db=-math.inf), "snr_db", "must be a number or +inf (not -inf); got -inf"),
     (lambda: FFGBConfig(gamma=0.0), "gamma", "must be in (0, 1]; got 0.0"),  # seed 002 eq. 13
     (lambda: HiSoConfig(nu=1.5), "nu", "must be in [0, 1]; got 1.5"),
     (lambda: FedZOConfig(direction="cube"), "direction",
@@ -102,9 +103,14 @@ def test_pytree_rebuild_is_not_validated():
 
 
 def test_cli_override_suggestion():
+  # The library's parser and message (fedsim.api.parse_algorithm), under the CLI's flag name.
   from experiments import common
-  with pytest.raises(ConfigError, match=r"did you mean local_steps\?"):
+  with pytest.raises(ConfigError, match=r"did you mean 'local_steps'\?") as err:
     common.parse_spec("fedavg:local_step=5")
+  assert err.value.flag == "algorithm"
+  with pytest.raises(ConfigError) as lib:
+    api.ExperimentConfig(algorithms=("fedavg:local_step=5",))
+  assert str(err.value).split(": ", 1)[1] == str(lib.value).split(": ", 1)[1]
 
 
 _PROBE = r"""

@@ -17,17 +17,18 @@ max/min compile time over the rounds sweep (1.0 = independent).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from experiments.bench.util import Settings, compile_chunk, make_benchmark_task
 
+TITLE = "compile time against rounds per chunk and N"
 ALGORITHMS = ("fedavg", "fedzo")
 
 
-def run_compile(settings: Settings, log: Callable[[str], None] = print) -> dict:
+def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
   """Runs the suite; returns ``{"records": [...], "rounds_ratio": {alg: ratio}}``."""
-  from fedsim import algorithms
   from experiments.bench.vmap import benchmark_hparams
+  from fedsim import algorithms
   rounds, clients = list(settings.compile_rounds), list(settings.compile_clients)
   n_mid = clients[min(1, len(clients) - 1)]
   r_mid = rounds[min(1, len(rounds) - 1)]
@@ -40,7 +41,7 @@ def run_compile(settings: Settings, log: Callable[[str], None] = print) -> dict:
       hp = benchmark_hparams(name)
       hp["clients_per_round"] = n
       alg = algorithms.build(name, task, **hp)
-      _, _, _, info = compile_chunk(alg, task, length, settings.seed)
+      _, info = compile_chunk(alg, task, length, settings.seed)
       rec = {"algorithm": name, "sweep": sweep, "num_clients": n, "rounds_per_chunk": length,
              "lower_s": info["lower_s"], "compile_s": info["compile_s"], "compile_cpu_s": info["compile_cpu_s"],
              "hlo_chars": info["hlo_chars"]}
@@ -62,6 +63,6 @@ def markdown(result: dict) -> str:
   for r in result["records"]:
     rows.append(f"| {r['algorithm']} | {r['sweep']} | {r['num_clients']} | {r['rounds_per_chunk']} "
                 f"| {r['lower_s']:.2f} | {r['compile_s']:.2f} | {r['compile_cpu_s']:.2f} | {r['hlo_chars'] or 'n/a'} |")
-  rows.append("\ncompile time max/min over the rounds sweep (wall; CPU): "
-              + ", ".join(f"{k} {v:.2f}; {result['rounds_ratio_cpu'][k]:.2f}" for k, v in result["rounds_ratio"].items()))
+  ratios = [f"{k} {v:.2f}; {result['rounds_ratio_cpu'][k]:.2f}" for k, v in result["rounds_ratio"].items()]
+  rows.append("\ncompile time max/min over the rounds sweep (wall; CPU): " + ", ".join(ratios))
   return "\n".join(rows) + "\n"

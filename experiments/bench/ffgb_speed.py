@@ -19,20 +19,28 @@ batch ``ffgb_batch`` = 128, App. B.3): N K = 112 learner trainings per round.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from experiments.bench.util import (Settings, chunk_runner, compile_chunk, mib, paired_median,
-                                    process_memory, state_finite, time_interleaved)
+from experiments.bench.util import (
+  Settings,
+  compile_chunk,
+  mib,
+  paired_median,
+  process_memory,
+  state_finite,
+  time_interleaved,
+)
+
+TITLE = "FFGB round time (digits homo_ratio, mlp oracle)"
 
 
-def run_ffgb(settings: Settings, log: Callable[[str], None] = print) -> dict:
+def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
   """Runs the suite; returns ``{"records": [one record]}``."""
   from experiments.bench.vmap import ffgb_loop, ffgb_parts
   task, alg, client, cfg = ffgb_parts(settings, settings.ffgb_oracle_steps)
   n, k = task.num_clients, cfg.local_steps
-  compiled, state, rk, info = compile_chunk(alg, task, 1, settings.seed)
-  run = chunk_runner(compiled, state, rk, task.data, 1)
-  loop = ffgb_loop(task, client, cfg, settings, state, rk, n)
+  run, info = compile_chunk(alg, task, 1, settings.seed)
+  loop = ffgb_loop(task, client, cfg, run.initial_state, run.rounds_key, n)
   reps = min(settings.repeats, 2)
   t = time_interleaved({"vmapped": (run, True), "loop": (loop, True)}, reps, 0.0)
   v, l = t["vmapped"], t["loop"]

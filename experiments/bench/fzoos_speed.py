@@ -30,10 +30,11 @@ alone on one client's shapes, with how many times a round calls each, so
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
-from experiments.bench.util import Settings, chunk_runner, compile_chunk, mib, process_memory, time_interleaved
+from experiments.bench.util import Settings, compile_chunk, mib, process_memory, time_interleaved
 
+TITLE = "FZooS round time (quadratic, Fig. 1 settings, float64)"
 AUTHORS_SECONDS_PER_ROUND = 33.0
 
 
@@ -48,6 +49,7 @@ def profile_pieces(cfg, dim: int, repeats: int, seed: int = 0) -> dict:
   """
   import jax
   import jax.numpy as jnp
+
   from fedsim.estimators import gp as gpm
   from fedsim.estimators import rff as rffm
   T, kind, ls, noise = cfg.local_steps, cfg.kernel, cfg.lengthscale, cfg.gp_noise
@@ -102,7 +104,7 @@ def available_memory_bytes() -> int | None:
   return None
 
 
-def run_fzoos(settings: Settings, log: Callable[[str], None] = print,
+def run(settings: Settings, log: Callable[[str], None] = print,
               blas_default_comparison: bool = True) -> dict:
   """Runs the suite; returns ``{"records": [...], "authors_seconds_per_round": 33.0}``.
 
@@ -110,14 +112,15 @@ def run_fzoos(settings: Settings, log: Callable[[str], None] = print,
   BLAS libraries at ``os.cpu_count()`` threads (``seconds_per_round_blas_default_threads``).
   """
   import jax
-  from fedsim import algorithms
+
   from experiments.bench.vmap import fzoos_hparams, fzoos_task
+  from fedsim import algorithms
   records = []
   with jax.enable_x64(True):
     for i, (n, m) in enumerate(settings.fzoos_configs):
       task = fzoos_task(n, settings.fzoos_dim, settings.seed)
       alg = algorithms.build("fzoos", task, **fzoos_hparams(settings, m))
-      compiled, state, rk, info = compile_chunk(alg, task, 1, settings.seed)
+      run, info = compile_chunk(alg, task, 1, settings.seed)
       need, avail = info["memory"]["total_bytes"], available_memory_bytes()
       if need is not None and avail is not None and need > 0.8 * avail:
         # Not run: it would be killed for memory (and take the machine's other jobs with it).
@@ -127,9 +130,8 @@ def run_fzoos(settings: Settings, log: Callable[[str], None] = print,
                         "memory": info["memory"]})
         log(f"[fzoos N={n} M={m}] NOT RUN: the compiled round needs {mib(need)} MiB, "
             f"{mib(avail)} MiB available")
-        del task, alg, compiled, state
+        del task, alg, run
         continue
-      run = chunk_runner(compiled, state, rk, task.data, 1)
       reps = settings.repeats if n <= 5 else 1
       t = time_interleaved({"round": (run, True)}, reps, 0.0)["round"]
       spr = t["best"]
@@ -163,7 +165,7 @@ def run_fzoos(settings: Settings, log: Callable[[str], None] = print,
             + ", ".join(f"{k} {1e3 * s:.1f} ms" for k, s in top)
             + f"; N x sum = {rec['profile_estimate_s']:.3g} s vs measured {spr:.3g} s")
       records.append(rec)
-      del task, alg, compiled, state, run
+      del task, alg, run
   return {"records": records, "authors_seconds_per_round": AUTHORS_SECONDS_PER_ROUND}
 
 

@@ -35,10 +35,11 @@ two is the engine's overhead (sampling, gathers, the H-step scan, RNG).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from experiments.bench.util import (Settings, chunk_runner, compile_chunk, make_benchmark_task,
-                                    paired_median, time_interleaved)
+from experiments.bench.util import Settings, compile_chunk, make_benchmark_task, paired_median, time_interleaved
+
+TITLE = "roofline"
 
 
 def matmul_peak(n: int, repeats: int, min_time: float) -> dict:
@@ -94,10 +95,10 @@ def _hiso_kernel(n, b, d_in, c, evals, seed):
   return lambda: jax.block_until_ready(fwd(x, w))
 
 
-def run_roofline(settings: Settings, log: Callable[[str], None] = print) -> dict:
+def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
   """Runs the suite; returns ``{"peak": ..., "records": [...]}``."""
-  from fedsim import algorithms
   from experiments.bench import vmap
+  from fedsim import algorithms
   n = settings.roofline_clients
   peak = matmul_peak(settings.matmul_size, settings.repeats, settings.min_time)
   log(f"[roofline] float32 {peak['n']}x{peak['n']} matmul: {peak['flops_per_s'] / 1e9:,.1f} GFLOP/s "
@@ -111,8 +112,7 @@ def run_roofline(settings: Settings, log: Callable[[str], None] = print) -> dict
     alg = algorithms.build(name, task, **hp)
     cfg = alg.hparams
     length = settings.rounds_per_chunk
-    compiled, state, rk, _ = compile_chunk(alg, task, length, settings.seed)
-    run = chunk_runner(compiled, state, rk, task.data, length)
+    run, _ = compile_chunk(alg, task, length, settings.seed)
     if name == "fedavg":
       steps, b = cfg.local_steps, cfg.batch_size
       flops = n * steps * b * 4 * d_in * c
@@ -141,7 +141,7 @@ def run_roofline(settings: Settings, log: Callable[[str], None] = print) -> dict
   hp["clients_per_round"] = n
   alg = algorithms.build("fedzo", task, **hp)
   cfg = alg.hparams
-  run, _ = vmap.prepare_vmapped(alg, task, settings)
+  run, _ = compile_chunk(alg, task, settings.rounds_per_chunk, settings.seed)
   per_round = n * cfg.local_steps * cfg.fd_directions * task.dim
   raw, law, ninfo = vmap.prepare_normals(per_round, task.dim, cfg.fd_directions, cfg.direction, settings,
                                          steps_per_call=n)

@@ -18,11 +18,11 @@ log(seconds per round) against log(N) over the N in [10^3, 10^5] (issue 8:
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
-from experiments.bench.util import (Settings, chunk_runner, compile_chunk, make_benchmark_task, mib,
-                                    process_memory, time_interleaved)
+from experiments.bench.util import Settings, compile_chunk, make_benchmark_task, mib, process_memory, time_interleaved
 
+TITLE = "FedZO scaling in N (digits softmax, full participation)"
 GIB24 = 24 * 2 ** 30
 
 
@@ -36,15 +36,14 @@ def loglog_slope(ns, seconds) -> float | None:
   return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else None
 
 
-def run_scaling(settings: Settings, log: Callable[[str], None] = print) -> dict:
+def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
   """Runs the suite; returns ``{"records": [...], "slope": ..., "slope_range": [lo, hi], ...}``."""
   from fedsim import algorithms
   records = []
   for n in sorted(settings.scaling_clients):
     task = make_benchmark_task(n, settings.samples_per_client, settings.seed)
     alg = algorithms.build("fedzo", task, clients_per_round=n)
-    compiled, state, rounds_key, info = compile_chunk(alg, task, 1, settings.seed)
-    run = chunk_runner(compiled, state, rounds_key, task.data, 1)
+    run, info = compile_chunk(alg, task, 1, settings.seed)
     warm = n <= 10000
     t = time_interleaved({"round": (run, warm)}, settings.scaling_repeats, 1.0 if warm else 0.0)["round"]
     mem = dict(info["memory"], **process_memory())
@@ -57,7 +56,7 @@ def run_scaling(settings: Settings, log: Callable[[str], None] = print) -> dict:
     log(f"[scaling fedzo N={n}] {t['best']:.4g} s/round (cpu/wall {t['cpu_per_wall']:.2f}); compile "
         f"{info['compile_s']:.2f} s; compiled temp {mib(mem['temp_bytes'])} + args {mib(mem['argument_bytes'])} "
         f"MiB; peak RSS {mib(mem['peak_rss_bytes'])} MiB")
-    del task, alg, compiled, state, run
+    del task, alg, run
   lo, hi = 1000, 100000
   sel = [r for r in records if lo <= r["num_clients"] <= hi]
   if len(sel) < 2:  # --quick or a custom list: fit over everything measured

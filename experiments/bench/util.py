@@ -18,7 +18,7 @@ import resource
 import statistics
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 SUITES = ("vmap", "scaling", "roofline", "compile", "fzoos", "ffgb")
 QUICK_MAX_NORMALS = 1 << 20
@@ -77,7 +77,7 @@ class Settings:
   client_block: int | None = None
 
   @classmethod
-  def make(cls, quick: bool = False, **overrides) -> "Settings":
+  def make(cls, quick: bool = False, **overrides) -> Settings:
     """Defaults, then ``--quick``'s reductions, then explicit ``overrides``.
 
     ``None`` values in ``overrides`` are ignored (flag not given).
@@ -102,6 +102,7 @@ def make_benchmark_task(num_clients: int, samples_per_client: int = 20, seed: in
   (N, samples_per_client))``. d = 650 (64 inputs x 10 classes + 10 biases).
   """
   import numpy as np
+
   from fedsim.data import load_digits, to_client_arrays
   from fedsim.tasks.classification import make_classification_task
 
@@ -117,12 +118,18 @@ def compile_chunk(alg, task, length: int, seed: int = 0):
   """Lowers and compiles one engine chunk of ``length`` rounds (``fedsim.core.engine.make_chunk``).
 
   Returns:
-    (compiled, state, rounds_key, info): ``info`` has ``lower_s`` (tracing and
-    lowering seconds), ``compile_s`` (XLA compile seconds), ``hlo_chars`` (size
-    of the lowered StableHLO text) and ``memory`` (:func:`compiled_memory`).
+    (run, info). ``run()`` runs the compiled chunk once and blocks; successive
+    calls chain the state and the round index (off CPU, where the chunk
+    donates its state, from a copy of the initial state). ``run.state()``
+    is the current state, ``run.initial_state`` the initial one (for baselines
+    that redo round 0) and ``run.rounds_key`` the run's rounds key. ``info`` has
+    ``lower_s`` (tracing and lowering seconds), ``compile_s`` (XLA compile
+    seconds), ``compile_cpu_s``, ``hlo_chars`` (size of the lowered StableHLO
+    text) and ``memory`` (:func:`compiled_memory`).
   """
   import jax
   import jax.numpy as jnp
+
   from fedsim.core import engine, rng
 
   key = jax.random.key(seed)
@@ -138,24 +145,18 @@ def compile_chunk(alg, task, length: int, seed: int = 0):
     hlo_chars = len(lowered.as_text())
   except Exception:  # pylint: disable=broad-except
     hlo_chars = None
-  return compiled, state, rounds_key, {"lower_s": lower_s, "compile_s": compile_s, "compile_cpu_s": compile_cpu_s,
-                                       "hlo_chars": hlo_chars, "memory": compiled_memory(compiled)}
-
-
-def chunk_runner(compiled, state, rounds_key, data, length: int):
-  """``run()``: runs the compiled chunk once on the current state and blocks; successive
-  calls chain the state and the round index. ``run.state()`` returns the current state."""
-  import jax
-  import jax.numpy as jnp
-  box = {"state": state, "round": 0}
+  # The chunk donates its state off CPU: there it runs from a copy, so initial_state stays valid.
+  first = state if jax.default_backend() == "cpu" else jax.tree_util.tree_map(jnp.copy, state)
+  box = {"state": first, "round": 0}
 
   def run():
-    s, stats = compiled(box["state"], data, rounds_key, jnp.int32(box["round"]))
+    s, stats = compiled(box["state"], task.data, rounds_key, jnp.int32(box["round"]))
     jax.block_until_ready((s, stats))
     box["state"], box["round"] = s, box["round"] + length
 
-  run.state = lambda: box["state"]
-  return run
+  run.state, run.initial_state, run.rounds_key = (lambda: box["state"]), state, rounds_key
+  return run, {"lower_s": lower_s, "compile_s": compile_s, "compile_cpu_s": compile_cpu_s,
+               "hlo_chars": hlo_chars, "memory": compiled_memory(compiled)}
 
 
 def state_finite(state) -> bool:
@@ -165,16 +166,6 @@ def state_finite(state) -> bool:
   leaves = jax.tree_util.tree_leaves(state)
   return bool(all(jnp.all(jnp.isfinite(l)) for l in leaves
                   if hasattr(l, "dtype") and jnp.issubdtype(l.dtype, jnp.floating)))
-
-
-def timed(fn, repeats: int, warmup: bool = True) -> dict:
-  """Times a blocking ``fn`` ``repeats`` times after an optional warm-up call.
-
-  Returns:
-    ``seconds`` (one per repeat), ``best``, ``median``, ``cpu_seconds``,
-    ``cpu_per_wall``, ``warmup_s``.
-  """
-  return time_interleaved({"f": (fn, warmup)}, repeats, 0.0)["f"]
 
 
 def time_interleaved(fns: dict, repeats: int, min_time: float) -> dict:

@@ -50,13 +50,23 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from experiments.bench.util import (Settings, compile_chunk, chunk_runner, compiled_memory, jsonable,
-                                    make_benchmark_task, mib, paired_median, process_memory,
-                                    state_finite, time_interleaved)
+from experiments.bench.util import (
+  Settings,
+  compile_chunk,
+  jsonable,
+  make_benchmark_task,
+  mega,
+  mib,
+  paired_median,
+  process_memory,
+  rate,
+  state_finite,
+  time_interleaved,
+)
 
+TITLE = "vmapped engine vs one client at a time"
 # Per-algorithm hyperparameters of the benchmark (FedAvgConfig algorithms);
 # FedZO keeps its paper defaults.
 FIRST_ORDER_HPARAMS = {"lr": 0.1, "local_steps": 5, "batch_size": 20}
@@ -64,8 +74,6 @@ MAX_PIECE = 1 << 25     # largest single jax.random.normal call (numbers) for th
 DELTA_AVERAGING = ("fedavg", "fedadam", "fedyogi", "fedadagrad", "fedzo")
 LOOPED = ("decomfl", "hiso", "fzoos", "ffgb")
 ALGORITHMS = DELTA_AVERAGING + LOOPED
-
-_paired_median, _mib, _jsonable = paired_median, mib, jsonable
 
 
 def benchmark_hparams(name: str) -> dict:
@@ -92,43 +100,6 @@ def _client_update_parts(cfg):
   raise ValueError(f"no sequential baseline for config {type(cfg).__name__}")
 
 
-
-def prepare_vmapped(alg, task, settings: Settings):
-  """Compiles one chunk of ``rounds_per_chunk`` rounds of the engine.
-
-  Returns:
-    (run_chunk, info): ``run_chunk()`` runs the compiled chunk once on the
-    current state and blocks (successive calls chain the state and the round
-    index); ``info`` has ``compile_s``, ``memory`` (:func:`compiled_memory`)
-    and ``state_finite()`` (whether the current state is finite).
-  """
-  import jax
-  import jax.numpy as jnp
-  from fedsim.core import engine, rng
-
-  key = jax.random.key(settings.seed)
-  state = jax.jit(alg.init)(*rng.init_keys(key))
-  rounds_key = rng.stream(key, "rounds")
-  length = settings.rounds_per_chunk
-  t = time.perf_counter()
-  compiled = engine.make_chunk(alg).lower(state, task.data, rounds_key, jnp.int32(0), length).compile()
-  compile_s = time.perf_counter() - t
-  box = {"state": state, "round": 0}
-
-  def run_chunk():
-    # Chains the states (the state is donated on accelerators).
-    s, stats = compiled(box["state"], task.data, rounds_key, jnp.int32(box["round"]))
-    jax.block_until_ready((s, stats))
-    box["state"], box["round"] = s, box["round"] + length
-
-  def state_finite():
-    leaves = jax.tree_util.tree_leaves(box["state"])
-    return bool(all(jnp.all(jnp.isfinite(l)) for l in leaves if jnp.issubdtype(l.dtype, jnp.floating)))
-
-  return run_chunk, {"compile_s": compile_s, "memory": compiled_memory(compiled),
-                     "state_finite": state_finite}
-
-
 def prepare_sequential(alg, task, settings: Settings):
   """The sequential baseline: a Python loop over clients of a per-client jitted update.
 
@@ -147,6 +118,7 @@ def prepare_sequential(alg, task, settings: Settings):
   """
   import jax
   import jax.numpy as jnp
+
   from fedsim.algorithms.local import flat_problem, make_local_update
   from fedsim.core import rng
 
@@ -197,6 +169,7 @@ def prepare_normals(count: int, dim: int, b2: int, law: str, settings: Settings,
     ``pieces``.
   """
   import jax
+
   from fedsim.estimators import directions
 
   if settings.max_normals is not None:
@@ -221,15 +194,73 @@ def prepare_normals(count: int, dim: int, b2: int, law: str, settings: Settings,
   return workload(raw), workload(law_fn), {"count": pieces * steps_piece * b2 * dim, "pieces": pieces}
 
 
+# ----------------------------------------------------------------------------- records
 
-# ----------------------------------------------------------------------------- one record
+
+def _record(name, n, s, steps, unit, dim, run_chunk, vinfo, timing, length, log, tag, note, extra=None):
+  """The record of one (algorithm, N): the engine chunk against a loop over S of the N clients.
+
+  Logs three lines (vmapped, one client at a time, memory).
+
+  Args:
+    steps: rate units per client per round (local steps; FFGB: learner trainings), named ``unit``.
+    run_chunk, vinfo: the engine chunk of ``length`` rounds and its info (:func:`compile_chunk`).
+    timing: :func:`time_interleaved` results: ``vmapped`` (the chunk), ``sequential`` (one pass
+      of the loop over S clients) and optionally ``sequential_inloop`` (:func:`prepare_sequential`).
+    extra: more fields of the record.
+  """
+  vt, st = timing["vmapped"], timing["sequential"]
+  round_s = [t / length for t in vt["seconds"]]
+  spr = min(round_s)
+  vm_rate, sq_rate = n * steps / spr, s * steps / st["best"]
+  vm_rates = [n * steps * length / t for t in vt["seconds"]]   # per repeat, side by side
+  speedup = paired_median(vm_rates, [s * steps / t for t in st["seconds"]])
+  mem = dict(vinfo["memory"], **process_memory())
+  rec = {
+      "algorithm": name, "num_clients": n, "dim": dim, "local_steps": steps, "rate_unit": unit,
+      "rounds_per_chunk": length, "repeats": len(vt["seconds"]), "lower_s": vinfo["lower_s"],
+      "compile_s": vinfo["compile_s"], "first_chunk_s": vt["warmup_s"],
+      "seconds_per_round": spr, "seconds_per_round_median": statistics.median(round_s),
+      "seconds_per_round_all": round_s, "chunks_per_repeat": vt["calls_per_repeat"],
+      "cpu_seconds_per_round": min(vt["cpu_seconds"]) / length,
+      "vmapped_cpu_per_wall": vt["cpu_per_wall"], "vmapped_steps_per_s": vm_rate,
+      "state_finite": state_finite(run_chunk.state()),
+      "sequential_clients_timed": s, "sequential_subset": s < n,
+      "sequential_seconds_per_client": st["best"] / s,
+      "sequential_seconds_per_client_median": st["median"] / s,
+      "sequential_cpu_seconds_per_client": min(st["cpu_seconds"]) / s,
+      "sequential_passes_per_repeat": st["calls_per_repeat"], "sequential_cpu_per_wall": st["cpu_per_wall"],
+      "sequential_steps_per_s": sq_rate, "sequential_note": note,
+      "speedup": speedup, "speedup_of_best": vm_rate / sq_rate,
+      # The same ratio in CPU seconds of this process (less sensitive to other processes' load).
+      "speedup_cpu": paired_median([n * steps * length / max(c, 1e-12) for c in vt["cpu_seconds"]],
+                                   [s * steps / max(c, 1e-12) for c in st["cpu_seconds"]]),
+      "memory": mem, "directions": None, **(extra or {}),
+  }
+  inloop = ""
+  if "sequential_inloop" in timing:
+    it = timing["sequential_inloop"]
+    rec.update(sequential_inloop_seconds_per_client=it["best"] / s,
+               sequential_inloop_steps_per_s=s * steps / it["best"],
+               speedup_vs_inloop=paired_median(vm_rates, [s * steps / t for t in it["seconds"]]))
+    inloop = (f" (slicing rows and keys in the loop: {it['best'] / s * 1e3:.3g} ms/client, "
+              f"speedup {rec['speedup_vs_inloop']:.2f}x)")
+  log(f"{tag} vmapped: {spr:.4g} s/round (median {rec['seconds_per_round_median']:.4g}), {vm_rate:,.1f} "
+      f"{unit}/s; lower {vinfo['lower_s']:.2f} s, compile {vinfo['compile_s']:.2f} s; "
+      f"cpu/wall {vt['cpu_per_wall']:.2f}")
+  log(f"{tag} one client at a time ({s} of {n} clients timed): {st['best'] / s * 1e3:.4g} ms/client, "
+      f"{sq_rate:,.1f} {unit}/s; speedup {speedup:.2f}x; cpu/wall {st['cpu_per_wall']:.2f}{inloop}")
+  log(f"{tag} memory: compiled temp {mib(mem['temp_bytes'])} + args {mib(mem['argument_bytes'])} "
+      f"+ out {mib(mem['output_bytes'])} MiB; peak RSS {mib(mem['peak_rss_bytes'])} MiB"
+      + (f"; device peak {mib(mem['device_peak_bytes'])} MiB" if mem["device_peak_bytes"] else ""))
+  return rec
 
 
 def benchmark_one(name: str, num_clients: int, settings: Settings,
                   log: Callable[[str], None] = print) -> dict:
-  """Every measurement for one (algorithm, N); one ``log`` line per measurement.
+  """Every measurement for one delta-averaging (algorithm, N); one ``log`` line per measurement.
 
-  The engine chunk, the sequential loop and (zeroth-order algorithms) the raw
+  The engine chunk, the sequential loops and (zeroth-order algorithms) the raw
   normal and direction-law workloads are timed in alternation
   (:func:`time_interleaved`). Rates use the best repeat of each; ``speedup``
   and the direction ``ratio`` are medians of the ratios of side-by-side
@@ -249,9 +280,8 @@ def benchmark_one(name: str, num_clients: int, settings: Settings,
   cfg = alg.hparams
   _, _, zeroth_order = _client_update_parts(cfg)
   d, n, h, length = task.dim, num_clients, cfg.local_steps, settings.rounds_per_chunk
-  tag = f"[{name} N={n}]"
 
-  run_chunk, vinfo = prepare_vmapped(alg, task, settings)
+  run_chunk, vinfo = compile_chunk(alg, task, length, settings.seed)
   one_round, one_round_inloop, s = prepare_sequential(alg, task, settings)
   fns = {"vmapped": (run_chunk, True), "sequential": (one_round, True),
          "sequential_inloop": (one_round_inloop, True)}
@@ -263,68 +293,26 @@ def benchmark_one(name: str, num_clients: int, settings: Settings,
     warm = ninfo["count"] <= MAX_PIECE * 4
     fns.update(raw=(raw, warm), law=(law, warm))
   timing = time_interleaved(fns, settings.repeats, settings.min_time)
-
-  vt, st = timing["vmapped"], timing["sequential"]
-  round_s = [t / length for t in vt["seconds"]]
-  spr = min(round_s)
-  vm_rate = n * h / spr
-  log(f"{tag} vmapped: {spr:.4g} s/round (median {statistics.median(round_s):.4g}), "
-      f"{vm_rate:,.0f} client steps/s; compile {vinfo['compile_s']:.2f} s; cpu/wall {vt['cpu_per_wall']:.2f}")
-
-  sq_rate = s * h / st["best"]
-  # Client steps per second of each, repeat by repeat.
-  speedup = _paired_median([n * h * length / t for t in vt["seconds"]], [s * h / t for t in st["seconds"]])
-  it = timing["sequential_inloop"]
-  speedup_inloop = _paired_median([n * h * length / t for t in vt["seconds"]], [s * h / t for t in it["seconds"]])
-  log(f"{tag} sequential ({s} of {n} clients timed): {st['best'] / s * 1e3:.3g} ms/client, "
-      f"{sq_rate:,.0f} client steps/s; speedup {speedup:.2f}x; cpu/wall {st['cpu_per_wall']:.2f} "
-      f"(slicing rows and keys in the loop: {it['best'] / s * 1e3:.3g} ms/client, speedup {speedup_inloop:.2f}x)")
-
-  mem = dict(vinfo["memory"], **process_memory())
-  log(f"{tag} memory: compiled temp {_mib(mem['temp_bytes'])} + args {_mib(mem['argument_bytes'])} "
-      f"+ out {_mib(mem['output_bytes'])} MiB; peak RSS {_mib(mem['peak_rss_bytes'])} MiB"
-      + (f"; device peak {_mib(mem['device_peak_bytes'])} MiB" if mem["device_peak_bytes"] else ""))
-
-  record = {
-      "algorithm": name, "num_clients": n, "dim": d, "local_steps": h, "batch_size": cfg.batch_size,
-      "hparams": {k: _jsonable(v) for k, v in dataclasses.asdict(cfg).items()},
-      "samples_per_client": settings.samples_per_client, "rounds_per_chunk": length,
-      "repeats": settings.repeats, "compile_s": vinfo["compile_s"], "first_chunk_s": vt["warmup_s"],
-      "seconds_per_round": spr, "seconds_per_round_median": statistics.median(round_s),
-      "seconds_per_round_all": round_s, "chunks_per_repeat": vt["calls_per_repeat"],
-      "cpu_seconds_per_round": min(vt["cpu_seconds"]) / length,
-      "vmapped_cpu_per_wall": vt["cpu_per_wall"], "vmapped_steps_per_s": vm_rate,
-      "state_finite": vinfo["state_finite"](),
-      "sequential_clients_timed": s, "sequential_subset": s < n,
-      "sequential_seconds_per_client": st["best"] / s,
-      "sequential_seconds_per_client_median": st["median"] / s,
-      "sequential_cpu_seconds_per_client": min(st["cpu_seconds"]) / s,
-      "sequential_passes_per_repeat": st["calls_per_repeat"], "sequential_cpu_per_wall": st["cpu_per_wall"],
-      "sequential_steps_per_s": sq_rate,
-      "sequential_note": ("python loop over clients of a per-client jitted make_local_update; "
-                          f"{s} of {n} clients timed; rates per client local step"),
-      "speedup": speedup, "speedup_of_best": vm_rate / sq_rate,
-      # The same ratio in CPU seconds of this process (less sensitive to other processes' load).
-      "speedup_cpu": _paired_median([n * h * length / max(c, 1e-12) for c in vt["cpu_seconds"]],
-                                    [s * h / max(c, 1e-12) for c in st["cpu_seconds"]]),
-      "sequential_inloop_seconds_per_client": it["best"] / s,
-      "sequential_inloop_steps_per_s": s * h / it["best"], "speedup_vs_inloop": speedup_inloop,
-      "memory": mem, "directions": None,
-  }
+  tag = f"[{name} N={n}]"
+  note = ("python loop over clients of a per-client jitted make_local_update; "
+          f"{s} of {n} clients timed; rates per client local step")
+  record = _record(name, n, s, h, "client steps", d, run_chunk, vinfo, timing, length, log, tag, note,
+                   {"batch_size": cfg.batch_size, "samples_per_client": settings.samples_per_client,
+                    "hparams": {k: jsonable(v) for k, v in dataclasses.asdict(cfg).items()}})
 
   if zeroth_order:
-    rt, lt = timing["raw"], timing["law"]
+    vt, rt, lt = timing["vmapped"], timing["raw"], timing["law"]
     count = ninfo["count"]
-    engine_rate = per_round / spr
+    engine_rate = per_round / record["seconds_per_round"]
     raw_rate, law_rate = count / rt["best"], count / lt["best"]
     # Per repeat: (numbers per second in the engine) / (raw numbers per second).
-    ratio = _paired_median([per_round * length / t for t in vt["seconds"]], [count / t for t in rt["seconds"]])
+    ratio = paired_median([per_round * length / t for t in vt["seconds"]], [count / t for t in rt["seconds"]])
     record["directions"] = {
         "law": cfg.direction, "fd_directions": b2, "per_round": per_round,
         "engine_per_s": engine_rate, "raw_normal_per_s": raw_rate, "law_per_s": law_rate,
         "ratio": ratio, "ratio_of_best": engine_rate / raw_rate, "law_ratio": law_rate / raw_rate,
-        "ratio_cpu": _paired_median([per_round * length / max(c, 1e-12) for c in vt["cpu_seconds"]],
-                                    [count / max(c, 1e-12) for c in rt["cpu_seconds"]]),
+        "ratio_cpu": paired_median([per_round * length / max(c, 1e-12) for c in vt["cpu_seconds"]],
+                                   [count / max(c, 1e-12) for c in rt["cpu_seconds"]]),
         "raw_normal_count": count, "raw_normal_pieces": ninfo["pieces"],
         "raw_normal_seconds": rt["seconds"], "law_seconds": lt["seconds"],
         "raw_normal_cpu_per_wall": rt["cpu_per_wall"],
@@ -367,43 +355,28 @@ def run_benchmark(algorithm_names: Sequence[str], num_clients: Sequence[int], se
   return records
 
 
+def markdown(result: dict) -> str:
+  """The records as a markdown table (rates in client local steps per second; FFGB: learners)."""
+  head = ("| algorithm | N | s/round | vmapped rate | one-at-a-time rate (clients timed) | unit | speedup "
+          "| speedup in CPU s | cpu/wall vmapped, loop | compiled temp+arg+out MiB | peak RSS MiB "
+          "| directions M/s engine | raw normal M/s | ratio (in CPU s) |")
+  rows = [head, "|" + "---|" * 14]
+  for r in result["records"]:
+    m, dr = r["memory"], r["directions"] or {}
+    rows.append(
+        f"| {r['algorithm']} | {r['num_clients']} | {r['seconds_per_round']:.4g} "
+        f"| {rate(r['vmapped_steps_per_s'])} "
+        f"| {rate(r['sequential_steps_per_s'])} ({r['sequential_clients_timed']}) "
+        f"| {r.get('rate_unit', 'client steps')}/s | {r['speedup']:.2f}x "
+        f"| {r['speedup_cpu']:.2f}x "
+        f"| {r['vmapped_cpu_per_wall']:.2f}, {r['sequential_cpu_per_wall']:.2f} "
+        f"| {mib(m['total_bytes'])} | {mib(m['peak_rss_bytes'])} | {mega(dr.get('engine_per_s'))} "
+        f"| {mega(dr.get('raw_normal_per_s'))} "
+        f"| {'' if not dr else format(dr['ratio'], '.2f') + ' (' + format(dr['ratio_cpu'], '.2f') + ')'} |")
+  return "\n".join(rows) + "\n"
+
+
 # ----------------------------------------------------------------------------- looped baselines
-
-
-def _looped_record(name, task_dim, n, s, steps, unit, vinfo, vt, st, length, log, tag, note, extra=None):
-  """The common record of an algorithm whose sequential side loops over S of N clients.
-
-  ``vt``/``st``: :func:`time_interleaved` results of the engine chunk (``length``
-  rounds) and of one pass of the loop over S clients.
-  """
-  round_s = [t / length for t in vt["seconds"]]
-  spr = min(round_s)
-  vm_rate = n * steps / spr
-  sq_rate = s * steps / st["best"]
-  speedup = paired_median([n * steps * length / t for t in vt["seconds"]], [s * steps / t for t in st["seconds"]])
-  mem = dict(vinfo["memory"], **process_memory())
-  log(f"{tag} vmapped: {spr:.4g} s/round, {vm_rate:,.1f} {unit}/s; compile {vinfo['compile_s']:.2f} s; "
-      f"cpu/wall {vt['cpu_per_wall']:.2f}")
-  log(f"{tag} one client at a time ({s} of {n} clients timed): {st['best'] / s * 1e3:.4g} ms/client, "
-      f"{sq_rate:,.1f} {unit}/s; speedup {speedup:.2f}x; cpu/wall {st['cpu_per_wall']:.2f}; "
-      f"memory: compiled {mib(mem['total_bytes'])} MiB, peak RSS {mib(mem['peak_rss_bytes'])} MiB")
-  rec = {
-      "algorithm": name, "num_clients": n, "dim": task_dim, "local_steps": steps, "rate_unit": unit,
-      "rounds_per_chunk": length, "compile_s": vinfo["compile_s"], "first_chunk_s": vt["warmup_s"],
-      "seconds_per_round": spr, "seconds_per_round_median": statistics.median(round_s),
-      "seconds_per_round_all": round_s, "cpu_seconds_per_round": min(vt["cpu_seconds"]) / length,
-      "vmapped_cpu_per_wall": vt["cpu_per_wall"], "vmapped_steps_per_s": vm_rate,
-      "sequential_clients_timed": s, "sequential_subset": s < n,
-      "sequential_seconds_per_client": st["best"] / s, "sequential_cpu_per_wall": st["cpu_per_wall"],
-      "sequential_cpu_seconds_per_client": min(st["cpu_seconds"]) / s,
-      "sequential_steps_per_s": sq_rate, "sequential_note": note, "speedup": speedup,
-      "speedup_of_best": vm_rate / sq_rate, "memory": mem, "directions": None,
-      # The same ratio in CPU seconds of this process (less sensitive to other processes' load).
-      "speedup_cpu": paired_median([n * steps * length / max(c, 1e-12) for c in vt["cpu_seconds"]],
-                                   [s * steps / max(c, 1e-12) for c in st["cpu_seconds"]]),
-  }
-  rec.update(extra or {})
-  return rec
 
 
 def benchmark_hiso(name: str, num_clients: int, settings: Settings, log: Callable[[str], None] = print) -> dict:
@@ -414,22 +387,17 @@ def benchmark_hiso(name: str, num_clients: int, settings: Settings, log: Callabl
   alg = algorithms.build(name, task, clients_per_round=num_clients)
   cfg = alg.hparams
   length, n = settings.rounds_per_chunk, num_clients
-  compiled, state, rounds_key, vinfo = compile_chunk(alg, task, length, settings.seed)
-  run_chunk = chunk_runner(compiled, state, rounds_key, task.data, length)
-
+  run_chunk, vinfo = compile_chunk(alg, task, length, settings.seed)
   s = min(n, settings.sequential_clients)
-  one_round = hiso_loop(name, task, cfg, state, rounds_key, s)
+  one_round = hiso_loop(name, task, cfg, run_chunk.initial_state, run_chunk.rounds_key, s)
   timing = time_interleaved({"vmapped": (run_chunk, True), "sequential": (one_round, True)},
                             settings.repeats, settings.min_time)
-  tag = f"[{name} N={n}]"
   note = ("python loop over clients of jitted hiso_parts(...).client_scalars (Alg. 2b), "
           f"then apply_round once; {s} of {n} clients timed; rates per client local step")
-  rec = _looped_record(name, task.dim, n, s, cfg.local_steps, "client steps", vinfo, timing["vmapped"],
-                       timing["sequential"], length, log, tag, note,
-                       {"batch_size": cfg.batch_size, "num_perturbations": cfg.num_perturbations,
-                        "hparams": {k: jsonable(v) for k, v in dataclasses.asdict(cfg).items()}})
-  rec["state_finite"] = state_finite(run_chunk.state())
-  return rec
+  return _record(name, n, s, cfg.local_steps, "client steps", task.dim, run_chunk, vinfo, timing, length, log,
+                 f"[{name} N={n}]", note,
+                 {"batch_size": cfg.batch_size, "num_perturbations": cfg.num_perturbations,
+                  "hparams": {k: jsonable(v) for k, v in dataclasses.asdict(cfg).items()}})
 
 
 def hiso_loop(name, task, cfg, state, rounds_key, s: int):
@@ -438,6 +406,7 @@ def hiso_loop(name, task, cfg, state, rounds_key, s: int):
   ``apply_round`` (Alg. 2 lines 13-16) once. Returns a blocking ``one_round()``; after a call,
   ``one_round.result`` is the new (x, h)."""
   import jax
+
   from fedsim.algorithms.hiso import hiso_parts
   from fedsim.core import rng
   parts = hiso_parts(task, cfg, preconditioned=(name == "hiso"))
@@ -487,6 +456,7 @@ def benchmark_fzoos_loop(settings: Settings, log: Callable[[str], None] = print)
   Float64 (``jax.enable_x64``), as the Fig. 1 flagfile runs it.
   """
   import jax
+
   from fedsim import algorithms
   from fedsim.core import rng
 
@@ -496,8 +466,7 @@ def benchmark_fzoos_loop(settings: Settings, log: Callable[[str], None] = print)
     task = fzoos_task(n, settings.fzoos_dim, settings.seed)
     hp = fzoos_hparams(settings, M)
     alg = algorithms.build("fzoos", task, **hp)
-    compiled, state, rounds_key, vinfo = compile_chunk(alg, task, length, settings.seed)
-    run_chunk = chunk_runner(compiled, state, rounds_key, task.data, length)
+    run_chunk, vinfo = compile_chunk(alg, task, length, settings.seed)
 
     s = min(n, settings.sequential_clients)
     tasks1 = [single_client_task(task, i) for i in range(s)]
@@ -510,7 +479,7 @@ def benchmark_fzoos_loop(settings: Settings, log: Callable[[str], None] = print)
 
     def one_round():
       r = box["round"]
-      _, k_clients, _ = rng.round_subkeys(rng.round_key(rounds_key, r))
+      _, k_clients, _ = rng.round_subkeys(rng.round_key(run_chunk.rounds_key, r))
       new = [round1(st, rng.client_key(k_clients, i), d)[0]
              for i, (st, d) in enumerate(zip(box["states"], datas))]
       x = sum(st.x for st in new) / s                                   # Alg. 1 server average
@@ -519,14 +488,12 @@ def benchmark_fzoos_loop(settings: Settings, log: Callable[[str], None] = print)
 
     timing = time_interleaved({"vmapped": (run_chunk, True), "sequential": (one_round, True)},
                               settings.repeats, 0.0)
-  tag = f"[fzoos N={n} M={M} d={settings.fzoos_dim}]"
-  note = ("python loop over clients of FZooS's own jitted round on a single-client task (N = 1): "
-          "one client's T local steps, active queries and RFF fit per call; "
-          f"{s} of {n} clients timed; rates per client local step; float64")
-  return _looped_record("fzoos", settings.fzoos_dim, n, s, settings.fzoos_steps, "client steps", vinfo,
-                        timing["vmapped"], timing["sequential"], length, log, tag, note,
-                        {"num_rff": M, "dtype": "float64",
-                         "state_finite": state_finite(run_chunk.state())})
+    note = ("python loop over clients of FZooS's own jitted round on a single-client task (N = 1): "
+            "one client's T local steps, active queries and RFF fit per call; "
+            f"{s} of {n} clients timed; rates per client local step; float64")
+    return _record("fzoos", n, s, settings.fzoos_steps, "client steps", settings.fzoos_dim, run_chunk, vinfo,
+                   timing, length, log, f"[fzoos N={n} M={M} d={settings.fzoos_dim}]", note,
+                   {"num_rff": M, "dtype": "float64"})
 
 
 def ffgb_task(num_clients: int, seed: int = 0, homo_ratio: float = 0.1):
@@ -549,12 +516,13 @@ def ffgb_parts(settings: Settings, oracle_steps: int, num_clients: int | None = 
   return task, alg, client, cfg
 
 
-def ffgb_loop(task, client, cfg, settings: Settings, state, rounds_key, s: int):
+def ffgb_loop(task, client, cfg, state, rounds_key, s: int):
   """One client at a time: the jitted per-client K-step function (K learner trainings) in a loop.
 
   Returns a blocking ``one_round()`` over clients 0..s-1 (rows, keys and f_i split beforehand).
   """
   import jax
+
   from fedsim.algorithms import ffgb as ffgbm
   from fedsim.core import rng
   fn = jax.jit(client)
@@ -576,16 +544,13 @@ def benchmark_ffgb_loop(settings: Settings, log: Callable[[str], None] = print) 
   """FFGB (mlp oracle, ``ffgb_vmap_oracle_steps`` Adam steps): engine round vs clients looped."""
   task, alg, client, cfg = ffgb_parts(settings, settings.ffgb_vmap_oracle_steps)
   n, length = task.num_clients, 1
-  compiled, state, rounds_key, vinfo = compile_chunk(alg, task, length, settings.seed)
-  run_chunk = chunk_runner(compiled, state, rounds_key, task.data, length)
+  run_chunk, vinfo = compile_chunk(alg, task, length, settings.seed)
   s = min(n, settings.sequential_clients)
-  one_round = ffgb_loop(task, client, cfg, settings, state, rounds_key, s)
+  one_round = ffgb_loop(task, client, cfg, run_chunk.initial_state, run_chunk.rounds_key, s)
   timing = time_interleaved({"vmapped": (run_chunk, True), "sequential": (one_round, True)},
                             settings.repeats, 0.0)
-  tag = f"[ffgb N={n} K={cfg.local_steps} oracle_steps={cfg.oracle_steps}]"
   note = ("python loop over clients of the jitted per-client K-step function (make_client_round: "
           f"K mlp trainings); {s} of {n} clients timed; rates in learner trainings per second")
-  return _looped_record("ffgb", None, n, s, cfg.local_steps, "learners", vinfo, timing["vmapped"],
-                        timing["sequential"], length, log, tag, note,
-                        {"oracle_steps": cfg.oracle_steps, "oracle_batch": cfg.oracle_batch,
-                         "state_finite": state_finite(run_chunk.state())})
+  return _record("ffgb", n, s, cfg.local_steps, "learners", None, run_chunk, vinfo, timing, length, log,
+                 f"[ffgb N={n} K={cfg.local_steps} oracle_steps={cfg.oracle_steps}]", note,
+                 {"oracle_steps": cfg.oracle_steps, "oracle_batch": cfg.oracle_batch})

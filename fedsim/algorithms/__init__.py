@@ -11,20 +11,23 @@ hyperparameter raises ``ConfigError`` before anything is built or compiled.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 from fedsim import config
-from fedsim.algorithms.fedavg import FedAvgConfig, make_fedavg
 from fedsim.algorithms.dzopa import DZOPAConfig, make_dzopa
+from fedsim.algorithms.fedave import FedAveConfig, GDConfig, make_fedave, make_gd
+from fedsim.algorithms.fedavg import FedAvgConfig, make_fedavg
+from fedsim.algorithms.fedlrgd import FedLRGDConfig, make_fedlrgd
 from fedsim.algorithms.fedzo import FedZOConfig, make_fedzo
 from fedsim.algorithms.ffgb import FFGB_CODE, FFGBConfig, make_ffgb
-from fedsim.algorithms.fedave import FedAveConfig, GDConfig, make_fedave, make_gd
-from fedsim.algorithms.fedlrgd import FedLRGDConfig, make_fedlrgd
-from fedsim.algorithms.hiso import (DECOMFL_CODE, HISO_CODE, DeComFLConfig, HiSoConfig,
-                                    make_decomfl, make_hiso)
+from fedsim.algorithms.hiso import DECOMFL_CODE, HISO_CODE, DeComFLConfig, HiSoConfig, make_decomfl, make_hiso
 from fedsim.algorithms.zone_s import ZONESConfig, make_zone_s
 from fedsim.core.errors import ConfigError
+from fedsim.core.types import FederatedAlgorithm
 
-REGISTRY = {
+# name -> (config_class, default_overrides, builder(task, cfg, name=...)).
+REGISTRY: dict[str, tuple[type[Any], dict[str, Any], Callable[..., FederatedAlgorithm]]] = {
     "fedavg": (FedAvgConfig, {}, make_fedavg),
     # Reddi et al. 2021 §5 / App. D: beta1 = 0.9, beta2 = 0.99, tau = 1e-3.
     "fedadam": (FedAvgConfig, {"server_optimizer": "adam", "server_lr": 1e-2}, make_fedavg),

@@ -49,8 +49,15 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from fedsim.algorithms.fedlrgd import (BYTES_PER_REAL, OracleLedger, add_epochs, attach_metrics, examples,
-                                       step_size_of, zero_ledger)
+from fedsim.algorithms.fedlrgd import (
+  BYTES_PER_REAL,
+  OracleLedger,
+  add_epochs,
+  attach_metrics,
+  examples,
+  step_size_of,
+  zero_ledger,
+)
 from fedsim.algorithms.local import flat_problem, flat_solution
 from fedsim.config import hparam, validate
 from fedsim.core import rng
@@ -160,15 +167,18 @@ def make_fedave(task: Task, cfg: FedAveConfig, name: str = "fedave") -> Federate
     t0 = cfg.schedule_offset if cfg.schedule_offset is not None else math.ceil(4 * task.info["kappa"])
     if t0 < 0:
       raise ValueError(f"schedule_offset must be >= 0; got {t0}")
-    lr_of = lambda t: 4.0 / (mu * ((t + t0) * b + 1.0))
+    def lr_of(t):
+      return 4.0 / (mu * ((t + t0) * b + 1.0))
   else:
     if not cfg.lr > 0:
       raise ValueError(f"lr must be > 0; got {cfg.lr}")
-    lr_of = lambda t: cfg.lr + 0.0 * t
+    def lr_of(t):
+      return cfg.lr + 0.0 * t
 
   unravel = flat_solution(task)
   p = int(jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0])
-  loss = lambda x, batch: task.loss(unravel(x), batch)
+  def loss(x, batch):
+    return task.loss(unravel(x), batch)
   up_bytes = qsgd_bytes(p, cfg.qsgd_levels) if cfg.quantizer == "qsgd" else p * BYTES_PER_REAL
 
   def init(key, shared_key):
@@ -232,14 +242,19 @@ def pooled_grad_fn(task: Task):
   """``(theta (p,), data) -> (grad F (p,), n)`` of eq. (3): clients (task.loss on their full
   batch, weighted by n_c) plus the server's masked samples if the data has them."""
   unravel = flat_solution(task)
-  loss = lambda x, batch: task.loss(unravel(x), batch)
+  def loss(x, batch):
+    return task.loss(unravel(x), batch)
 
   def grad(theta, data):
     sizes = data["sizes"].astype(theta.dtype)
     gc = jax.vmap(lambda c: jax.grad(loss)(theta, task.full_batch(c)))(data["clients"])   # (m, p)
     total, n = pairwise_sum(gc * sizes[:, None]), pairwise_sum(sizes)
     if "server" in data:
-      f = lambda x, e: task.per_example_loss(unravel(x), e)
+      per_example_loss = task.per_example_loss
+      if per_example_loss is None:
+        raise ValueError(f"task {task.name!r} has server samples but no per_example_loss")
+      def f(x, e):
+        return per_example_loss(unravel(x), e)
       gs = jax.vmap(lambda e: jax.grad(f)(theta, e))(examples(data["server"]))
       ms = data["server"]["mask"].astype(theta.dtype)
       total, n = total + pairwise_sum(gs * ms[:, None]), n + pairwise_sum(ms)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedsim.algorithms.local import make_delta_averaging, local_optimizer
+from fedsim.algorithms.local import local_optimizer, make_delta_averaging
 from fedsim.config import hparam, validate
 from fedsim.core.types import FederatedAlgorithm, Task
 

@@ -51,7 +51,7 @@ epoch has started, so Gamma = compute + phi uploads = r^2 + r s + r S + phi m r
 these counts and Gamma into every engine record (Gamma in the run's float
 dtype: exact below 2^24 in float32); :func:`with_ledger_metrics` +
 :func:`ledger_on_eval` give Gamma as an exact host float
-(``experiments.fedlrgd_suite``). FedAve and GD (``fedave.py``) share the ledger.
+(``experiments.fedlrgd.suite``). FedAve and GD (``fedave.py``) share the ledger.
 
 **Padding (sweeping r does not recompile; specs §6.2).** Everything is shaped
 by the static R = the task's server pool size (``max_rank``); r is the number of
@@ -90,7 +90,8 @@ by :func:`diagnostics` against assumption (8), ||G^-1|| <= r^alpha.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import chex
 import jax
@@ -135,7 +136,8 @@ def zero_ledger() -> OracleLedger:
 
 def add_epochs(ledger: OracleLedger, epochs=0, compute=0, comm_epochs=0, uploads=0) -> OracleLedger:
   """The ledger plus one or more epochs' counts (each cast to int32)."""
-  c = lambda v: jnp.asarray(v, jnp.int32)
+  def c(v):
+    return jnp.asarray(v, jnp.int32)
   return OracleLedger(ledger.epochs + c(epochs), ledger.compute + c(compute),
                       ledger.comm_epochs + c(comm_epochs), ledger.uploads + c(uploads))
 
@@ -275,12 +277,14 @@ def flat_grad_fn(task: Task):
   Raises:
     ValueError: the task has no ``per_example_loss``.
   """
-  if task.per_example_loss is None:
+  per_example_loss = task.per_example_loss
+  if per_example_loss is None:
     raise ValueError(f"task {task.name!r} has no per_example_loss; FedLRGD needs per-sample gradients")
   params = jax.eval_shape(task.init_params, jax.random.key(0))
   zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), params)
   _, unravel = ravel_pytree(zeros)
-  f = lambda theta, ex: task.per_example_loss(unravel(theta), ex)
+  def f(theta, ex):
+    return per_example_loss(unravel(theta), ex)
   return jax.grad(f), unravel
 
 
@@ -473,9 +477,11 @@ def setup_float64(grad_f, data, anchors, solver: str = "solve", rcond: float = 1
     with jax.enable_x64(True), jax.default_device(cpu):
       d = jax.tree_util.tree_map(_upcast64, {"server": server, "clients": clients})
       res = jax.device_get(fn(d, _upcast64(anch)))
-    return Setup(*(np.asarray(v).astype(dt) for v in res))
+    # Host side of pure_callback: numpy leaves in the Setup pytree (fields typed jax.Array).
+    return Setup(*(np.asarray(v).astype(dt) for v in res))  # type: ignore[arg-type]
 
-  shapes = Setup(jax.ShapeDtypeStruct((p, R), dt), *([jax.ShapeDtypeStruct((p,), dt)] * 3))
+  # The callback's result spec: the Setup pytree with ShapeDtypeStruct leaves.
+  shapes = Setup(jax.ShapeDtypeStruct((p, R), dt), *([jax.ShapeDtypeStruct((p,), dt)] * 3))  # type: ignore[arg-type]
   return jax.pure_callback(host, shapes, data["server"], data["clients"], anchors,
                            vmap_method="sequential")
 

@@ -14,18 +14,18 @@ Queries per client step: b1 (b2 + 1) (F(x, xi_m) shared by the b2 directions).
 from __future__ import annotations
 
 import functools
+import math
 
 import chex
 import jax
 
-from fedsim.algorithms.local import LOCAL_OPTIMIZERS, make_delta_averaging, local_optimizer
 from fedsim.algorithms.fedavg import WEIGHTINGS, FedAvgConfig, server_optimizer
 from fedsim.algorithms.fzoos import with_accept_if_improves
+from fedsim.algorithms.local import LOCAL_OPTIMIZERS, local_optimizer, make_delta_averaging
 from fedsim.channels import aircomp
 from fedsim.config import FieldError, hparam, validate
 from fedsim.core.types import FederatedAlgorithm, Task
 from fedsim.estimators import finite_difference
-
 
 AGGREGATIONS = ("mean", "aircomp")
 
@@ -76,7 +76,8 @@ class FedZOConfig:
                           choices=WEIGHTINGS, source="seed 001 eq. 1")
   aggregation: str = hparam("mean", help="how deltas reach the server: mean (Alg. 1), aircomp (§IV; "
                             "clients_per_round is then ignored)", choices=AGGREGATIONS, source="seed 001 §IV")
-  snr_db: float = hparam(0.0, help="AirComp transmit SNR P/sigma_w^2 in dB; inf = noise-free",
+  snr_db: float = hparam(0.0, help="AirComp transmit SNR P/sigma_w^2 in dB; inf = noise-free (-inf, "
+                         "infinite noise, is rejected)", low=-math.inf, low_open=True,
                          source="seed 001 §V-C: -10, -5, 0 dB")
   h_min: float = hparam(0.8, help="AirComp participation threshold on |h|", low=0, source="seed 001 §V-C")
   channel_var: float = hparam(1.0, help="AirComp E|h|^2: 1.0 (paper), 0.5 (authors' code)", low=0,
@@ -154,7 +155,8 @@ def make_fedzo(task: Task, cfg: FedZOConfig, name: str = "fedzo") -> FederatedAl
       name, task, zo_oracle(cfg.direction, cfg.fd_directions, cfg.smoothing),
       local_opt=local_optimizer(cfg.local_optimizer, cfg.lr),
       server_opt=server_optimizer(FedAvgConfig(server_lr=1.0)), local_steps=cfg.local_steps,
-      batch_size=cfg.batch_size, clients_per_round=m, weighting=cfg.weighting, aggregator=aggregator, queries_per_step=(cfg.batch_size if task.stochastic else 1) * (cfg.fd_directions + 1),
+      batch_size=cfg.batch_size, clients_per_round=m, weighting=cfg.weighting, aggregator=aggregator,
+      queries_per_step=(cfg.batch_size if task.stochastic else 1) * (cfg.fd_directions + 1),
       client_block=cfg.client_block, hparams=cfg)
   if cfg.accept_if_improves:
     alg = with_accept_if_improves(alg, task)

@@ -38,8 +38,14 @@ from fedsim.core import rng
 from fedsim.core.sampling import sample_clients
 from fedsim.core.types import FederatedAlgorithm, Task, make_stats, times
 from fedsim.models import weak_learners
-from fedsim.models.weak_learners import empirical_lip, gamma_hat, gamma_hat_inf, input_jacobian, \
-    make_oracle, sobolev_points
+from fedsim.models.weak_learners import (
+  empirical_lip,
+  gamma_hat,
+  gamma_hat_inf,
+  input_jacobian,
+  make_oracle,
+  sobolev_points,
+)
 
 VARIANTS = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l")
 SCHEDULES = ("paper", "code", "theory")
@@ -465,7 +471,7 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
   sign = 1.0 if variant == "ffgb_l" else None
   theta_shape = jax.eval_shape(oracle.fit, jax.random.key(0), cd["x"][0], jnp.zeros((M, C)),
                                cd["mask"][0], jnp.int32(1))
-  num_params = sum(int(np.prod(l.shape)) for l in jax.tree_util.tree_leaves(theta_shape))
+  num_params = sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(theta_shape))
   # Exact ledgers (specs §1.4: upload K, download (N - 1) K learners per sampled
   # client): static Python ints of any size, kept exact as RoundStats units.
   bytes_up = m * K * num_params * 4
@@ -483,7 +489,8 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
     k_sample, k_clients, _ = rng.round_subkeys(key)
     ids = sample_clients(k_sample, N, m)
     c = data["clients"]
-    take = lambda a: a[ids]
+    def take(a):
+      return a[ids]
     keys = rng.client_keys(k_clients, ids)
     return ids, keys, (take(c["x"]), take(c["y"]), take(c["mask"]), take(data["sizes"]),
                        take(f_train))
@@ -586,7 +593,8 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
     store = state.store
     if store is not None:
       slot = t % R
-      put = lambda buf, v: buf.at[slot].set(v)
+      def put(buf, v):
+        return buf.at[slot].set(v)
       store = {"params": jax.tree_util.tree_map(put, store["params"], thetas),
                "w": put(store["w"], w / m), "rho": put(store["rho"], rho),
                "ids": put(store["ids"], ids), "t": put(store["t"], t)}
@@ -663,7 +671,7 @@ def attach_learner_writer(alg: FederatedAlgorithm, out_dir: str, cfg: FFGBConfig
       path = os.path.join(out_dir, f"round_{int(t):05d}.npz")
       if t < 0 or os.path.exists(path):
         continue
-      arrays = {f"leaf_{j}": np.asarray(l[s]) for j, l in enumerate(leaves)}
+      arrays: dict[str, Any] = {f"leaf_{j}": np.asarray(leaf[s]) for j, leaf in enumerate(leaves)}
       tmp = path + ".tmp.npz"
       np.savez(tmp, w=np.asarray(store["w"][s]), rho=np.asarray(store["rho"][s]),
                ids=np.asarray(store["ids"][s]), t=int(t), clip_h=clip_h, clip_B=clip_B, **arrays)
@@ -673,7 +681,7 @@ def attach_learner_writer(alg: FederatedAlgorithm, out_dir: str, cfg: FFGBConfig
 
   def metrics(state):
     jax.debug.callback(write, state.store)
-    return base(state)
+    return {} if base is None else base(state)
 
   return alg._replace(metrics=metrics)
 
@@ -713,7 +721,7 @@ def predict_saved(out_dir: str, task: Task, cfg: FFGBConfig, xq) -> jax.Array:
   f = jnp.zeros((xq.shape[0], C))
   rounds = load_ensemble(out_dir)
   for r in rounds:  # host-side export path, not a training loop
-    params = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(l) for l in r["leaves"]])
+    params = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(leaf) for leaf in r["leaves"]])
     h = clip(apply(params, xq), r["clip_h"])  # (m, K, B, C)
     f = r["rho"] * f + jnp.einsum("k,mkbc->bc", jnp.asarray(r["w"]), h)
   return clip(f, rounds[-1]["clip_B"])

@@ -73,6 +73,7 @@ Ablations (Fig. 6): ``gamma_schedule`` (``inv_t`` paper, ``one`` fixed length,
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import chex
@@ -229,7 +230,7 @@ def resolve_config(cfg: FZooSConfig) -> FZooSConfig:
   """The settings a run uses: the preset's values filled in and history_size
   resolved (:func:`history_slots`); this is the algorithm's ``hparams``."""
   filled = {f: preset(getattr(cfg, f), f, cfg.variant) for f in PRESETS[VARIANTS[0]]}
-  return cfg.replace(**filled, history_size=history_slots(cfg))
+  return dataclasses.replace(cfg, **filled, history_size=history_slots(cfg))
 
 
 def global_objective(task: Task):
@@ -356,6 +357,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
   if cfg.local_steps < 1 or cfg.num_rff < 1:
     raise ValueError("local_steps and num_rff must be >= 1")
   N, T, M, kind = task.num_clients, cfg.local_steps, cfg.num_rff, cfg.kernel
+  assert kind is not None  # filled by resolve_config and checked against gpm.KERNELS above
   d = jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0]
   unravel = flat_solution(task)
   opt = local_optimizer(cfg.local_optimizer, cfg.lr)

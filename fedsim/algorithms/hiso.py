@@ -71,7 +71,7 @@ multiple follows sqrt(S/P) ~ |grad|^{2/3}, so with ``step_norm=none`` the
 expected step H^{-1} grad grows as the gradient shrinks and the run settles at
 a floor that grows with eta (edge of stability) instead of converging.
 On the d = 1000 toy (hiso_toy_illcond.cfg) corr(log H, log lambda) stays below
-0.1 and Tr(A H^{-1}) / (Tr(A) mean(H^{-1})) >= 0.97 (experiments/hiso_h_diagnostic.py),
+0.1 and Tr(A H^{-1}) / (Tr(A) mean(H^{-1})) >= 0.97 (experiments/hiso/h_diagnostic.py),
 while the oracle H = lambda would give 0.05.
 
 The authors' code as presets (registry names ``hiso_code`` and ``decomfl_code``,
@@ -122,7 +122,8 @@ is stochastic.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, cast
 
 import chex
 import jax
@@ -314,6 +315,12 @@ class HiSoParts(NamedTuple):
   sync: Callable
 
 
+def _hiso_view(cfg: DeComFLConfig) -> HiSoConfig:
+  """``cfg`` typed as the :class:`HiSoConfig` that ``preconditioned=True`` requires (a static cast, no
+  runtime check: HiSo's fields are only read on preconditioned paths)."""
+  return cast(HiSoConfig, cfg)
+
+
 def _check(cfg: DeComFLConfig, preconditioned: bool):
   if cfg.fd_scheme not in shared_seed.FD_SCHEMES:
     raise ValueError(f"unknown fd_scheme {cfg.fd_scheme!r}; accepted: {', '.join(shared_seed.FD_SCHEMES)}")
@@ -327,6 +334,7 @@ def _check(cfg: DeComFLConfig, preconditioned: bool):
   if not cfg.weight_decay >= 0:
     raise ValueError(f"weight_decay must be >= 0; got {cfg.weight_decay}")
   if preconditioned:
+    cfg = _hiso_view(cfg)
     if cfg.k_update not in K_UPDATES:
       raise ValueError(f"unknown k_update {cfg.k_update!r}; accepted: {', '.join(K_UPDATES)}")
     if cfg.h_signal not in H_SIGNALS:
@@ -356,9 +364,11 @@ def hiso_parts(task: Task, cfg: DeComFLConfig, preconditioned: bool = True) -> H
     ValueError: a hyperparameter out of range or an unknown variant name.
   """
   _check(cfg, preconditioned)
+  hcfg = _hiso_view(cfg)  # HiSo's fields, read only where `preconditioned`
   d = jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0]
   unravel = flat_solution(task)
-  loss = lambda x, batch: task.loss(unravel(x), batch)
+  def loss(x, batch):
+    return task.loss(unravel(x), batch)
   tau, P, eta, mu = cfg.local_steps, cfg.num_perturbations, cfg.lr, cfg.smoothing
   wd = cfg.weight_decay
 
@@ -368,16 +378,16 @@ def hiso_parts(task: Task, cfg: DeComFLConfig, preconditioned: bool = True) -> H
     return xk - eta * dx                            # Alg. 2b line 6 / Alg. 2 line 16
 
   def scale(h):
-    if preconditioned and cfg.preconditioner == "scalar":  # ablation: H replaced by mean(H) 1 (spec §4)
+    if preconditioned and hcfg.preconditioner == "scalar":  # ablation: H replaced by mean(H) 1 (spec §4)
       h = jnp.full_like(h, 1.0) * (pairwise_sum(h) / h.shape[0])
-    if preconditioned and cfg.step_norm == "trace":   # eq. 7 factor in expectation: H / hbar,
+    if preconditioned and hcfg.step_norm == "trace":  # eq. 7 factor in expectation: H / hbar,
       h = h * (pairwise_sum(1.0 / h) / h.shape[0])    # hbar = d / Tr(H^{-1}) (harmonic mean)
     return shared_seed.inverse_sqrt(h)                                     # z = H^{-1/2} u, eq. 8
 
   def ema(h, signal):
-    h = (1.0 - cfg.nu) * h + cfg.nu * (signal + cfg.eps)                  # eq. 12 / §4.3
-    if cfg.clip_lo is not None or cfg.clip_hi is not None:                # Assumption 4 clipping
-      h = jnp.clip(h, cfg.clip_lo, cfg.clip_hi)
+    h = (1.0 - hcfg.nu) * h + hcfg.nu * (signal + hcfg.eps)               # eq. 12 / §4.3
+    if hcfg.clip_lo is not None or hcfg.clip_hi is not None:              # Assumption 4 clipping
+      h = jnp.clip(h, hcfg.clip_lo, hcfg.clip_hi)
     return h
 
   def client_scalars(x, h, r, shared_key, client, key):
@@ -400,9 +410,9 @@ def hiso_parts(task: Task, cfg: DeComFLConfig, preconditioned: bool = True) -> H
       xk, hk, _ = carry
       dx = shared_seed.step_from_scalars(gbar[k], shared_key, r, k, s, d, x.dtype)   # Alg. 2 l. 14
       xk = model_step(xk, dx)                                                      # Alg. 2 l. 16
-      if preconditioned and cfg.h_signal == "delta_x" and cfg.k_update == "all":
+      if preconditioned and hcfg.h_signal == "delta_x" and hcfg.k_update == "all":
         hk = ema(hk, dx * dx)                                                      # eq. 12, per k
-      elif preconditioned and cfg.h_signal == "delta_x" and cfg.k_update == "all_code":
+      elif preconditioned and hcfg.h_signal == "delta_x" and hcfg.k_update == "all_code":
         # [code] ALL_LOCAL_UPDATES: the model steps above all use K_r (server.py l. 190-194);
         # the K chain that follows rebuilds step k's signal with the already-updated K
         # (adam_forward.py l. 121-125 -> update_K_vec l. 54-56 -> l. 58-61).
@@ -414,9 +424,9 @@ def hiso_parts(task: Task, cfg: DeComFLConfig, preconditioned: bool = True) -> H
                                             jnp.arange(tau, dtype=jnp.int32))
     if not preconditioned:
       return x_new, h                                                               # H = I fixed
-    if cfg.h_signal == "round_displacement":
+    if hcfg.h_signal == "round_displacement":
       return x_new, ema(h, (x_new - x) * (x_new - x))                              # App. C
-    if cfg.k_update == "last":
+    if hcfg.k_update == "last":
       return x_new, ema(h, dx_last * dx_last)                                      # [code] last step
     return x_new, h_k
 
@@ -473,7 +483,7 @@ def make_hiso(task: Task, cfg: DeComFLConfig, name: str = "hiso",
 
   def init(key, shared_key):
     x0, _ = flat_problem(task, key)
-    h0 = jnp.full_like(x0, cfg.h0 if preconditioned else 1.0)              # H_0 = 1 [code]
+    h0 = jnp.full_like(x0, _hiso_view(cfg).h0 if preconditioned else 1.0)  # H_0 = 1 [code]
     # shared_key is the run's shared stream rng.stream(root, "shared") (rng.init_keys):
     # identical for every party and independent of the init stream (spec §6).
     clients = None
@@ -492,8 +502,9 @@ def make_hiso(task: Task, cfg: DeComFLConfig, name: str = "hiso",
     idx = sample_clients(k_sample, N, m)                                     # Alg. 2 line 5
     clients = jax.tree_util.tree_map(lambda a: jnp.take(a, idx, axis=0), data["clients"])
     keys = rng.client_keys(k_clients, idx)
+    c = state.clients
     if replay_mode:
-      c = state.clients
+      assert c is not None  # replay mode always carries the protocol state (init)
       last = c.last[idx]
       xs, hs, ok = parts.replay(c.x[idx], c.h[idx], last, r,
                                 state.shared_key, c.hist_g, c.hist_round)    # Alg. 2 lines 8-9
@@ -512,6 +523,7 @@ def make_hiso(task: Task, cfg: DeComFLConfig, name: str = "hiso",
     x, h = parts.apply_round(state.x, state.h, r, state.shared_key, gbar)   # Alg. 2 lines 14-16
     new_clients = None
     if replay_mode:
+      assert c is not None
       slot = r % B
       new_clients = ReplayState(                                             # Alg. 2 line 15
           x=c.x.at[idx].set(xs), h=c.h.at[idx].set(hs),

@@ -115,7 +115,7 @@ def theory_r(**kwargs) -> int | float:
   return math.ceil(x - 1e-9 * x)
 
 
-def gamma_fedlrgd(r: int, s: int, S: int, phi: float, m: int) -> float:
+def gamma_fedlrgd(r: float, s: int, S: int, phi: float, m: int) -> float:
   """Gamma(FedLRGD) = r^2 + r s + r S + phi m r (Theorem 2)."""
   return r * r + r * s + r * S + phi * m * r
 

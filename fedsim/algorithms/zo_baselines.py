@@ -50,6 +50,7 @@ prox gamma 1, ``code`` normalization).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import chex
@@ -155,7 +156,8 @@ def make_zo_baseline(task: Task, cfg: ZOBaselineConfig, name: str = "fedzo_fd") 
   Raises:
     ValueError: unknown correction, direction, normalization, optimizer or variant.
   """
-  cfg = cfg.replace(accept_if_improves=preset(cfg.accept_if_improves, "accept_if_improves", cfg.variant))
+  cfg = dataclasses.replace(cfg, accept_if_improves=preset(cfg.accept_if_improves, "accept_if_improves",
+                                                           cfg.variant))
   if cfg.correction not in CORRECTIONS:
     raise ValueError(f"unknown correction {cfg.correction!r}; accepted: {', '.join(CORRECTIONS)}")
   if cfg.estimator not in ESTIMATORS:

@@ -94,8 +94,8 @@ def validate(cfg: AirCompConfig):
     raise ValueError(f"h_min must be >= 0; got {cfg.h_min}")
   if not cfg.channel_var > 0:
     raise ValueError(f"channel_var must be > 0; got {cfg.channel_var}")
-  if math.isnan(cfg.snr_db):
-    raise ValueError("snr_db must be a number or inf")
+  if math.isnan(cfg.snr_db) or cfg.snr_db == -math.inf:
+    raise ValueError(f"snr_db must be a finite number or +inf (noise-free); got {cfg.snr_db}")
   if cfg.transceiver == "full" and cfg.noise_model not in FULL_NOISE_MODELS:
     raise ValueError(f"noise_model={cfg.noise_model!r} cannot be used with transceiver='full' (it is "
                      f"the authors' closed-form std, not a channel); accepted with full: "

@@ -3,3 +3,6 @@ from fedsim.core.engine import simulate
 from fedsim.core.errors import ConfigError, DataError, DivergenceError
 from fedsim.core.sampling import sample_clients
 from fedsim.core.types import FederatedAlgorithm, RoundStats, Task, make_stats
+
+__all__ = ["ConfigError", "DataError", "DivergenceError", "FederatedAlgorithm", "RoundStats", "Task", "make_stats",
+           "sample_clients", "simulate"]

@@ -35,7 +35,7 @@ import dataclasses
 import hashlib
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -100,28 +100,28 @@ def stack_padded(datas: list) -> dict | None:
     reconcile); the caller then runs the seeds separately.
   """
   structs = [jax.tree_util.tree_structure(d) for d in datas]
-  if any(s != structs[0] for s in structs):
+  if any(s != structs[0] for s in structs):  # type: ignore[operator]  # mypy cannot resolve jaxlib's PyTreeDef
     return None
   clients = [d.get("clients") if isinstance(d, dict) else None for d in datas]
   maskable = all(isinstance(c, dict) and "mask" in c for c in clients)
 
   def pad(leaves, path_is_client):
-    shapes = [np.shape(l) for l in leaves]
-    dtypes = {jnp.asarray(l).dtype for l in leaves}
+    shapes = [np.shape(leaf) for leaf in leaves]
+    dtypes = {jnp.asarray(leaf).dtype for leaf in leaves}
     if len(dtypes) != 1 or len({len(s) for s in shapes}) != 1:
       raise _Unstackable
     if len(set(shapes)) == 1:
-      return jnp.stack([jnp.asarray(l) for l in leaves])
+      return jnp.stack([jnp.asarray(leaf) for leaf in leaves])
     if not (path_is_client and maskable and len(shapes[0]) >= 2
             and len({(s[0],) + s[2:] for s in shapes}) == 1):
       raise _Unstackable
     n_max = max(s[1] for s in shapes)
     out = []
-    for l in leaves:
-      l = jnp.asarray(l)
-      widths = [(0, 0)] * l.ndim
-      widths[1] = (0, n_max - l.shape[1])
-      out.append(jnp.pad(l, widths))  # zeros; the mask pads with False
+    for leaf in leaves:
+      a = jnp.asarray(leaf)
+      widths = [(0, 0)] * a.ndim
+      widths[1] = (0, n_max - a.shape[1])
+      out.append(jnp.pad(a, widths))  # zeros; the mask pads with False
     return jnp.stack(out)
 
   try:
@@ -287,7 +287,7 @@ def simulate_batched(build: Callable, task: Task, datas: list, seeds: list[int],
   state = cache.get("init", init_fn, data, keys, hp)(data, keys, hp)
   evaluate = cache.get("eval", eval_fn, state, data, keys, hp)
   totals = {n: np.zeros((K * V,), object) for n in LEDGERS}  # exact Python ints
-  records = [[[] for _ in range(V)] for _ in range(K)]
+  records: list[list[list[dict]]] = [[[] for _ in range(V)] for _ in range(K)]
   diverged = np.zeros((K, V), bool)
 
   def record(r):

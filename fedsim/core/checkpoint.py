@@ -28,7 +28,8 @@ import os
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 MAX_TO_KEEP = 2
 
@@ -106,6 +107,7 @@ def restore(mngr: ocp.CheckpointManager, abstract_state, mesh=None, algorithm: s
       lambda ls: [jax.random.key_data(x) if _is_key(x) else x for x in ls], leaves)
   multi = mesh is not None and jax.process_count() > 1
   rep = NamedSharding(mesh, P()) if multi else None
+  target: list[jax.ShapeDtypeStruct] | list[np.ndarray]
   if multi:
     target = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep) for a in raw_abstract]
   else:

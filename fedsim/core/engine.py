@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -110,6 +110,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
   if state is None:
     if multi:  # a global (replicated) state, so chunks mix it with global data
       from jax.sharding import NamedSharding, PartitionSpec
+      assert mesh is not None  # implied by multi
       init = jax.jit(algorithm.init, out_shardings=NamedSharding(mesh, PartitionSpec()))
     else:
       init = jax.jit(algorithm.init)

@@ -4,10 +4,10 @@ One root key per run. Named streams are split off it with ``fold_in`` on a fixed
 stream id, so adding a stream never changes another stream's numbers:
 
 * ``stream(root, "rounds")``: round r uses ``round_key(stream, r)``.
-* inside a round, ``round_subkeys`` gives the sampling key and the clients key;
-  client i's key is ``client_key(clients_key, i)`` with the *global* id i, so a
-  client's randomness never depends on which clients share a batch, on padding,
-  or on how the client axis is sharded.
+* inside a round, ``round_subkeys(round_key)`` gives the sampling, clients and
+  server keys; client i's key is ``client_key(clients_key, i)`` with the
+  *global* id i, so a client's randomness never depends on which clients share
+  a batch, on padding, or on how the client axis is sharded.
 * ``stream(root, "shared")``: perturbations shared by all clients (DeComFL/HiSo
   seeds, FZooS random Fourier features).
 * ``stream(root, "init")``: the initial state (x_0 and any per-client state).

@@ -25,10 +25,15 @@ runs distributed.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+if TYPE_CHECKING:
+  from jax.sharding import AbstractMesh
 
 AXIS = "clients"
 
@@ -133,12 +138,12 @@ def unpad(data):
     return data
   n = data["sizes"].shape[0]
   leaves = jax.tree_util.tree_leaves(data["clients"])
-  if all(l.shape[0] == n for l in leaves):
+  if all(leaf.shape[0] == n for leaf in leaves):
     return data
   return dict(data, clients=jax.tree_util.tree_map(lambda a: a[:n], data["clients"]))
 
 
-def mesh_of(tree) -> Mesh | None:
+def mesh_of(tree) -> Mesh | AbstractMesh | None:
   """The mesh of the first leaf placed with a ``NamedSharding``, or None."""
   for leaf in jax.tree_util.tree_leaves(tree):
     s = getattr(leaf, "sharding", None)

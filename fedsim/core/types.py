@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -131,7 +132,7 @@ def _ledger(name: str, value) -> tuple[Any, int]:
 
 
 def make_stats(queries, bytes_up, bytes_down, participants, empty_rounds=0) -> RoundStats:
-  """Builds a :class:`RoundStats`.
+  """Builds a :class:`RoundStats` from its five ledgers, in :data:`LEDGERS` order.
 
   Each argument is an int32-representable value (traced or static; cast to
   int32), a static Python int of any size (above 2**31 - 1 it is stored as
@@ -142,12 +143,22 @@ def make_stats(queries, bytes_up, bytes_down, participants, empty_rounds=0) -> R
   ``lax.cond`` that return stats must use the same units (they are part of the
   pytree structure).
 
+  Args:
+    queries, bytes_up, bytes_down, participants: the round's ledgers (the
+      :class:`RoundStats` fields of the same names).
+    empty_rounds: the ``empty_rounds`` ledger; 0 by default.
+
+  Returns:
+    A :class:`RoundStats` whose fields are the int32 counts and whose
+    ``units`` are the static units, in :data:`LEDGERS` order.
+
   Raises:
     ValueError: a static value < 0.
   """
   pairs = [_ledger(n, v) for n, v in zip(LEDGERS, (queries, bytes_up, bytes_down, participants,
                                                     empty_rounds))]
-  return RoundStats(*(c for c, _ in pairs), units=tuple(u for _, u in pairs))
+  counts = dict(zip(LEDGERS, (c for c, _ in pairs)))
+  return RoundStats(**counts, units=tuple(u for _, u in pairs))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -198,7 +209,7 @@ class Task:
   def dim(self) -> int:
     """Number of scalar parameters d of the decision variable."""
     params = jax.eval_shape(self.init_params, jax.random.key(0))
-    return sum(_prod(l.shape) for l in jax.tree_util.tree_leaves(params))
+    return sum(_prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(params))
 
   @property
   def client_data(self) -> PyTree:
@@ -232,9 +243,10 @@ class FederatedAlgorithm(NamedTuple):
       features); algorithms without shared draws ignore it. Both
       come from ``rng.init_keys(root)``; neither is derived from the other.
     round: ``(state, key, data) -> (state, RoundStats)``; one communication
-      round, jit-able; ``key`` is the round key ``fold_in(run_key, r)`` and
-      ``data`` is ``task.data`` (passed as an argument so the compiled program
-      does not embed the dataset as a constant).
+      round, jit-able; ``key`` is the round key
+      ``rng.round_key(rng.stream(root, "rounds"), r)`` (the rounds stream
+      folded with r) and ``data`` is ``task.data`` (passed as an argument so
+      the compiled program does not embed the dataset as a constant).
     solution: ``state -> params`` scored by ``task.evaluate``.
     hparams: the frozen hyperparameter dataclass (for config.json).
     metrics: optional ``state -> dict[str, scalar]`` of algorithm-specific
@@ -243,7 +255,7 @@ class FederatedAlgorithm(NamedTuple):
   """
   name: str
   init: Callable[[Array, Array], PyTree]
-  round: Callable[[PyTree, Array], tuple]
+  round: Callable[[PyTree, Array, PyTree], tuple[PyTree, RoundStats]]
   solution: Callable[[PyTree], PyTree]
   hparams: Any = None
   metrics: Callable[[PyTree], dict] | None = None

@@ -19,7 +19,8 @@ class Dataset:
   Attributes:
     name: short identifier, e.g. ``"digits"``, ``"mnist"``, ``"libsvm:a9a"``.
     x_train: (n_train, *feature_shape) float32, values in [0, 1]. Image
-      datasets keep their image shape (digits (n, 8, 8), MNIST (n, 28, 28));
+      datasets keep their image shape (digits (n, 8, 8), MNIST and
+      Fashion-MNIST (n, 28, 28), CIFAR-10 (n, 32, 32, 3) NHWC);
       LIBSVM data is (n, num_features).
     y_train: (n_train,) int32 in 0..num_classes-1.
     x_test: (n_test, *feature_shape) float32, values in [0, 1].

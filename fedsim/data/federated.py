@@ -12,12 +12,22 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedsim.core.errors import ConfigError
+from fedsim.data.cifar10 import load_cifar10
 from fedsim.data.dataset import Dataset
 from fedsim.data.digits import load_digits
 from fedsim.data.libsvm import load_libsvm
-from fedsim.data.mnist import load_mnist
+from fedsim.data.mnist import load_fashion_mnist, load_mnist
 
-DATASETS = ("digits", "mnist", "libsvm")
+DATASETS = ("digits", "mnist", "libsvm", "fashion_mnist", "cifar10")
+
+# --dataset names read from --data_dir (no offline default): name -> (what it must hold, loader).
+_FROM_DIR = {
+    "mnist": ("a folder with the MNIST IDX files", load_mnist),
+    "fashion_mnist": ("a folder with the Fashion-MNIST IDX files, named as MNIST's", load_fashion_mnist),
+    "cifar10": ("the cifar-10-batches-bin folder of the CIFAR-10 binary release, or its parent",
+                load_cifar10),
+    "libsvm": ("a LIBSVM file or a folder with <name> and <name>.t", load_libsvm),
+}
 
 
 def to_client_arrays(x: np.ndarray, y: np.ndarray,
@@ -68,9 +78,12 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int
   """Loads a dataset by its ``--dataset`` name.
 
   Args:
-    name: ``digits`` (embedded, ignores ``data_dir``), ``mnist`` (``data_dir``
-      holds the IDX files) or ``libsvm`` (``data_dir`` is a LIBSVM file or a
-      folder with ``<name>`` and ``<name>.t``).
+    name: ``digits`` (embedded, ignores ``data_dir``), ``mnist`` or
+      ``fashion_mnist`` (``data_dir`` holds the IDX files), ``cifar10``
+      (``data_dir`` is the binary release's ``cifar-10-batches-bin`` folder or
+      its parent; :func:`fedsim.data.cifar10.load_cifar10`) or ``libsvm``
+      (``data_dir`` is a LIBSVM file or a folder with ``<name>`` and
+      ``<name>.t``).
     data_dir: the ``--data_dir`` flag.
     seed: the split seed (see each loader).
 
@@ -78,17 +91,15 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int
     The :class:`Dataset`.
 
   Raises:
-    ConfigError: unknown ``dataset``; ``data_dir`` missing for mnist/libsvm.
+    ConfigError: unknown ``dataset``; ``data_dir`` missing for a dataset
+      other than digits (none has an offline default).
     DataError: missing or corrupt data files.
   """
   if name == "digits":
     return load_digits(seed=seed)
-  if name in ("mnist", "libsvm"):
+  if name in _FROM_DIR:
+    what, loader = _FROM_DIR[name]
     if data_dir is None or str(data_dir) == "":
-      what = ("a folder with the MNIST IDX files" if name == "mnist"
-              else "a LIBSVM file or a folder with <name> and <name>.t")
       raise ConfigError("data_dir", f"--dataset={name} needs --data_dir ({what})")
-    if name == "mnist":
-      return load_mnist(data_dir, seed=seed)
-    return load_libsvm(data_dir, seed=seed)
+    return loader(data_dir, seed=seed)
   raise ConfigError("dataset", f"unknown {name!r}; accepted: {', '.join(DATASETS)}")

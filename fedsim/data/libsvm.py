@@ -42,15 +42,19 @@ def read_libsvm(path: str | os.PathLike,
       unreadable or holds no examples.
   """
   path = os.fspath(path)
-  labels, rows, cols, vals = [], [], [], []
+  labels: list[float] = []
+  rows: list[int] = []
+  cols: list[int] = []
+  vals: list[float] = []
   try:
-    with open(path, "r", encoding="utf-8") as f:
+    with open(path, encoding="utf-8") as f:
       for lineno, line in enumerate(f, 1):
         line = line.split("#", 1)[0].strip()
         if not line:
           continue
         tokens = line.split()
-        bad = lambda msg: DataError(path, f"line {lineno}: {msg}")
+        def bad(msg, lineno=lineno):  # binds this line's number (used within the iteration only)
+          return DataError(path, f"line {lineno}: {msg}")
         try:
           label = float(tokens[0])
         except ValueError:

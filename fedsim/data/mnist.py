@@ -4,6 +4,8 @@ IDX format (http://yann.lecun.com/exdb/mnist/): a big-endian header
 ``0x00 0x00 <dtype> <ndim>`` then ``ndim`` uint32 dimension sizes, then the
 data row-major. MNIST uses dtype 0x08 (uint8): magic 0x00000803 for images
 (n, rows, cols) and 0x00000801 for labels (n,). Files may be gzip-compressed.
+Fashion-MNIST (Xiao, Rasul & Vollgraf, 2017) ships the same files, names and
+format: :func:`load_fashion_mnist`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ TRAIN_IMAGES = "train-images-idx3-ubyte"
 TRAIN_LABELS = "train-labels-idx1-ubyte"
 TEST_IMAGES = "t10k-images-idx3-ubyte"
 TEST_LABELS = "t10k-labels-idx1-ubyte"
+
+# Datasets shipped as the four IDX files above: name -> (display name, source).
+VARIANTS = {
+    "mnist": ("MNIST", "MNIST IDX (LeCun, Cortes & Burges)"),
+    "fashion_mnist": ("Fashion-MNIST", "Fashion-MNIST IDX (Xiao, Rasul & Vollgraf, 2017)"),
+}
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
@@ -101,8 +109,8 @@ def _read_pair(images_path: Path, labels_path: Path) -> tuple[np.ndarray, np.nda
   return images, labels
 
 
-def load_mnist(data_dir: str | os.PathLike, seed: int = 0) -> Dataset:
-  """Loads MNIST from IDX files in ``data_dir``.
+def load_mnist(data_dir: str | os.PathLike, seed: int = 0, *, variant: str = "mnist") -> Dataset:
+  """Loads MNIST (or another ``variant`` in the same IDX layout) from ``data_dir``.
 
   If all four standard files are present (``train-images-idx3-ubyte``,
   ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``,
@@ -115,6 +123,9 @@ def load_mnist(data_dir: str | os.PathLike, seed: int = 0) -> Dataset:
   Args:
     data_dir: folder holding the IDX files.
     seed: seed of the t10k-only split (unused with the official split).
+    variant: a key of :data:`VARIANTS`: ``mnist`` or ``fashion_mnist``
+      (Fashion-MNIST ships the same four file names and format); it sets the
+      dataset's ``name``, ``info["source"]`` and the error messages.
 
   Returns:
     A :class:`Dataset` with x (n, 28, 28) float32 in [0, 1] (pixels / 255),
@@ -124,7 +135,11 @@ def load_mnist(data_dir: str | os.PathLike, seed: int = 0) -> Dataset:
   Raises:
     DataError: ``data_dir`` is not a folder, expected files are missing (the
       message names the folder and the file names), or a file is corrupt.
+    ValueError: unknown ``variant``.
   """
+  if variant not in VARIANTS:
+    raise ValueError(f"unknown IDX dataset variant {variant!r}; accepted: {', '.join(VARIANTS)}")
+  label, source = VARIANTS[variant]
   root = Path(data_dir)
   expected = (f"{TEST_IMAGES} and {TEST_LABELS}, plus {TRAIN_IMAGES} and {TRAIN_LABELS} "
               "for the official split (each optionally .gz)")
@@ -137,22 +152,25 @@ def load_mnist(data_dir: str | os.PathLike, seed: int = 0) -> Dataset:
   if any(has_train) and not all(has_train):
     missing += [base for base in (TRAIN_IMAGES, TRAIN_LABELS) if found[base] is None]
   if missing:
-    raise DataError(str(root), f"missing MNIST file(s) {', '.join(missing)} (or .gz); "
+    raise DataError(str(root), f"missing {label} file(s) {', '.join(missing)} (or .gz); "
                     f"expected {expected}")
 
   files = {base: {"path": str(p.resolve()), "md5": _md5(p)} for base, p in found.items() if p}
-  x_test, y_test = _read_pair(found[TEST_IMAGES], found[TEST_LABELS])
-  if all(has_train):
-    x_train, y_train = _read_pair(found[TRAIN_IMAGES], found[TRAIN_LABELS])
+  test_images, test_labels = found[TEST_IMAGES], found[TEST_LABELS]
+  train_images, train_labels = found[TRAIN_IMAGES], found[TRAIN_LABELS]
+  assert test_images is not None and test_labels is not None  # else `missing` raised above
+  x_test, y_test = _read_pair(test_images, test_labels)
+  if train_images is not None and train_labels is not None:  # all(has_train)
+    x_train, y_train = _read_pair(train_images, train_labels)
     if x_train.shape[1:] != x_test.shape[1:]:
-      raise DataError(str(found[TRAIN_IMAGES]), f"image shape {x_train.shape[1:]} differs from "
-                      f"{found[TEST_IMAGES].name}'s {x_test.shape[1:]}")
+      raise DataError(str(train_images), f"image shape {x_train.shape[1:]} differs from "
+                      f"{test_images.name}'s {x_test.shape[1:]}")
     split = "official: train-* / t10k-*"
   else:
     x_all, y_all = x_test, y_test
     n = y_all.shape[0]
     if n < 10:
-      raise DataError(str(found[TEST_IMAGES]), f"only {n} images; too few to split")
+      raise DataError(str(test_images), f"only {n} images; too few to split")
     idx_train, idx_test = sklearn.model_selection.train_test_split(
         np.arange(n), test_size=n // 5, stratify=y_all, random_state=seed)
     idx_train, idx_test = np.sort(idx_train), np.sort(idx_test)
@@ -163,7 +181,7 @@ def load_mnist(data_dir: str | os.PathLike, seed: int = 0) -> Dataset:
 
   num_classes = int(max(y_train.max(), y_test.max())) + 1
   info = {
-      "source": "MNIST IDX (LeCun, Cortes & Burges)",
+      "source": source,
       "data_dir": str(root.resolve()),
       "files": files,
       "split": split,
@@ -174,6 +192,21 @@ def load_mnist(data_dir: str | os.PathLike, seed: int = 0) -> Dataset:
   def to_float(a):
     return a.astype(np.float32) / np.float32(255.0)
 
-  return Dataset(name="mnist", x_train=to_float(x_train), y_train=y_train.astype(np.int32),
+  return Dataset(name=variant, x_train=to_float(x_train), y_train=y_train.astype(np.int32),
                  x_test=to_float(x_test), y_test=y_test.astype(np.int32),
                  num_classes=num_classes, info=info)
+
+
+def load_fashion_mnist(data_dir: str | os.PathLike, seed: int = 0) -> Dataset:
+  """Loads Fashion-MNIST (Xiao, Rasul & Vollgraf, 2017) from IDX files in ``data_dir``.
+
+  Fashion-MNIST is a drop-in replacement for MNIST: the same four file names
+  (``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
+  ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``, each optionally
+  ``.gz``), 28x28 grey images and 10 classes, so this is
+  ``load_mnist(data_dir, seed, variant="fashion_mnist")`` (same split rules,
+  same :class:`Dataset` layout, ``name`` ``fashion_mnist``). fedsim never
+  downloads: fetch the files from https://github.com/zalandoresearch/fashion-mnist
+  into a folder of their own (not the MNIST one: the names collide).
+  """
+  return load_mnist(data_dir, seed, variant="fashion_mnist")

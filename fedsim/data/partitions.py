@@ -116,7 +116,7 @@ def dirichlet(labels: np.ndarray, num_clients: int, alpha: float,
   classes = np.unique(labels)
   by_class = [np.flatnonzero(labels == c) for c in classes]
   for _ in range(MAX_DIRICHLET_ATTEMPTS):
-    buckets = [[] for _ in range(num_clients)]
+    buckets: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     for idx in by_class:
       idx = gen.permutation(idx)
       p = _dirichlet_proportions(gen, alpha, num_clients)

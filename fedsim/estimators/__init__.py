@@ -1,2 +1,4 @@
 """Zeroth-order gradient estimators."""
-from fedsim.estimators.finite_difference import LAWS, directions, direction_scale, fd_gradient
+from fedsim.estimators.finite_difference import LAWS, direction_scale, directions, fd_gradient
+
+__all__ = ["LAWS", "direction_scale", "directions", "fd_gradient"]

@@ -20,7 +20,7 @@ Direction laws (``law``):
   divides by Q only (scale 1), which Adam's scale invariance hides.
 """
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

@@ -32,7 +32,7 @@ outside it.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -109,6 +109,7 @@ def scalars_and_step(f: Callable[[jax.Array], jax.Array], x: jax.Array, shared_k
   def per_perturbation(acc, p):
     z = direction(shared_key, r, k, p, scale, dim, x.dtype)
     if scheme == "forward":
+      assert f0 is not None  # set above for the forward scheme
       g = (f(x + smoothing * z) - f0) / smoothing                             # eq. 8
     else:
       g = (f(x + smoothing * z) - f(x - smoothing * z)) / (2 * smoothing)    # [code] central

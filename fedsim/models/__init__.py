@@ -1,3 +1,5 @@
 """Flax modules shared by tasks (and, later, weak learners)."""
-from fedsim.models.mlp import MLP, Softmax
 from fedsim.models.cnn import CNN
+from fedsim.models.mlp import MLP, Softmax
+
+__all__ = ["CNN", "MLP", "Softmax"]

@@ -6,7 +6,7 @@ authors' ``CNN_MNIST`` ([code]): conv(1 -> 16, 5x5, pad 2) - ReLU - maxpool 2
 d = 28,938 parameters on 28x28 MNIST (14,538 on 8x8 digits).
 """
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import flax.linen as nn
 

@@ -1,9 +1,8 @@
 """Small flax.linen classifiers on flattened inputs."""
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import flax.linen as nn
-import jax.numpy as jnp
 
 
 class Softmax(nn.Module):

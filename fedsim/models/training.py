@@ -23,12 +23,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from absl import logging
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from absl import logging
 from flax import traverse_util
 
 PyTree = Any
@@ -71,14 +71,14 @@ def train_classifier(model: nn.Module, x: np.ndarray, y: np.ndarray, seed: int,
   Raises:
     ValueError: ``x`` and ``y`` disagree in length, or ``x`` is empty.
   """
-  x = jnp.asarray(x, jnp.float32)
-  y = jnp.asarray(y, jnp.int32)
-  if x.shape[0] != y.shape[0] or x.shape[0] == 0:
-    raise ValueError(f"x {x.shape} and y {y.shape} must be non-empty (n, ...) and (n,)")
-  n = x.shape[0]
+  xj = jnp.asarray(x, jnp.float32)
+  yj = jnp.asarray(y, jnp.int32)
+  if xj.shape[0] != yj.shape[0] or xj.shape[0] == 0:
+    raise ValueError(f"x {xj.shape} and y {yj.shape} must be non-empty (n, ...) and (n,)")
+  n = xj.shape[0]
   batch = min(int(config.batch_size), n)
   key_init, key_data = jax.random.split(jax.random.key(seed))
-  params = model.init(key_init, x[:1])
+  params = model.init(key_init, xj[:1])
   opt = optax.adam(config.learning_rate)
 
   def batch_loss(p, xb, yb):
@@ -97,7 +97,7 @@ def train_classifier(model: nn.Module, x: np.ndarray, y: np.ndarray, seed: int,
     return p
 
   with jax.default_matmul_precision("highest"):
-    return run(params, x, y)
+    return run(params, xj, yj)
 
 
 def cache_key_digest(key: dict) -> str:
@@ -116,7 +116,7 @@ def save_params(path: str | os.PathLike, params: PyTree, meta: dict) -> None:
   path = Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   flat = traverse_util.flatten_dict(jax.device_get(params), sep="/")
-  arrays = {k: np.asarray(v) for k, v in flat.items()}
+  arrays: dict[str, Any] = {k: np.asarray(v) for k, v in flat.items()}  # Any: np.savez(**arrays) type-checks
   arrays[_META] = np.asarray(json.dumps(meta, sort_keys=True, default=str))
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp.npz")
   try:

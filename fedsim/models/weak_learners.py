@@ -55,7 +55,8 @@ Oracles (specs/ffgb.md §2.5, §4.2, §6.1):
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -368,7 +369,8 @@ class WeakLearnerCNN(nn.Module):
   def __call__(self, x):
     if x.ndim == 3:
       x = x[..., None]
-    act = lambda v: nn.leaky_relu(v, 0.01)
+    def act(v):
+      return nn.leaky_relu(v, 0.01)
     for f in self.features:
       x = nn.Conv(f, (self.kernel_size, self.kernel_size), padding=self.padding)(x)
       x = nn.max_pool(act(x), (2, 2), strides=(2, 2))
@@ -469,6 +471,7 @@ def learner_family(name: str, *, num_outputs: int, feature_shape: Sequence[int],
       return ridge * jnp.sum(params["train"]["beta"] ** 2)
     return LearnerFamily("rf", init_r, apply_r, penalty_r)
   if name in ("mlp", "cnn"):
+    model: nn.Module
     if name == "mlp":
       if init not in ("default", "faithful"):
         raise ValueError(f"mlp init must be default or faithful; got {init!r}")

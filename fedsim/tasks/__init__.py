@@ -12,7 +12,7 @@ from fedsim.core.errors import ConfigError
 from fedsim.tasks.classification import make_classification_task
 from fedsim.tasks.quadratic import make_quadratic_task
 
-TASKS = ("softmax", "mlp", "quadratic", "attack_cw", "illcond_quadratic", "cnn", "finetune")
+TASKS: tuple[str, ...] = ("softmax", "mlp", "quadratic", "attack_cw", "illcond_quadratic", "cnn", "finetune")
 TASKS += ("logistic_soft", "ridge")  # seed 004 (FedLRGD): smooth ERM with a server dataset
 TASKS += ("ackley", "levy")  # seed 000 (FZooS) [code]: federated Ackley / Levy
 TASKS += ("attack", "metric_opt")  # seed 000 (FZooS) §6.2-6.3: black-box attack, metric optimisation
@@ -115,7 +115,8 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
       tc = dataclasses.replace(TRAIN_CONFIG, steps=int(model_train_steps)) if model_train_steps else TRAIN_CONFIG
       return make_attack_task(ds, num_clients, seed=seed, portion=portion, model=classifier, box=box,
                               target=int(attack_target), cache_dir=cache_dir, train_config=tc)
-    from fedsim.tasks.metric_opt import TRAIN_CONFIG as MO_TRAIN, make_metric_opt_task
+    from fedsim.tasks.metric_opt import TRAIN_CONFIG as MO_TRAIN
+    from fedsim.tasks.metric_opt import make_metric_opt_task
     tc = dataclasses.replace(MO_TRAIN, steps=int(model_train_steps)) if model_train_steps else MO_TRAIN
     return make_metric_opt_task(ds, num_clients, seed=seed, portion=portion,
                                 metric=opt_metric, box=box,

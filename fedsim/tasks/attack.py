@@ -46,8 +46,7 @@ import numpy as np
 from fedsim.core.errors import ConfigError
 from fedsim.core.types import Task
 from fedsim.data.dataset import Dataset
-from fedsim.models import MLP
-from fedsim.models import training
+from fedsim.models import MLP, training
 from fedsim.tasks.attack_cw import _data_digest
 
 MODELS = ("cnn", "mlp")

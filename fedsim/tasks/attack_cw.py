@@ -35,8 +35,7 @@ from fedsim.core.reduce import pairwise_sum
 from fedsim.core.types import Task
 from fedsim.data import load_dataset, quantity, to_client_arrays
 from fedsim.data.dataset import Dataset
-from fedsim.models import MLP, Softmax
-from fedsim.models import training
+from fedsim.models import MLP, Softmax, training
 
 CLASSIFIERS = ("mlp", "softmax")
 HIDDEN_WIDTHS = (64,)
@@ -184,6 +183,7 @@ def make_attack_cw_task(dataset: Dataset | str, num_clients: int, *, seed: int =
   d = dataset.num_features
   x_train = dataset.x_train.reshape(dataset.n_train, d)
   x_test = dataset.x_test.reshape(dataset.n_test, d)
+  model: MLP | Softmax
   if classifier == "mlp":
     model = MLP(num_classes, HIDDEN_WIDTHS)
   else:

@@ -8,6 +8,8 @@ sum_i n_i f_i / sum_i n_i; ``test_accuracy`` and ``test_loss`` use the test spli
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +17,7 @@ import optax
 
 from fedsim.core.reduce import pairwise_sum
 from fedsim.core.types import Task
+from fedsim.data.dataset import Dataset
 from fedsim.models import MLP, Softmax
 
 
@@ -40,7 +43,7 @@ def make_model_task(name: str, model, dataset: Dataset, clients: dict, *, init_p
     The Task (``has_accuracy``).
   """
   feature_shape = tuple(dataset.x_train.shape[1:])
-  data = {
+  data: dict[str, Any] = {
       "clients": {"x": jnp.asarray(clients["x"], jnp.float32),
                   "y": jnp.asarray(clients["y"], jnp.int32), "mask": jnp.asarray(clients["mask"])},
       "sizes": jnp.asarray(clients["n"], jnp.int32),
@@ -97,6 +100,7 @@ def make_classification_task(name: str, dataset, clients: dict, *, hidden_width:
     ValueError: unknown name.
   """
   fnd = len(dataset.x_train.shape[1:])
+  model: Softmax | MLP
   if name == "softmax":
     model = Softmax(dataset.num_classes, feature_ndim=fnd)
   elif name == "mlp":

@@ -29,12 +29,11 @@ import hashlib
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from fedsim.tasks.classification import make_model_task
+from fedsim.core.types import Task
 from fedsim.data.dataset import Dataset
-from fedsim.models import MLP
-from fedsim.models import training
+from fedsim.models import MLP, training
+from fedsim.tasks.classification import make_model_task
 
 SHIFTS = ("flip", "relabel", "none")
 PRETRAIN = training.TrainConfig(steps=500, batch_size=128, learning_rate=3e-3)
@@ -53,8 +52,9 @@ def shift_dataset(dataset: Dataset, shift: str) -> Dataset:
     return dataset
   if shift == "flip":
     if len(dataset.feature_shape) < 2:
-      raise ValueError("shift 'flip' needs image data (n, H, W)")
-    xs = {s: np.ascontiguousarray(getattr(dataset, f"x_{s}")[..., ::-1]) for s in ("train", "test")}
+      raise ValueError("shift 'flip' needs image data (n, H, W) or (n, H, W, C)")
+    # x (n, H, W) or (n, H, W, C) (NHWC, e.g. CIFAR-10): mirror the width axis, not the channels.
+    xs = {s: np.ascontiguousarray(getattr(dataset, f"x_{s}")[:, :, ::-1]) for s in ("train", "test")}
     return dataclasses.replace(dataset, name=f"{dataset.name}-flip", x_train=xs["train"],
                                x_test=xs["test"], info={**dataset.info, "shift": "flip"})
   c = dataset.num_classes
@@ -102,7 +102,7 @@ def make_finetune_task(dataset: Dataset, num_clients: int, *, seed: int = 0, shi
 
   @jax.jit
   def accuracy(p, x, y):
-    return jnp.mean((jnp.argmax(model.apply(p, x), -1) == y).astype(jnp.float32))
+    return jnp.mean((jnp.argmax(model.apply(p, x), -1) == y).astype(jnp.float32))  # type: ignore[arg-type]  # flax apply
 
   src_acc = float(accuracy(params, dataset.x_test, dataset.y_test))
   tgt_acc = float(accuracy(params, target.x_test, target.y_test))

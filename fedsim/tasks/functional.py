@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -101,10 +100,16 @@ def make_tabular_task(x, y, mask=None, x_test=None, y_test=None, name: str = "ta
   def unsupported(*a):
     raise NotImplementedError("a tabular task has no parameter vector; use an FFGB algorithm")
 
+  if loss == "square":
+    num_out = int(y.shape[-1])
+  elif num_outputs is None:
+    raise ValueError(f"num_outputs (C) is required with loss={loss!r}")
+  else:
+    num_out = int(num_outputs)
   task = Task(name=name, num_clients=int(N), init_params=lambda k: jnp.zeros(()), data=data,
               loss=unsupported, sample_batch=unsupported, full_batch=lambda c: c,
               evaluate=lambda p, d: {}, stochastic=False,
-              info={"loss": loss, "num_outputs": int(y.shape[-1] if loss == "square" else num_outputs),
+              info={"loss": loss, "num_outputs": num_out,
                     "n_train": int(np.sum(mask)), **(info or {})})
   return cache_view(task)
 
@@ -231,7 +236,8 @@ def make_shift_task(num_clients: int, samples_per_client: int = 40, num_features
                      f"got {samples_per_client}")
   N, M, d = int(num_clients), int(samples_per_client), int(num_features)
   rs = np.random.default_rng(seed)
-  w = rs.normal(size=d); w /= np.linalg.norm(w)
+  w = rs.normal(size=d)
+  w /= np.linalg.norm(w)
   V, c = rs.normal(size=(d, TABULAR_CLASSES)), rs.normal(size=TABULAR_CLASSES) * 0.3
   info = {"shift_kind": kind, "feature_shift": float(shift), "lip_L": TABULAR_LIP}
   if kind == "tv":

@@ -57,7 +57,7 @@ FEATURE_MAPS = ("identity", "holder")
 
 def float_dtype():
   """The float dtype new task arrays get: float64 if x64 is enabled, else float32."""
-  return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+  return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32  # type: ignore[attr-defined]  # jax.config flags are dynamic attributes
 
 
 # ----------------------------------------------------------------------------------------------
@@ -234,9 +234,11 @@ def make_smooth_erm_task(name: str, *, num_clients: int, samples_per_client: int
     xc, xs = raw_c, raw_s
   theta_gt = rng.uniform(-1.0, 1.0, size=p)
   if name == "logistic_soft":
-    label = lambda x: 1.0 / (1.0 + np.exp(-(x @ theta_gt + label_noise * rng.standard_normal(x.shape[:-1]))))
+    def label(x):
+      return 1.0 / (1.0 + np.exp(-(x @ theta_gt + label_noise * rng.standard_normal(x.shape[:-1]))))
   else:
-    label = lambda x: x @ theta_gt + label_noise * rng.standard_normal(x.shape[:-1])
+    def label(x):
+      return x @ theta_gt + label_noise * rng.standard_normal(x.shape[:-1])
   yc, ys = label(xc), label(xs)
 
   dt = float_dtype()

@@ -42,8 +42,7 @@ from fedsim.core.errors import ConfigError
 from fedsim.core.types import Task
 from fedsim.data.dataset import Dataset
 from fedsim.data.federated import to_client_arrays
-from fedsim.models import MLP
-from fedsim.models import training
+from fedsim.models import MLP, training
 from fedsim.tasks.attack_cw import _data_digest
 
 METRICS = ("precision", "recall", "f1", "jaccard")
@@ -172,7 +171,7 @@ def make_metric_opt_task(dataset: Dataset, num_clients: int, *, seed: int = 0, p
   def predict(x, feats):
     th = unravel(flat + box * (2.0 * jnp.clip(x, 0.0, 1.0) - 1.0).astype(flat.dtype))
     with jax.default_matmul_precision("highest"):
-      return jnp.argmax(net.apply(th, feats), -1)
+      return jnp.argmax(net.apply(th, feats), -1)  # type: ignore[arg-type]  # flax: apply without mutable
 
   def loss(x, row):
     return 1.0 - macro_metric(row["y"], predict(x, row["x"]), row["mask"], C, metric)
@@ -184,7 +183,8 @@ def make_metric_opt_task(dataset: Dataset, num_clients: int, *, seed: int = 0, p
     glob = macro_metric(c["y"].reshape(-1), preds.reshape(-1), c["mask"].reshape(-1), C, metric)
     return {"objective": jnp.mean(f), "global_metric": glob}
 
-  acc = float(np.mean(np.asarray(jnp.argmax(net.apply(theta, jnp.asarray(xte)), -1)) == dataset.y_test))
+  logits = net.apply(theta, jnp.asarray(xte))
+  acc = float(np.mean(np.asarray(jnp.argmax(logits, -1)) == dataset.y_test))  # type: ignore[arg-type]  # flax apply
   info = {"dataset": dataset.name, "dim": p, "hidden": list(HIDDEN), "metric": metric, "portion": float(portion),
           "box": box, "seed": int(seed), "train": dataclasses.asdict(train_config),
           "mlp_test_accuracy": acc, "mlp_cache_path": path, "mlp_loaded_from_cache": bool(hit),

@@ -270,7 +270,7 @@ def test_sweeping_r_does_not_recompile():
   assert med[2] < med[0]
   # (The engine's FedLRGD computes its weights in ``init`` from the task it was built
   # on, so an r sweep through the engine builds one algorithm per r; the pure kernels
-  # above are what sweeps r in one compilation, as experiments.fedlrgd_suite does.)
+  # above are what sweeps r in one compilation, as experiments.fedlrgd.suite does.)
 
 
 def fidelity_and_gaps(seeds, ranks, S=300):

@@ -50,6 +50,7 @@ def test_fedzo_fd_is_fedzo_with_the_fzoos_baseline_settings():
   np.testing.assert_allclose(a.x, b.x, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # 25-50 s: the default suite's 15-minute budget
 def test_corrections_reduce_to_fedzo_when_zero():
   """FedProx with gamma = 0, and SCAFFOLD I/II with one client (c = c_i), are FedZO-FD exactly;
   FedProx's first round has no prox term ([code])."""

@@ -1,6 +1,7 @@
 """AirComp (seed 001 §IV; specs/fedzo.md §7.4): participation, effective noise,
 the full transceiver, and the noise-free reduction to FedZO."""
 
+import dataclasses
 import math
 import os
 import subprocess
@@ -275,3 +276,30 @@ def test_transmit_energy_by_hand():
   np.testing.assert_allclose(np.asarray(e), [0.64 / 4 * 2 / 25 * 25, 0.64 / 0.25 * 2 / 25 * 1], rtol=1e-6)
   # the device with the largest update meets the power budget d P = 2 only at |h| = h_min
   assert float(aircomp.transmit_energy(deltas, jnp.array([0.8 + 0j, 1j]), jnp.array([True, True]), cfg)[0]) == pytest.approx(2.0, rel=1e-6)
+
+
+def test_resample_gives_up_after_exactly_max_resamples_redraws():
+  # No device can pass (h_min far above any |h|): the loop stops after MAX_RESAMPLES redraws and
+  # keeps the last one, fold_in(key, MAX_RESAMPLES); nobody participates.
+  key = jax.random.key(5)
+  cfg = aircomp.AirCompConfig(h_min=1e6, empty_round="resample")
+  h, mask = aircomp.participating_channels(key, 3, cfg)
+  last = aircomp.draw_channels(jax.random.fold_in(key, aircomp.MAX_RESAMPLES), 3)
+  before = aircomp.draw_channels(jax.random.fold_in(key, aircomp.MAX_RESAMPLES - 1), 3)
+  np.testing.assert_allclose(np.asarray(h), np.asarray(last), rtol=1e-6)  # jit vs eager rounding
+  assert not np.allclose(np.asarray(h), np.asarray(before))
+  assert not np.asarray(mask).any()
+
+
+@pytest.mark.parametrize("field,value", [("channel_var", 0.0), ("channel_var", -1.0), ("h_min", -0.1),
+                                         ("snr_db", -math.inf), ("snr_db", math.nan)])
+def test_invalid_channel_settings_raise(field, value):
+  with pytest.raises(ValueError, match=field):
+    aircomp.validate(aircomp.AirCompConfig(**{field: value}))
+  aircomp.validate(aircomp.AirCompConfig(snr_db=math.inf))  # noise-free is valid
+
+
+def test_channel_config_is_immutable():
+  cfg = aircomp.AirCompConfig()
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    cfg.snr_db = 3.0

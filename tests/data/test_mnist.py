@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedsim.core.errors import ConfigError, DataError
-from fedsim.data import load_dataset, load_mnist, read_idx
+from fedsim.data import load_dataset, load_fashion_mnist, load_mnist, read_idx
 
 REAL_MNIST = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mnist"
 
@@ -151,9 +151,42 @@ def test_load_dataset_flags(tmp_path):
     load_dataset("libsvm", "")
   with pytest.raises(ConfigError) as e:
     load_dataset("cifar100")
-  assert str(e.value) == "--dataset: unknown 'cifar100'; accepted: digits, mnist, libsvm"
+  assert str(e.value) == ("--dataset: unknown 'cifar100'; accepted: digits, mnist, libsvm, "
+                          "fashion_mnist, cifar10")
   make_mnist_dir(tmp_path, n_train=None, n_test=50, gz=False)
   assert load_dataset("mnist", tmp_path).name == "mnist"
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_load_fashion_mnist(tmp_path, gz):
+  """Fashion-MNIST: MNIST's four IDX file names and format, its own name and provenance."""
+  rng = np.random.default_rng(5)
+  arrays = {"train": (rng.integers(0, 256, (12, 28, 28)), np.arange(12) % 10),
+            "t10k": (rng.integers(0, 256, (4, 28, 28)), np.array([9, 0, 3, 7]))}
+  for prefix, (images, labels) in arrays.items():
+    write(tmp_path / f"{prefix}-images-idx3-ubyte", idx_bytes(images), gz)
+    write(tmp_path / f"{prefix}-labels-idx1-ubyte", idx_bytes(labels), gz)
+  ds = load_dataset("fashion_mnist", tmp_path)
+  assert ds.name == "fashion_mnist" and ds.num_classes == 10
+  assert ds.x_train.shape == (12, 28, 28) and ds.x_test.shape == (4, 28, 28)
+  assert ds.x_train.dtype == np.float32 and ds.y_test.dtype == np.int32
+  np.testing.assert_array_equal(ds.x_train, arrays["train"][0].astype(np.float32) / np.float32(255))
+  np.testing.assert_array_equal(ds.x_test, arrays["t10k"][0].astype(np.float32) / np.float32(255))
+  np.testing.assert_array_equal(ds.y_test, [9, 0, 3, 7])
+  assert ds.info["source"].startswith("Fashion-MNIST") and ds.info["split"].startswith("official")
+  suffix = ".gz" if gz else ""
+  assert set(ds.info["files"]) == {f"{p}-{k}" for p in ("train", "t10k")
+                                   for k in ("images-idx3-ubyte", "labels-idx1-ubyte")}
+  assert all(v["path"].endswith(suffix) for v in ds.info["files"].values())
+  json.dumps(ds.info)
+  assert load_fashion_mnist(tmp_path).name == "fashion_mnist"
+  assert load_mnist(tmp_path).name == "mnist"  # same files, MNIST's name and source
+  assert load_mnist(tmp_path).info["source"].startswith("MNIST")
+  (tmp_path / f"t10k-labels-idx1-ubyte{suffix}").unlink()
+  with pytest.raises(DataError, match=r"missing Fashion-MNIST file\(s\) t10k-labels-idx1-ubyte"):
+    load_dataset("fashion_mnist", tmp_path)
+  with pytest.raises(ValueError, match="variant"):
+    load_mnist(tmp_path, variant="kmnist")
 
 
 @pytest.mark.skipif(not REAL_MNIST.is_dir(), reason=f"no real MNIST at {REAL_MNIST}")

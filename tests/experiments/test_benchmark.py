@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from experiments import benchmark
+from experiments.bench import util, vmap
 from fedsim.core.errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -61,30 +62,33 @@ def test_quick_measurement_fields_and_outputs(tmp_path):
 
 
 def test_benchmark_task_is_a_draw_with_replacement():
-  task = benchmark.make_benchmark_task(3000, samples_per_client=20, seed=0)
+  task = util.make_benchmark_task(3000, samples_per_client=20, seed=0)
   assert task.num_clients == 3000 and task.dim == 650
   assert task.client_data["x"].shape == (3000, 20, 8, 8)
   assert bool(task.client_data["mask"].all())
-  again = benchmark.make_benchmark_task(3000, samples_per_client=20, seed=0)
+  again = util.make_benchmark_task(3000, samples_per_client=20, seed=0)
   assert bool((again.client_data["y"] == task.client_data["y"]).all())
 
 
 @pytest.mark.parametrize("kwargs, flag", [
-    ({"algorithm_names": ["fedavg", "sgd"], "num_clients": ["10"]}, "--algorithm"),
-    ({"algorithm_names": [], "num_clients": ["10"]}, "--algorithm"),
-    ({"algorithm_names": ["fedzo"], "num_clients": ["0"]}, "--num_clients"),
-    ({"algorithm_names": ["fedzo"], "num_clients": ["10", "x"]}, "--num_clients"),
-    ({"algorithm_names": ["fedzo"], "num_clients": []}, "--num_clients"),
-    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "repeats": 0}, "--repeats"),
-    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "prng_impl": "mt"}, "--prng_impl"),
-    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "suites": ["vmap", "speed"]}, "--suite"),
-    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "suites": []}, "--suite"),
-    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "fzoos_configs": ["5"]}, "--fzoos_configs"),
-    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "fzoos_configs": ["5:0"]}, "--fzoos_configs"),
-    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "scaling_clients": ["1e3"]}, "--scaling_clients"),
-    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "compile_rounds": ["0"]}, "--compile_rounds"),
-    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "ffgb_clients": 1}, "--ffgb_clients"),
-    ({"algorithm_names": ["fedzo"], "num_clients": ["10"], "matmul_size": 0}, "--matmul_size"),
+    ({"algorithm": ["fedavg", "sgd"], "num_clients": ["10"]}, "--algorithm"),
+    ({"algorithm": [], "num_clients": ["10"]}, "--algorithm"),
+    ({"algorithm": ["fedzo"], "num_clients": ["0"]}, "--num_clients"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10", "x"]}, "--num_clients"),
+    ({"algorithm": ["fedzo"], "num_clients": []}, "--num_clients"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "repeats": 0}, "--repeats"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "prng_impl": "mt"}, "--prng_impl"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "suite": ["vmap", "speed"]}, "--suite"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "suite": []}, "--suite"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "fzoos_configs": ["5"]}, "--fzoos_configs"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "fzoos_configs": ["5:0"]}, "--fzoos_configs"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "scaling_clients": ["1e3"]}, "--scaling_clients"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "compile_rounds": ["0"]}, "--compile_rounds"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "ffgb_clients": 1}, "--ffgb_clients"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "matmul_size": 0}, "--matmul_size"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "blas_threads": -1}, "--blas_threads"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "client_block": -1}, "--client_block"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "fzoos_vmap": "50:1000:3"}, "--fzoos_vmap"),
 ])
 def test_validate_rejects(kwargs, flag):
   with pytest.raises(ConfigError, match=flag):
@@ -93,7 +97,7 @@ def test_validate_rejects(kwargs, flag):
 
 def test_validate_accepts():
   assert benchmark.validate(["fedavg", "fedzo"], ["100", "1000"]) == ([100, 1000], {})
-  ns, extra = benchmark.validate(["hiso", "fzoos", "ffgb"], ["10"], suites=["vmap", "fzoos", "compile"],
+  ns, extra = benchmark.validate(["hiso", "fzoos", "ffgb"], ["10"], suite=["vmap", "fzoos", "compile"],
                                  fzoos_configs=["5:10000", "500:1000"], fzoos_vmap="50:1000",
                                  compile_rounds=["1", "10"], scaling_clients=["100", "100000"])
   assert ns == [10]
@@ -117,6 +121,21 @@ def test_bad_flags_exit_2_with_one_line(args, flag, tmp_path):
   assert not os.path.exists(tmp_path / "benchmark.json")
 
 
+@pytest.mark.slow
+def test_binary_passes_the_flags_to_the_settings(tmp_path):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-m", "experiments.benchmark", "--quick", "--suite=compile",
+                         "--compile_rounds=1,3", "--compile_clients=4,6", "--seed=3", f"--output_dir={tmp_path}"],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  doc = json.loads((tmp_path / "benchmark.json").read_text())
+  s = doc["settings"]
+  assert (s["compile_rounds"], s["compile_clients"], s["seed"], s["repeats"]) == ([1, 3], [4, 6], 3, 1)
+  assert set(doc["suites"]) == {"compile"} and "## compile: compile time" in (tmp_path / "benchmark.md").read_text()
+  assert [(r["num_clients"], r["rounds_per_chunk"]) for r in doc["suites"]["compile"]["records"][:3]] == [
+      (6, 1), (6, 3), (4, 3)]
+
+
 # ----------------------------------------------------------------------------- the other suites
 
 
@@ -131,16 +150,18 @@ def test_loglog_slope_recovers_the_exponent():
 def test_hiso_loop_is_the_same_round_as_the_engine():
   """The one-client-at-a-time baseline computes the engine's round (Alg. 2): same x and H."""
   import jax.numpy as jnp
+
   from fedsim import algorithms
-  from experiments.bench import util, vmap
   task = util.make_benchmark_task(6, 20, 0)
   for name in ("decomfl", "hiso"):
     # mu = 0.1 keeps the 1/mu amplification of float32 rounding in the scalars small
     # (the summation order differs: pairwise over the vmapped clients vs sequential).
     alg = algorithms.build(name, task, clients_per_round=6, lr=0.05, smoothing=0.1)
-    compiled, state, rk, _ = util.compile_chunk(alg, task, 1)
-    new, _ = compiled(state, task.data, rk, jnp.int32(0))
-    loop = vmap.hiso_loop(name, task, alg.hparams, state, rk, 6)
+    run, _ = util.compile_chunk(alg, task, 1)
+    state = run.initial_state
+    run()
+    new = run.state()
+    loop = vmap.hiso_loop(name, task, alg.hparams, state, run.rounds_key, 6)
     loop()
     x, h = loop.result
     dx_engine, dx_loop = new.x - state.x, x - state.x
@@ -156,9 +177,9 @@ def test_ffgb_loop_trains_the_engine_learners():
   """The looped per-client function gives the learners the vmapped round trains (same keys, data)."""
   import jax
   import jax.numpy as jnp
+
   from fedsim.algorithms import ffgb as ffgbm
   from fedsim.core import rng
-  from experiments.bench import util, vmap
   settings = util.Settings.make(quick=True)
   task, alg, client, cfg = vmap.ffgb_parts(settings, 3)
   n = task.num_clients
@@ -194,7 +215,7 @@ def test_quick_looped_algorithms():
         (r["num_clients"] / r["cpu_seconds_per_round"])
         / (r["sequential_clients_timed"] / (r["sequential_cpu_seconds_per_client"] * r["sequential_clients_timed"])))
   assert records[3]["rate_unit"] == "learners" and records[3]["local_steps"] == 2
-  table = benchmark.markdown_table(records)
+  table = vmap.markdown({"records": records})
   assert table.count("| hiso | 4 |") == 1 and "learners/s" in table
 
 
@@ -202,7 +223,7 @@ def test_quick_looped_algorithms():
 def test_quick_scaling_compile_roofline(tmp_path):
   from experiments.bench import compile_time, roofline, scaling
   settings = benchmark.Settings.make(quick=True)
-  sc = scaling.run_scaling(settings, log=lambda _: None)
+  sc = scaling.run(settings, log=lambda _: None)
   assert [r["num_clients"] for r in sc["records"]] == [16, 64]
   assert sc["slope"] == pytest.approx(scaling.loglog_slope(
       [16, 64], [r["seconds_per_round"] for r in sc["records"]]))
@@ -212,7 +233,7 @@ def test_quick_scaling_compile_roofline(tmp_path):
   # More clients, more compiled argument bytes (the client data).
   assert sc["records"][1]["memory"]["argument_bytes"] > sc["records"][0]["memory"]["argument_bytes"]
 
-  co = compile_time.run_compile(settings, log=lambda _: None)
+  co = compile_time.run(settings, log=lambda _: None)
   fedavg = [r for r in co["records"] if r["algorithm"] == "fedavg"]
   assert [(r["sweep"], r["num_clients"], r["rounds_per_chunk"]) for r in fedavg] == [
       ("rounds", 16, 1), ("rounds", 16, 4), ("clients", 8, 4)]
@@ -221,7 +242,7 @@ def test_quick_scaling_compile_roofline(tmp_path):
   assert set(co["rounds_ratio"]) == set(co["rounds_ratio_cpu"]) == {"fedavg", "fedzo"}
   assert all(r["compile_cpu_s"] > 0 for r in co["records"])
 
-  ro = roofline.run_roofline(settings, log=lambda _: None)
+  ro = roofline.run(settings, log=lambda _: None)
   assert ro["peak"]["flops"] == 2 * 256 ** 3 and _positive(ro["peak"]["flops_per_s"])
   byname = {r["algorithm"]: r for r in ro["records"]}
   # Analytic counts: digits softmax d_in = 64, C = 10.
@@ -244,7 +265,7 @@ def test_quick_scaling_compile_roofline(tmp_path):
 def test_quick_fzoos_and_ffgb_suites():
   from experiments.bench import ffgb_speed, fzoos_speed
   settings = benchmark.Settings.make(quick=True)
-  fz = fzoos_speed.run_fzoos(settings, log=lambda _: None, blas_default_comparison=False)
+  fz = fzoos_speed.run(settings, log=lambda _: None, blas_default_comparison=False)
   (r,) = fz["records"]
   assert (r["num_clients"], r["num_rff"], r["dim"], r["local_steps"]) == (2, 64, 8, 2)
   assert r["speedup_vs_authors"] == pytest.approx(33.0 / r["seconds_per_round"])
@@ -255,7 +276,7 @@ def test_quick_fzoos_and_ffgb_suites():
   assert prof["gp_window_top_k"]["count_per_round"] == 4 and prof["grad_cov_trace_local"]["count_per_round"] == 1
   assert r["profile_estimate_s"] == pytest.approx(2 * prof["estimate_per_client_s"])
 
-  fg = ffgb_speed.run_ffgb(settings, log=lambda _: None)
+  fg = ffgb_speed.run(settings, log=lambda _: None)
   (g,) = fg["records"]
   assert g["learners_per_round"] == 8 and g["oracle_steps"] == 4 and g["state_finite"]
   assert g["ratio"] == pytest.approx(g["loop_seconds"] / g["seconds_per_round"])

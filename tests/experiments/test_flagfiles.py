@@ -1,8 +1,8 @@
 """Every flagfile sets a hyperparameter only for the algorithms it is meant for (issue 15).
 
-experiments.run resolves an algorithm entry's hyperparameters as (experiments/common.py,
-``hparams_for``): ``NAME:HP=V`` in --algorithm > ``--<alg>_<HP>`` > the shared ``--<HP>``
-> the binary's per-algorithm default (``ALGORITHM_DEFAULTS``) > the algorithm's own
+experiments.run resolves an algorithm entry's hyperparameters as (``ExperimentConfig.resolve``;
+the flags' config from experiments/common.py): ``NAME:HP=V`` in --algorithm > ``--<alg>_<HP>`` > the
+shared ``--<HP>`` > the binary's per-algorithm default (``fedsim.api.RUN_DEFAULTS``) > the algorithm's own
 (paper) default. A shared ``--HP=V`` therefore reaches every entry whose algorithm has
 the field HP and that sets HP in neither of the two per-algorithm forms.
 
@@ -20,7 +20,7 @@ not a core flag) must satisfy one of:
 Otherwise the value overrides, unannounced, the default of an algorithm it was not
 written for (the defect: fedzo_fig1a_attack_H.cfg's ``--fd_directions=20``, meant for
 FedZO, gave ZONE-S b2 = 20 instead of its 1). Flagfiles of other binaries
-(experiments.rank_study, experiments.fedlrgd_suite, named in the file's own usage line)
+(experiments.fedlrgd.rank_study, experiments.fedlrgd.suite, named in the file's own usage line)
 run no algorithm list and are only checked for that.
 """
 
@@ -34,7 +34,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FLAGDIR = os.path.join(REPO, "experiments", "flagfiles")
-OTHER_BINARY = re.compile(r"python -m experiments\.(\w+) --flagfile")
+OTHER_BINARY = re.compile(r"python -m experiments\.([\w.]+) --flagfile")
 
 # Parses each flagfile with experiments.run's flags and reports, for every shared
 # hyperparameter flag, the entries it reaches and each one's family key.
@@ -43,24 +43,24 @@ import json, sys
 from experiments import run  # defines the flags
 from experiments import sweep  # --sweep, --seeds, --target, --batch_seeds
 from experiments import common
-from fedsim import algorithms
+from fedsim import algorithms, api
 FLAGS = common.FLAGS
 
 def family(alg, hp):
   cls = algorithms.REGISTRY[alg][0]
   owner = [c for c in cls.__mro__ if hp in c.__dict__.get("__annotations__", {})][-1]
-  default = dict(algorithms.default_config(alg), **common.ALGORITHM_DEFAULTS.get(alg, {}))[hp]
+  default = dict(algorithms.default_config(alg), **api.RUN_DEFAULTS.get(alg, {}))[hp]
   return [owner.__module__ + "." + owner.__qualname__, repr(default)]
 
 out = {}
 for path in json.loads(sys.argv[1]):
   FLAGS.unparse_flags()
   FLAGS(["run", "--flagfile=" + path])
-  entries = []
+  entries, resolved = [], common.experiment_config().resolve()
   for spec in FLAGS.algorithm:
     alg, overrides = common.parse_spec(spec)
     entries.append({"spec": spec, "alg": alg, "fields": algorithms.config_fields(alg),
-                    "hparams": {k: repr(v) for k, v in common.hparams_for(spec).items()}})
+                    "hparams": {k: repr(v) for k, v in resolved[api.run_label(spec)].values.items()}})
   shared = {}
   for hp in common.HPARAMS:
     if hp in common.CORE_HPARAMS or not FLAGS[hp].present:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from experiments import rank_study as rs
+from experiments.fedlrgd import rank_study as rs
 from fedsim.algorithms.theory_fedlrgd import approximate_rank
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -87,7 +87,7 @@ def _run(module, *args):
 
 
 @pytest.mark.parametrize("module, args, flag", [
-    ("experiments.fedlrgd_suite", ["--ranks=0,4"], "--ranks"),
+    ("experiments.fedlrgd.suite", ["--ranks=0,4"], "--ranks"),
     ("experiments.run", ["--task=logistic_soft", "--algorithm=fedlrgd", "--rank=40", "--max_rank=32"], "--rank"),
 ])
 def test_bad_flags_exit_2(module, args, flag, tmp_path):
@@ -110,7 +110,7 @@ def test_bad_configurations_raise_naming_the_flag():
 
 @pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_suite_fidelity_smoke(tmp_path):
-  proc = _run("experiments.fedlrgd_suite", "--study=fidelity", "--seeds=2", "--ranks=2,8", "--rounds=30",
+  proc = _run("experiments.fedlrgd.suite", "--study=fidelity", "--seeds=2", "--ranks=2,8", "--rounds=30",
               "--num_clients=10", "--samples_per_client=8", "--num_thetas=4", f"--output_dir={tmp_path}")
   assert proc.returncode == 0, proc.stderr[-2000:]
   rows = json.load(open(tmp_path / "results.json"))["rows"]
@@ -123,7 +123,7 @@ def test_suite_fidelity_smoke(tmp_path):
 def test_crossover_same_start_and_same_instances():
   """S5: FedLRGD and FedAve start from the engine's theta^(0) and, for every rank r, are
   scored on the same instance: r server samples, n = m s + r (eq. (3)), that instance's F_*."""
-  from experiments import fedlrgd_suite as fs
+  from experiments.fedlrgd import suite as fs
   from fedsim import algorithms
   from fedsim.core import rng
   from fedsim.tasks.logistic_soft import make_smooth_erm_task, with_server_size
@@ -154,7 +154,7 @@ def test_crossover_same_start_and_same_instances():
 
 
 def test_crossover_row_picks_cheapest_runs_on_fedlrgd_instance():
-  from experiments import fedlrgd_suite as fs
+  from experiments.fedlrgd import suite as fs
   ranks, s, m, phi, eps = [2, 4], 5, 3, 10.0, 1e-3
   # FedLRGD reaches eps after 6 steps at r = 2 and 1 step at r = 4:
   # Gamma = r^2 + r s + r S + phi m r = 4 + 10 + 12 + 60 = 86 vs 16 + 20 + 4 + 120 = 160.

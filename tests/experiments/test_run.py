@@ -59,6 +59,7 @@ def _metrics(path):
     return [{k: v for k, v in json.loads(l).items() if k != "wall_time_s"} for l in f]
 
 
+@pytest.mark.slow  # 25-50 s: the default suite's 15-minute budget
 def test_outputs_and_determinism(tmp_path):
   args = ["--algorithm=fedavg,fedzo", "--num_clients=12", "--clients_per_round=4", "--rounds=4",
           "--eval_every=2", "--lr=0.05"]
@@ -74,6 +75,51 @@ def test_outputs_and_determinism(tmp_path):
   assert cfg["flags"]["num_clients"] == 12 and cfg["algorithms"]["fedzo"]["lr"] == 0.05
   assert (tmp_path / "a" / "curves.png").stat().st_size > 1000
   assert "[fedzo] round 4/4" in a.stdout and "ETA" in a.stdout
+
+
+@pytest.mark.slow  # 25-50 s: the default suite's 15-minute budget
+def test_config_json_and_start_up_log_name_each_values_source(tmp_path):
+  """Issue 16 item 2: which algorithm took which value from where. The flagfile sets
+  fedavg's local_steps after the command line did (absl: the later one wins) and
+  includes a second flagfile; --batch_size (shared) reaches all three algorithms."""
+  inner, outer = tmp_path / "inner.cfg", tmp_path / "outer.cfg"
+  inner.write_text("# FedZO only\n--fedzo_smoothing=0.002\n")
+  outer.write_text(f"--algorithm=fedavg,fedzo:local_steps=2,fedadam\n--fedavg_lr=0.05\n"
+                   f"--fedavg_local_steps=3\n--flagfile={inner}\n--rounds=2\n")
+  proc = _run("--fedavg_local_steps=4", f"--flagfile={outer}", "--batch_size=5", "--fedzo_fd_directions=2",
+              "--num_clients=4", "--clients_per_round=2", "--eval_every=1", f"--output_dir={tmp_path / 'out'}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  got = json.loads((tmp_path / "out" / "config.json").read_text())["hyperparameters"]
+  given = {label: {k: (v["value"], v["source"]) for k, v in hp.items() if v["source"] != "default"}
+           for label, hp in got.items()}
+  assert given == {
+      "fedavg": {"lr": (0.05, f"flagfile {outer} (--fedavg_lr)"),
+                 "local_steps": (3, f"flagfile {outer} (--fedavg_local_steps)"),
+                 "batch_size": (5, "--batch_size"), "clients_per_round": (2, "--clients_per_round")},
+      "fedzo-local_steps=2": {"lr": (0.01, "binary default"),
+                              "smoothing": (0.002, f"flagfile {inner} (--fedzo_smoothing)"),
+                              "batch_size": (5, "--batch_size"), "fd_directions": (2, "--fedzo_fd_directions"),
+                              "local_steps": (2, "algorithm entry"),
+                              "clients_per_round": (2, "--clients_per_round")},
+      "fedadam": {"batch_size": (5, "--batch_size"), "clients_per_round": (2, "--clients_per_round"),
+                  "server_optimizer": ("adam", "registry preset"), "server_lr": (0.01, "registry preset")},
+  }
+  assert got["fedzo-local_steps=2"]["direction"] == {"value": "sphere", "source": "default"}
+  lines = proc.stdout.splitlines()
+  assert (f"[fedavg] lr=0.05 (flagfile {outer} (--fedavg_lr)), local_steps=3 (flagfile {outer} "
+          "(--fedavg_local_steps)), batch_size=5 (--batch_size), clients_per_round=2 (--clients_per_round)") in lines
+  assert (f"[fedzo-local_steps=2] lr=0.01 (binary default), smoothing=0.002 (flagfile {inner} "
+          "(--fedzo_smoothing)), batch_size=5 (--batch_size), fd_directions=2 (--fedzo_fd_directions), "
+          "local_steps=2 (algorithm entry), clients_per_round=2 (--clients_per_round)") in lines
+
+
+def test_bad_value_names_the_flagfile_flag_that_set_it(tmp_path):
+  path = tmp_path / "bad.cfg"
+  path.write_text("--algorithm=fedavg,fedzo\n--fedzo_smoothing=-1\n")
+  proc = _run(f"--flagfile={path}", f"--output_dir={tmp_path}")
+  assert proc.returncode == 2
+  lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+  assert lines == ["error: --fedzo_smoothing: must be > 0 and finite; got -1.0"], proc.stderr
 
 
 @pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)

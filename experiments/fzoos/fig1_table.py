@@ -9,7 +9,7 @@ column is exact), e.g.::
     python -m experiments.run --flagfile=experiments/flagfiles/fzoos_fig1_quadratic.cfg \\
       --heterogeneity=$C --seed=$S --eval_every=1 --output_dir=runs/fig1/C${C}_s$S
   done; done
-  python -m experiments.fzoos_fig1_table runs/fig1 [more roots] [--budget=26800] [--markdown=table.md]
+  python -m experiments.fzoos.fig1_table runs/fig1 [more roots] [--budget=26800] [--markdown=table.md]
 
 Several roots merge (e.g. a separate ``--algorithm=fedavg_true_grad`` oracle run).
 ``--fig4`` tabulates instead Fig. 4 (App. F.1; specs §7 check 7) from runs of
@@ -28,37 +28,38 @@ in C for every method. Methods whose rounds count no queries (the
 
 from __future__ import annotations
 
-import glob
-import json
 import math
-import os
 import re
 import statistics
 
 from absl import app, flags
 
-_BUDGET = flags.DEFINE_integer("budget", 26800, "Total-query budget (all clients) of check 6.")
-_MARKDOWN = flags.DEFINE_string("markdown", None, "Also write the table to this markdown file.")
-_METRIC = flags.DEFINE_string("metric", "objective", "Metric to tabulate (lower is better).")
-_GAP = flags.DEFINE_float("gap", 0.1, "Column: first round with optimality_gap <= this (F - F*).")
-_METHOD = flags.DEFINE_string("method", "fzoos", "The FZooS run compared with the FD baselines "
-                               "(e.g. fzoos-gamma_schedule=one); other fzoos* runs are not baselines.")
-_FIG4 = flags.DEFINE_bool("fig4", False, "Tabulate the Fig. 4 gradient cosines instead.")
+from fedsim import results
+
+FLAGS = flags.FLAGS
 
 
-def load(root: str, metric: str) -> dict:
-  """{C: {method: {seed: [records]}}} from ROOT/C*_s*/*/metrics.jsonl."""
+def define_flags():
+  flags.DEFINE_integer("budget", 26800, "Total-query budget (all clients) of check 6.")
+  flags.DEFINE_string("markdown", None, "Also write the table to this markdown file.")
+  flags.DEFINE_string("metric", "objective", "Metric to tabulate (lower is better).")
+  flags.DEFINE_float("gap", 0.1, "Column: first round with optimality_gap <= this (F - F*).")
+  flags.DEFINE_string("method", "fzoos", "The FZooS run compared with the FD baselines "
+                      "(e.g. fzoos-gamma_schedule=one); other fzoos* runs are not baselines.")
+  flags.DEFINE_bool("fig4", False, "Tabulate the Fig. 4 gradient cosines instead.")
+
+
+def load(roots, metric: str) -> dict:
+  """{C: {method: {seed: [records]}}} from ROOT/C*_s*/*/metrics.jsonl of every root (later roots
+  win for the same C, method and seed); only records with a finite ``metric``."""
   out: dict = {}
-  for f in glob.glob(os.path.join(root, "C*_s*", "*", "metrics.jsonl")):
-    run_dir = os.path.basename(os.path.dirname(os.path.dirname(f)))
-    m = re.fullmatch(r"C([0-9.eE+-]+)_s(\d+)", run_dir)
-    if not m:
-      continue
-    recs = [json.loads(line) for line in open(f) if line.strip()]
-    recs = [r for r in recs if metric in r and r[metric] is not None and math.isfinite(r[metric])]
-    if recs:
-      method = os.path.basename(os.path.dirname(f))
-      out.setdefault(float(m.group(1)), {}).setdefault(method, {})[int(m.group(2))] = recs
+  for root in roots:
+    rows = results.load_runs(root, "C*_s*/*/metrics.jsonl", metric=metric)
+    for run, methods in results.group(rows, "run", "algorithm").items():
+      m = re.fullmatch(r"C([0-9.eE+-]+)_s(\d+)", run)
+      if m:
+        for method, recs in methods.items():
+          out.setdefault(float(m.group(1)), {}).setdefault(method, {})[int(m.group(2))] = recs
   return out
 
 
@@ -73,15 +74,6 @@ def _fmt(vals):
     return "-"
   sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
   return f"{statistics.mean(vals):.4f} ± {sd:.4f}"
-
-
-def _merge(roots, metric):
-  data: dict = {}
-  for root in roots:
-    for C, methods in load(root, metric).items():
-      for method, seeds in methods.items():
-        data.setdefault(C, {}).setdefault(method, {}).update(seeds)
-  return data
 
 
 def fig4_table(data) -> str:
@@ -107,21 +99,8 @@ def fig4_table(data) -> str:
   return "\n".join(lines + [""] + [f"- {c}" for c in checks])
 
 
-def main(argv):
-  if len(argv) < 2:
-    raise app.UsageError("usage: python -m experiments.fzoos_fig1_table ROOT [ROOT ...]")
-  metric, budget = ("grad_cosine" if _FIG4.value else _METRIC.value), _BUDGET.value
-  data = _merge(argv[1:], metric)
-  if not data:
-    raise app.UsageError(f"no ROOT/C*_s*/*/metrics.jsonl with {metric!r} under {argv[1:]}")
-  if _FIG4.value:
-    text = fig4_table(data)
-    print(text)
-    if _MARKDOWN.value:
-      with open(_MARKDOWN.value, "w") as fh:
-        fh.write(text + "\n")
-    return
-  gap = _GAP.value
+def fig1_table(data, metric: str, budget: int, gap: float, me: str) -> str:
+  """Fig. 1 rows and checks 5-6 (module docstring); ``me`` is the FZooS run compared."""
   lines = [f"| C | method | seeds | F(x_R) mean ± std | best F within {budget} queries "
            f"| rounds to gap <= {gap:g} (mean; never = -) | last round |",
            "|---|---|---|---|---|---|---|"]
@@ -141,7 +120,6 @@ def main(argv):
       lines.append(f"| {C:g} | {method} | {len(seeds)} | {_fmt(fin)} | {_fmt(bud)} | {hit_txt} "
                    f"| {','.join(map(str, last))} |")
   checks = []
-  me = _METHOD.value
   for C in sorted(data):
     if (C, me) not in final:
       continue
@@ -159,12 +137,23 @@ def main(argv):
     mono = all(a <= b for a, b in zip(vals, vals[1:]))
     checks.append(f"{method}: F(x_R) over C={','.join(f'{c:g}' for c in cs)}: "
                   f"{', '.join(f'{v:.4f}' for v in vals)} non-decreasing: {'yes' if mono else 'NO'}")
-  text = "\n".join(lines + [""] + [f"- {c}" for c in checks])
+  return "\n".join(lines + [""] + [f"- {c}" for c in checks])
+
+
+def main(argv):
+  if len(argv) < 2:
+    raise app.UsageError("usage: python -m experiments.fzoos.fig1_table ROOT [ROOT ...]")
+  metric, budget = ("grad_cosine" if FLAGS.fig4 else FLAGS.metric), FLAGS.budget
+  data = load(argv[1:], metric)
+  if not data:
+    raise app.UsageError(f"no ROOT/C*_s*/*/metrics.jsonl with {metric!r} under {argv[1:]}")
+  text = fig4_table(data) if FLAGS.fig4 else fig1_table(data, metric, budget, FLAGS.gap, FLAGS.method)
   print(text)
-  if _MARKDOWN.value:
-    with open(_MARKDOWN.value, "w") as fh:
+  if FLAGS.markdown:
+    with open(FLAGS.markdown, "w") as fh:
       fh.write(text + "\n")
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

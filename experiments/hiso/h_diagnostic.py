@@ -11,35 +11,39 @@ H, smaller is better; the oracle H = lambda gives d / (Tr(A) mean(1/lambda))).
 for comparison. Usage (defaults: d = 1000, M = 64, m = 8, P = 5, tau = 1,
 heterogeneity 0.01, as experiments/flagfiles/hiso_toy_illcond.cfg):
 
-  python -m experiments.hiso_h_diagnostic [--lr=0.004] [--dim=1000] [--rounds=3000]
+  python -m experiments.hiso.h_diagnostic [--lr=0.004] [--dim=1000] [--rounds=3000]
       [--every=500] [--nu=0.05] [--eps=1e-8] [--step_norm=none|trace] [--oracle]
 """
-
-import argparse
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import app, flags
 
-from fedsim import algorithms
-from fedsim.core import rng
-from fedsim.tasks.illcond_quadratic import make_illcond_quadratic_task
+FLAGS = flags.FLAGS
 
 
-def main():
-  ap = argparse.ArgumentParser()
-  ap.add_argument("--lr", type=float, default=0.004)
-  ap.add_argument("--dim", type=int, default=1000)
-  ap.add_argument("--rounds", type=int, default=3000)
-  ap.add_argument("--every", type=int, default=500)
-  ap.add_argument("--nu", type=float, default=0.05)
-  ap.add_argument("--eps", type=float, default=1e-8)
-  ap.add_argument("--step_norm", default="none")
-  ap.add_argument("--sigma", type=float, default=3 ** 0.5)
-  ap.add_argument("--heterogeneity", type=float, default=0.01)
-  ap.add_argument("--seed", type=int, default=0)
-  ap.add_argument("--oracle", action="store_true")
-  a = ap.parse_args()
+def define_flags():
+  flags.DEFINE_float("lr", 0.004, "HiSo's step size.")
+  flags.DEFINE_integer("dim", 1000, "d.")
+  flags.DEFINE_integer("rounds", 3000, "Rounds to run.")
+  flags.DEFINE_integer("every", 500, "Rounds between printed lines.")
+  flags.DEFINE_float("nu", 0.05, "EMA weight of HiSo's H update (eq. 12; the oracle uses 0).")
+  flags.DEFINE_float("eps", 1e-8, "HiSo's epsilon in the H update (eq. 12).")
+  flags.DEFINE_string("step_norm", "none", "HiSo's step normalisation: none, trace.")
+  flags.DEFINE_float("sigma", 3 ** 0.5, "Std of log lambda.")
+  flags.DEFINE_float("heterogeneity", 0.01, "Spread of the client optima b_i.")
+  flags.DEFINE_integer("seed", 0, "Seed of the task and of the run.")
+  flags.DEFINE_bool("oracle", False, "Replace the learned H by the true diagonal Hessian lambda (nu = 0).")
+
+
+def main(argv):
+  del argv
+  from fedsim import algorithms
+  from fedsim.core import rng
+  from fedsim.tasks.illcond_quadratic import make_illcond_quadratic_task
+
+  a = FLAGS
   task = make_illcond_quadratic_task(a.dim, 64, a.heterogeneity, sigma=a.sigma, seed=a.seed)
   alg = algorithms.build("hiso", task, lr=a.lr, nu=0.0 if a.oracle else a.nu, eps=a.eps,
                          step_norm=a.step_norm, num_perturbations=5, local_steps=1,
@@ -69,4 +73,5 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  define_flags()
+  app.run(main)

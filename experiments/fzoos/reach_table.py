@@ -6,8 +6,8 @@ Layout: ``ROOT/<run>/<algorithm>/metrics.jsonl``, one ``<run>`` per target image
 
   for j in 0 1 2 3; do python -m experiments.run --flagfile=experiments/flagfiles/fzoos_attack_mnist.cfg \\
       --attack_target=$j --output_dir=runs/attack/t$j; done
-  python -m experiments.fzoos_reach_table runs/attack --metric=objective
-  python -m experiments.fzoos_reach_table runs/metric --metric=objective
+  python -m experiments.fzoos.reach_table runs/attack --metric=objective
+  python -m experiments.fzoos.reach_table runs/metric --metric=objective
 
 Per run: target = the best final value among the baselines (every algorithm other
 than ``--method``; lower is better unless ``--higher_is_better``); for every
@@ -18,37 +18,34 @@ strictly fewer rounds than every baseline, and prints the mean final values.
 
 from __future__ import annotations
 
-import glob
-import json
-import math
-import os
 import statistics
 
 from absl import app, flags
 
-_METRIC = flags.DEFINE_string("metric", "objective", "Metric to compare.")
-_HIGHER = flags.DEFINE_bool("higher_is_better", False, "Higher metric values are better.")
-_METHOD = flags.DEFINE_string("method", "fzoos", "The method compared with the others.")
+from fedsim import results
+
+FLAGS = flags.FLAGS
 
 
-def first_reach(recs, target, higher):
+def define_flags():
+  flags.DEFINE_string("metric", "objective", "Metric to compare.")
+  flags.DEFINE_bool("higher_is_better", False, "Higher metric values are better.")
+  flags.DEFINE_string("method", "fzoos", "The method compared with the others.")
+
+
+def first_reach(recs, metric: str, target, higher: bool):
+  """The round of the first record at least as good as ``target`` (None if none is)."""
   for r in recs:
-    if (r[_METRIC.value] >= target) if higher else (r[_METRIC.value] <= target):
+    if (r[metric] >= target) if higher else (r[metric] <= target):
       return r["round"]
   return None
 
 
 def main(argv):
   if len(argv) != 2:
-    raise app.UsageError("usage: python -m experiments.fzoos_reach_table ROOT")
-  metric, higher, me = _METRIC.value, _HIGHER.value, _METHOD.value
-  runs: dict = {}
-  for f in sorted(glob.glob(os.path.join(argv[1], "*", "*", "metrics.jsonl"))):
-    recs = [json.loads(line) for line in open(f) if line.strip()]
-    recs = [r for r in recs if metric in r and r[metric] is not None and math.isfinite(r[metric])]
-    if recs:
-      run, alg = f.split(os.sep)[-3], f.split(os.sep)[-2]
-      runs.setdefault(run, {})[alg] = recs
+    raise app.UsageError("usage: python -m experiments.fzoos.reach_table ROOT")
+  metric, higher, me = FLAGS.metric, FLAGS.higher_is_better, FLAGS.method
+  runs = results.group(results.load_runs(argv[1], "*/*/metrics.jsonl", metric=metric), "run", "algorithm")
   if not runs:
     raise app.UsageError(f"no ROOT/*/*/metrics.jsonl with {metric!r} under {argv[1]}")
   methods = sorted({a for r in runs.values() for a in r})
@@ -67,7 +64,7 @@ def main(argv):
     start = algs[me][0][metric]
     stuck = target == start and algs[me][0]["round"] == 0
     stuck_runs += int(stuck)
-    reach = {a: first_reach(algs[a], target, higher) for a in algs}
+    reach = {a: first_reach(algs[a], metric, target, higher) for a in algs}
     cells = [f"{reach[m]} ({algs[m][-1][metric]:.4g})" if m in algs and reach[m] is not None
              else (f"- ({algs[m][-1][metric]:.4g})" if m in algs else "n/a") for m in methods]
     note = " (= round 0: no baseline improves)" if stuck else ""
@@ -89,4 +86,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

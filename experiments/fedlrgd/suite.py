@@ -39,7 +39,7 @@ system (the behaviour before the float64 set-up); the median relative
 gradient error over ``--num_thetas`` points and the gap after S = ``--rounds``
 steps (F evaluated in float64 on the host).
 
-  python -m experiments.fedlrgd_suite --flagfile=experiments/flagfiles/fedlrgd_s2_fidelity.cfg
+  python -m experiments.fedlrgd.suite --flagfile=experiments/flagfiles/fedlrgd_s2_fidelity.cfg
 
 Writes ``results.json`` and a plot (``fidelity.png``, ``convergence.png``) or
 ``crossover.md`` under ``--output_dir``; prints a table.
@@ -152,6 +152,7 @@ def rank_sweep_fn(mu: float, num_steps: int):
   step, f_stars (K,))`` -> dict of (K, ...) arrays (errors, cond, gap trajectory)."""
   import jax
   import jax.numpy as jnp
+
   from fedsim.algorithms import fedlrgd as fl
   from fedsim.tasks.logistic_soft import LOSSES, pooled_objective_and_grad
   loss = lambda theta, ex: LOSSES["logistic_soft"](theta, ex, mu)
@@ -246,8 +247,10 @@ def with_instance_gaps(task, masks, f_stars):
   + r_j, eq. (3)) and optimum ``f_stars[j]``. Lets one FedAve run (which never reads the server
   samples) be scored on the instance of each FedLRGD rank."""
   import dataclasses
+
   import jax
   import jax.numpy as jnp
+
   from fedsim.tasks.logistic_soft import pooled_objective_and_grad
   masks, f_stars = jnp.asarray(masks), jnp.asarray(f_stars)
 
@@ -267,6 +270,7 @@ def _run_engine(name, task, rounds, eval_every, seed, instances=None, **hp):
   ``instances`` = (masks (K, R), f_stars (K,)), also ``gaps`` (K,) on every instance
   (:func:`with_instance_gaps`)."""
   import jax
+
   from fedsim import algorithms
   from fedsim.algorithms import fedlrgd as fl
   from fedsim.core import simulate
@@ -293,6 +297,7 @@ def engine_start(task, seed):
   anchors are :func:`fedsim.algorithms.fedlrgd.draw_anchors` (U[-1,1]^p) of its sub-stream."""
   import jax
   from jax.flatten_util import ravel_pytree
+
   from fedsim.algorithms import fedlrgd as fl
   from fedsim.core import rng
   init_key, _ = rng.init_keys(jax.random.key(seed))
@@ -478,6 +483,7 @@ def crossover():
 def precision():
   import jax
   import jax.numpy as jnp
+
   from fedsim import algorithms
   from fedsim.algorithms import fedlrgd as fl
   from fedsim.core import rng

@@ -13,21 +13,25 @@ It prints means over clients. At large heterogeneity C the client gradients are
 large and nearly cancel in grad F, so a correction with a good cosine to
 grad F - grad f_i can still leave ghat far from grad F: compare ``|gF|/|gi|``.
 
-Usage: python -m experiments.fzoos_correction_diagnostic --heterogeneity=50 [--num_rff=10000]
+Usage: python -m experiments.fzoos.correction_diagnostic --heterogeneity=50 [--num_rff=10000]
 """
 
 from __future__ import annotations
 
-from absl import app, flags
 import jax
 import jax.numpy as jnp
+from absl import app, flags
 
-_C = flags.DEFINE_float("heterogeneity", 50.0, "Quadratic heterogeneity C (paper: 0.5, 5, 50).")
-_DIM = flags.DEFINE_integer("dim", 300, "d.")
-_N = flags.DEFINE_integer("num_clients", 5, "N.")
-_M = flags.DEFINE_integer("num_rff", 10000, "M random features.")
-_ROUNDS = flags.DEFINE_integer("rounds", 5, "Rounds to run.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the coefficients and of the run.")
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+  flags.DEFINE_float("heterogeneity", 50.0, "Quadratic heterogeneity C (paper: 0.5, 5, 50).")
+  flags.DEFINE_integer("dim", 300, "d.")
+  flags.DEFINE_integer("num_clients", 5, "N.")
+  flags.DEFINE_integer("num_rff", 10000, "M random features.")
+  flags.DEFINE_integer("rounds", 5, "Rounds to run.")
+  flags.DEFINE_integer("seed", 0, "Seed of the coefficients and of the run.")
 
 
 def _cos(a, b):
@@ -42,10 +46,10 @@ def main(argv):
   from fedsim.estimators import rff as rffm
   from fedsim.tasks import make_task
 
-  task = make_task("quadratic", num_clients=_N.value, dim=_DIM.value, heterogeneity=_C.value,
-                   seed=_SEED.value)
-  alg = build("fzoos", task, num_rff=_M.value, rounds=_ROUNDS.value)  # history: the whole run
-  root = jax.random.key(_SEED.value)
+  task = make_task("quadratic", num_clients=FLAGS.num_clients, dim=FLAGS.dim, heterogeneity=FLAGS.heterogeneity,
+                   seed=FLAGS.seed)
+  alg = build("fzoos", task, num_rff=FLAGS.num_rff, rounds=FLAGS.rounds)  # history: the whole run
+  root = jax.random.key(FLAGS.seed)
   state = jax.jit(alg.init)(*rng.init_keys(root))
   step = jax.jit(alg.round)
   clients = task.data["clients"]
@@ -67,8 +71,8 @@ def main(argv):
             "corr_ratio": jnp.mean(ratio(corr, target)),
             "gF_over_gi": jnp.linalg.norm(gF) / jnp.mean(jnp.linalg.norm(gi, axis=-1))}
 
-  print(f"C={_C.value:g} d={_DIM.value} N={_N.value} M={_M.value}")
-  for r in range(_ROUNDS.value):
+  print(f"C={FLAGS.heterogeneity:g} d={FLAGS.dim} N={FLAGS.num_clients} M={FLAGS.num_rff}")
+  for r in range(FLAGS.rounds):
     state, _ = step(state, rng.round_key(rng.stream(root, "rounds"), r), task.data)
     q = {k: float(v) for k, v in quality(state).items()}
     print(f"round {r + 1:3d} F {q['F']:.4f} | local cos {q['local_cos']:.3f} ratio {q['local_ratio']:.2f}"
@@ -78,4 +82,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

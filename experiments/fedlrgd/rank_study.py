@@ -22,7 +22,7 @@ The paper's label one-hot is part of its data x; here it enters through the loss
 on a log-log plot with the rate r^{-2 eta/d}, the fitted slope on r in [4, 64],
 and the explicit bound where L2 is known (eta <= 1: L2 = 1).
 
-  python -m experiments.rank_study --flagfile=experiments/flagfiles/fedlrgd_rank_study_mnist.cfg
+  python -m experiments.fedlrgd.rank_study --flagfile=experiments/flagfiles/fedlrgd_rank_study_mnist.cfg
 
 Writes under --output_dir: ``summary.json`` (rank statistics, accuracies,
 Theorem 1 slopes), ``ranks.json`` (every approximate rank), ``rank_hist.png``,
@@ -202,6 +202,7 @@ def appc(cfg: RankStudyConfig) -> dict:
   import jax
   import jax.numpy as jnp
   from jax.flatten_util import ravel_pytree
+
   from fedsim.algorithms.theory_fedlrgd import approximate_rank
   from fedsim.data import load_dataset
   t0 = time.perf_counter()
@@ -351,6 +352,7 @@ def _define_flags():
 def main(argv):
   del argv
   from absl import flags, logging
+
   from fedsim.core.errors import ConfigError
   logging.set_verbosity(logging.WARNING)
   F = flags.FLAGS
@@ -386,6 +388,7 @@ def main(argv):
 
 if __name__ == "__main__":
   from absl import app
+
   from experiments import common
   _define_flags()
   app.run(main, flags_parser=common.parse_flags_or_exit)

@@ -1,0 +1,5 @@
+"""``python -m experiments.reproduce``: claims reports with verdicts, figures and evidence (issue 14).
+
+See :mod:`experiments.reproduce.__main__` for the flags, :mod:`.claims` for the
+machinery and :mod:`.papers` for the claims.
+"""

@@ -1,0 +1,240 @@
+"""Claims, their evidence and verdicts: the machinery of ``experiments.reproduce``.
+
+A :class:`Claim` is one statement of a paper (a figure, table, theorem or
+equation) with a fixed criterion, written before anything runs, that turns
+measured numbers into a verdict: ``reproduced``, ``partly reproduced`` or ``not
+reproduced``. Its ``evaluate`` function runs the experiments through
+:class:`Context` (each run is an exact ``python -m experiments.run`` or
+``python -m pytest`` command, recorded with the evidence) and returns an
+:class:`Evidence`. Runs are cached by command, so claims that share runs share
+them, and a finished run is not run again when the reproduction resumes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from fedsim import results
+
+VERDICTS = ("reproduced", "partly reproduced", "not reproduced")
+SCALES = ("smoke", "paper")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclasses.dataclass(frozen=True)
+class Stat:
+  """Mean and spread of one number over seeds: ``std`` is the sample standard deviation
+  (ddof = 1; 0 when n = 1), ``n`` the number of seeds, ``values`` the per-seed numbers."""
+  mean: float
+  std: float
+  n: int
+  values: tuple[float, ...]
+
+  @classmethod
+  def of(cls, values) -> Stat:
+    v = [float(x) for x in values]
+    if not v:
+      raise ValueError("Stat of no values")
+    mean = sum(v) / len(v)
+    std = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else 0.0
+    return cls(mean, std, len(v), tuple(v))
+
+  def __str__(self) -> str:
+    return f"{self.mean:.4g} ± {self.std:.2g} (n={self.n})"
+
+
+@dataclasses.dataclass
+class Evidence:
+  """What a claim's evaluation measured.
+
+  Attributes:
+    verdict: one of :data:`VERDICTS`.
+    why: for anything but ``reproduced``, what the diagnostic or ablation shows;
+      otherwise one sentence on what the numbers show.
+    numbers: ``{name: Stat or float}``; names say the metric, method and setting.
+    figures: paths of the figures (relative to the paper's report folder).
+    commands: filled by :class:`Context` with every command the claim ran.
+  """
+  verdict: str
+  why: str
+  numbers: dict = dataclasses.field(default_factory=dict)
+  figures: list = dataclasses.field(default_factory=list)
+  commands: list = dataclasses.field(default_factory=list)
+
+  def __post_init__(self):
+    if self.verdict not in VERDICTS:
+      raise ValueError(f"verdict {self.verdict!r}; accepted: {', '.join(VERDICTS)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """One claim of a paper.
+
+  Attributes:
+    id: ``<paper>.<name>``, unique.
+    statement: the claim in one sentence.
+    source: where the paper makes it (figure, table, theorem, equation).
+    criterion: the rule that gives the verdict, fixed before any run.
+    evaluate: ``Context -> Evidence``.
+    tests: the test node ids of a :func:`test_claim` (run in one batch per paper).
+  """
+  id: str
+  statement: str
+  source: str
+  criterion: str
+  evaluate: Callable[[Context], Evidence]
+  tests: tuple[str, ...] = ()
+
+
+class Context:
+  """Runs a claim's commands in ``root`` (a paper's report folder) at one scale.
+
+  Args:
+    root: the paper's output folder; runs go under ``root/runs/``.
+    scale: ``smoke`` or ``paper``.
+    log: a ``print``-like function for progress lines.
+  """
+
+  def __init__(self, root: str, scale: str, log: Callable[[str], None] = print,
+               batch_tests: tuple[str, ...] = ()):
+    if scale not in SCALES:
+      raise ValueError(f"scale {scale!r}; accepted: {', '.join(SCALES)}")
+    self.root, self.scale, self.log = root, scale, log
+    self.batch_tests = batch_tests  # every test of the paper's pending test claims, run together
+    self.commands: list[str] = []
+
+  def pick(self, smoke, paper):
+    """``smoke`` or ``paper`` by the scale."""
+    return smoke if self.scale == "smoke" else paper
+
+  def _execute(self, argv: list[str], marker: str) -> str:
+    command = shlex.join(["python", *argv[1:]] if argv[0] == sys.executable else argv)
+    self.commands.append(command)
+    if os.path.exists(marker):
+      return command
+    self.log(f"  $ {command}")
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+      tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+      raise RuntimeError(f"command failed (exit {proc.returncode}): {command}\n{tail}")
+    os.makedirs(os.path.dirname(marker), exist_ok=True)
+    with open(marker, "w") as f:
+      f.write(f"{time.perf_counter() - t0:.1f} s\n")
+    return command
+
+  def run(self, name: str, flagfile: str | None = None, **flags) -> dict[str, list[dict]]:
+    """Runs ``python -m experiments.run`` once (unless finished earlier) and reads its metrics.
+
+    Args:
+      name: the run's folder under ``root/runs`` (unique per settings).
+      flagfile: a file of ``experiments/flagfiles/`` (name only) or None.
+      **flags: further flags, ``--KEY=VALUE`` (lists are joined with commas).
+
+    Returns:
+      ``{algorithm label: [metrics records]}`` (:func:`fedsim.results.read_metrics`).
+
+    Raises:
+      RuntimeError: the command failed (its last lines in the message).
+    """
+    out = os.path.join(self.root, "runs", name)
+    argv = [sys.executable, "-m", "experiments.run"]
+    if flagfile:
+      argv.append(f"--flagfile=experiments/flagfiles/{flagfile}")
+    for key, value in flags.items():
+      value = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+      argv.append(f"--{key}={value}")
+    argv.append(f"--output_dir={out}")
+    self._execute(argv, os.path.join(out, ".complete"))
+    labels = sorted((d for d in os.listdir(out) if os.path.exists(os.path.join(out, d, "metrics.jsonl"))),
+                    key=natural)
+    return {label: results.read_metrics(os.path.join(out, label, "metrics.jsonl")) for label in labels}
+
+  def pytest(self, *node_ids: str) -> dict[str, bool]:
+    """Runs the tests ``node_ids`` (``path::name``, slow ones included) in one pytest process.
+
+    Results are kept in ``root/runs/tests/`` (JUnit XML), so a resumed or
+    repeated call does not run them again.
+
+    Returns:
+      ``{test case id: passed}`` for every case collected (parametrized tests
+      give one entry per parameter); empty when nothing was collected.
+    """
+    key = hashlib.sha1(" ".join(sorted(node_ids)).encode()).hexdigest()[:12]
+    xml = os.path.join(self.root, "runs", "tests", key + ".xml")
+    argv = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-m", "", "-p", "no:cacheprovider",
+            f"--junitxml={xml}", *node_ids]
+    try:
+      self._execute(argv, xml + ".done")
+    except RuntimeError as e:  # failures are read from the XML below
+      self.log(f"  a test failed: {str(e).splitlines()[0]}")
+    return junit_results(xml)
+
+
+def junit_results(path: str) -> dict[str, bool]:
+  """``{classname::name: passed}`` of a pytest JUnit XML file (missing file: ``{}``)."""
+  import xml.etree.ElementTree as ET
+  if not os.path.exists(path):
+    return {}
+  out = {}
+  for case in ET.parse(path).iter("testcase"):
+    bad = any(child.tag in ("failure", "error") for child in case)
+    out[f"{case.get('classname')}::{case.get('name')}"] = not bad
+  return out
+
+
+def _covers(node_id: str, case: str) -> bool:
+  """Whether JUnit case ``module.path::name[param]`` belongs to node id ``path.py::name``."""
+  path, _, name = node_id.partition("::")
+  module = path.removesuffix(".py").replace("/", ".")
+  cls, _, test = case.partition("::")
+  return cls == module and (test == name or test.startswith(name + "["))
+
+
+def test_claim(id: str, statement: str, source: str, *node_ids: str) -> Claim:  # noqa: A002
+  """A claim that an exact property holds, with the tests that pin it as its evidence.
+
+  The runner collects the tests of all such claims of a paper into one pytest
+  run (:meth:`Context.pytest`); this claim reads its own cases from it.
+  """
+  def evaluate(ctx: Context) -> Evidence:
+    results = ctx.pytest(*(ctx.batch_tests or node_ids))
+    mine = {case: ok for case, ok in results.items() if any(_covers(n, case) for n in node_ids)}
+    missing = [n for n in node_ids if not any(_covers(n, c) for c in mine)]
+    passed = sum(mine.values())
+    numbers = {"test cases passed": float(passed), "test cases": float(len(mine))}
+    if missing or passed < len(mine):
+      failed = [c for c, ok in mine.items() if not ok]
+      return Evidence("not reproduced", f"failed: {', '.join(failed) or '-'}; not collected: "
+                      f"{', '.join(missing) or '-'}", numbers=numbers)
+    return Evidence("reproduced", f"all {passed} test cases pass", numbers=numbers)
+  return Claim(id, statement, source, "reproduced when every cited test passes", evaluate,
+               tests=tuple(node_ids))
+
+
+def natural(label: str) -> list:
+  """Sort key that orders ``fedzo-local_steps=5`` before ``fedzo-local_steps=10``."""
+  return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", label)]
+
+
+def final(history: list[dict], metric: str) -> float:
+  """``metric`` at the last record that has it (a diverged run's last finite value)."""
+  values = [r[metric] for r in history if r.get(metric) is not None]
+  if not values:
+    raise KeyError(f"no {metric!r} in the records")
+  return float(values[-1])
+
+
+def over_seeds(runs: list[dict[str, list[dict]]], metric: str) -> dict[str, Stat]:
+  """``{label: Stat of the final metric over the runs (one per seed)}``."""
+  labels = runs[0].keys()
+  return {label: Stat.of(final(r[label], metric) for r in runs) for label in labels}

@@ -1,0 +1,137 @@
+"""Writes a paper's ``report.md`` / ``claims.json``, the index, and the curve figures.
+
+Colours follow :data:`METHOD_ORDER`: one hue per base algorithm in every paper's
+figures; variants of one algorithm (``fedzo-local_steps=5``, ...) share its hue
+with different line styles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from experiments.reproduce.claims import Claim, Evidence, Stat, natural
+
+METHOD_ORDER = ("fedavg", "fedzo", "dzopa", "zone_s", "hiso", "decomfl", "fzoos", "fedzo_fd",
+                "fedprox_zo", "scaffold_zo1", "scaffold_zo2", "fedavg_true_grad", "ffgb",
+                "ffgb_nores", "ffgb_c", "ffgb_l", "fedlrgd", "fedave", "gd")
+_STYLES = ("-", "--", "-.", ":")
+
+
+def _base(label: str) -> str:
+  return label.split("-", 1)[0]
+
+
+def method_key(label: str) -> tuple:
+  """Sort key: the base algorithm's place in :data:`METHOD_ORDER`, then the label."""
+  base = _base(label)
+  return (METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER), natural(label))
+
+
+def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], xlabel: str,
+                ylabel: str, title: str, logy: bool = False) -> str:
+  """One figure of mean +- std curves over seeds.
+
+  Args:
+    path: the PNG to write.
+    curves: ``{label: [[(x, y), ...] per seed]}`` (seeds share their x values).
+    xlabel, ylabel, title: axis labels and title.
+    logy: log-scale y.
+
+  Returns:
+    ``path``.
+  """
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  import numpy as np
+  fig, ax = plt.subplots(figsize=(5.2, 3.4), dpi=90)
+  cmap = plt.get_cmap("tab20")
+  seen: dict[str, int] = {}
+  for label in sorted(curves, key=method_key):
+    runs = curves[label]
+    n = min(len(r) for r in runs)
+    x = np.array([p[0] for p in runs[0][:n]])
+    y = np.array([[p[1] for p in r[:n]] for r in runs])
+    base = _base(label)
+    k = seen.setdefault(base, 0)
+    seen[base] += 1
+    idx = METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER)
+    color = cmap(2 * idx if idx < 10 else (2 * (idx - 10) + 1) % 20)  # dark shades first: distinct hues
+    mean, std = y.mean(0), y.std(0)
+    ax.plot(x, mean, _STYLES[k % len(_STYLES)], color=color, lw=1.4, label=f"{label} (n={len(runs)})")
+    if len(runs) > 1:
+      ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15, lw=0)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title, fontsize=9)
+  if logy:
+    ax.set_yscale("log")
+  ax.legend(fontsize=6)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path)
+  plt.close(fig)
+  return path
+
+
+def _number(value) -> dict | float:
+  return dataclasses.asdict(value) if isinstance(value, Stat) else value
+
+
+def claim_record(claim: Claim, ev: Evidence, scale: str, seconds: float) -> dict:
+  """The JSON record of one claim (``claims.json``'s entries)."""
+  return {"id": claim.id, "statement": claim.statement, "source": claim.source,
+          "criterion": claim.criterion, "verdict": ev.verdict, "scale": scale, "why": ev.why,
+          "numbers": {k: _number(v) for k, v in ev.numbers.items()}, "figures": list(ev.figures),
+          "commands": list(ev.commands), "seconds": round(seconds, 1)}
+
+
+def _fmt(value) -> str:
+  if isinstance(value, dict) and "mean" in value:
+    return f"{value['mean']:.4g} ± {value['std']:.2g} (n={value['n']})"
+  return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def write_paper(folder: str, paper: str, title: str, records: list[dict], pending: list[str]) -> None:
+  """Writes ``folder/claims.json`` and ``folder/report.md`` (``pending``: claims with no evaluation yet)."""
+  with open(os.path.join(folder, "claims.json.tmp"), "w") as f:
+    json.dump({"paper": paper, "title": title, "claims": records, "pending": pending}, f, indent=1)
+  os.replace(os.path.join(folder, "claims.json.tmp"), os.path.join(folder, "claims.json"))
+  lines = [f"# {title}", "", "| claim | source | verdict |", "|---|---|---|"]
+  lines += [f"| [{r['id']}](#{r['id'].replace('.', '')}) | {r['source']} | {r['verdict']}"
+            f"{' (smoke)' if r['scale'] == 'smoke' else ''} |" for r in records]
+  if pending:
+    lines += ["", "Not evaluated yet (no verdict): " + "; ".join(pending) + "."]
+  for r in records:
+    lines += ["", f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']}", "",
+              f"**Criterion**: {r['criterion']}", "",
+              f"**Verdict**: {r['verdict']} (scale {r['scale']}, {r['seconds']} s). {r['why']}", ""]
+    if r["numbers"]:
+      lines += ["| number | value |", "|---|---|"]
+      lines += [f"| {k} | {_fmt(v)} |" for k, v in r["numbers"].items()]
+      lines.append("")
+    lines += [f"![{r['id']}]({p})" for p in r["figures"]]
+    lines += ["", "Commands:", "", "```"] + r["commands"] + ["```"]
+  with open(os.path.join(folder, "report.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+def write_index(root: str, papers: dict[str, str]) -> None:
+  """Writes ``root/report.md``: each paper's verdict counts, linking its report."""
+  lines = ["# fedsim reproduction report", "",
+           "| paper | reproduced | partly | not reproduced | claims | pending |", "|---|---|---|---|---|---|"]
+  for paper, title in papers.items():
+    path = os.path.join(root, paper, "claims.json")
+    if not os.path.exists(path):
+      continue
+    with open(path) as f:
+      data = json.load(f)
+    recs = data["claims"]
+    counts = [sum(r["verdict"] == v for r in recs)
+              for v in ("reproduced", "partly reproduced", "not reproduced")]
+    lines.append(f"| [{title}]({paper}/report.md) | {counts[0]} | {counts[1]} | {counts[2]} | {len(recs)} | "
+                 f"{len(data.get('pending', []))} |")
+  with open(os.path.join(root, "report.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")

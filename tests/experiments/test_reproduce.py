@@ -1,0 +1,163 @@
+"""experiments.reproduce: statistics, verdict criteria, test-claim bookkeeping, reports and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments.reproduce import __main__ as main_mod
+from experiments.reproduce import claims as C
+from experiments.reproduce import papers, report
+
+
+def test_stat_is_mean_and_sample_std():
+  s = C.Stat.of([1.0, 2.0, 6.0])
+  assert s.mean == 3.0 and s.n == 3
+  assert s.std == pytest.approx(((4 + 1 + 9) / 2) ** 0.5)  # ddof = 1
+  assert C.Stat.of([5.0]).std == 0.0
+  with pytest.raises(ValueError):
+    C.Stat.of([])
+
+
+def test_final_skips_missing_values():
+  hist = [{"round": 0, "objective": 3.0}, {"round": 5, "objective": 2.0}, {"round": 6, "objective": None}]
+  assert C.final(hist, "objective") == 2.0
+  with pytest.raises(KeyError):
+    C.final(hist, "test_accuracy")
+
+
+def test_junit_results_and_node_matching(tmp_path):
+  xml = tmp_path / "r.xml"
+  xml.write_text(
+      '<testsuites><testsuite>'
+      '<testcase classname="tests.algorithms.test_x" name="test_a[lu]"/>'
+      '<testcase classname="tests.algorithms.test_x" name="test_a[qr]"><failure message="boom"/></testcase>'
+      '<testcase classname="tests.algorithms.test_x" name="test_ab"/>'
+      '</testsuite></testsuites>')
+  res = C.junit_results(str(xml))
+  assert res == {"tests.algorithms.test_x::test_a[lu]": True, "tests.algorithms.test_x::test_a[qr]": False,
+                 "tests.algorithms.test_x::test_ab": True}
+  node = "tests/algorithms/test_x.py::test_a"
+  assert [c for c in res if C._covers(node, c)] == ["tests.algorithms.test_x::test_a[lu]",
+                                                     "tests.algorithms.test_x::test_a[qr]"]
+  assert C.junit_results(str(tmp_path / "missing.xml")) == {}
+
+
+class FakeContext:
+  """A Context whose runs and tests are given, not executed."""
+
+  def __init__(self, root, runs=None, tests=None):
+    self.root, self.scale, self.batch_tests, self.commands = str(root), "smoke", (), []
+    self._runs, self._tests = runs or {}, tests or {}
+
+  def pick(self, smoke, paper):
+    return smoke
+
+  def run(self, name, flagfile=None, **flags):
+    self.commands.append(f"run {name}")
+    return self._runs[name]
+
+  def pytest(self, *node_ids):
+    self.commands.append("pytest " + " ".join(node_ids))
+    return self._tests
+
+
+def test_test_claim_verdicts(tmp_path):
+  claim = C.test_claim("p.c", "s", "src", "tests/t.py::test_a", "tests/t.py::test_b")
+  ok = {"tests.t::test_a": True, "tests.t::test_b[1]": True, "tests.t::test_other": False}
+  ev = claim.evaluate(FakeContext(tmp_path, tests=ok))
+  assert ev.verdict == "reproduced" and ev.numbers == {"test cases passed": 2.0, "test cases": 2.0}
+  ev = claim.evaluate(FakeContext(tmp_path, tests={**ok, "tests.t::test_b[2]": False}))
+  assert ev.verdict == "not reproduced" and "tests.t::test_b[2]" in ev.why
+  ev = claim.evaluate(FakeContext(tmp_path, tests={"tests.t::test_a": True}))
+  assert ev.verdict == "not reproduced" and "tests/t.py::test_b" in ev.why  # not collected
+
+
+def _hist(final):
+  return [{"round": 0, "objective": 7.0}, {"round": 20, "objective": final}]
+
+
+@pytest.mark.parametrize("finals,h_verdict,base_verdict", [
+    ((6.0, 5.0, 4.0, 3.0, 6.5, 6.6), "reproduced", "reproduced"),
+    ((6.0, 5.0, 5.5, 3.0, 5.8, 6.6), "partly reproduced", "partly reproduced"),
+    ((3.0, 5.0, 4.0, 3.5, 2.0, 6.6), "not reproduced", "not reproduced"),
+])
+def test_fedzo_fig1a_criteria(tmp_path, finals, h_verdict, base_verdict):
+  labels = (*papers.H_LABELS, "dzopa", "zone_s")
+  runs = {"fedzo_fig1a_s0": {label: _hist(v) for label, v in zip(labels, finals)}}
+  ctx = FakeContext(tmp_path, runs=runs)
+  ev = papers.fedzo_fig1a_h(ctx)
+  assert ev.verdict == h_verdict
+  assert ev.numbers["final loss dzopa"].mean == finals[4]
+  assert os.path.exists(tmp_path / ev.figures[0])
+  assert papers.fedzo_fig1a_baselines(FakeContext(tmp_path, runs=runs)).verdict == base_verdict
+
+
+def test_every_claim_is_well_formed():
+  ids = [c.id for claims in papers.PAPERS.values() for c in claims]
+  assert len(ids) == len(set(ids))
+  for paper, claims in papers.PAPERS.items():
+    assert paper in papers.TITLES and paper in papers.PENDING
+    for c in claims:
+      assert c.id.startswith(paper + ".") and c.statement and c.source and c.criterion
+      for node in c.tests:  # a cited test exists
+        path, _, name = node.partition("::")
+        assert f"def {name}(" in open(path).read(), node
+
+
+def test_reports_and_resume(tmp_path, monkeypatch):
+  calls = []
+
+  def good(ctx):
+    calls.append("good")
+    return C.Evidence("reproduced", "fine", numbers={"x": C.Stat.of([1.0, 3.0])})
+
+  def bad(ctx):
+    calls.append("bad")
+    return C.Evidence("not reproduced", "because", numbers={"y": 2.0})
+
+  toy = [C.Claim("toy.good", "g", "Fig. 1", "rule g", good), C.Claim("toy.bad", "b", "Thm 2", "rule b", bad)]
+  monkeypatch.setitem(papers.PAPERS, "toy", toy)
+  monkeypatch.setitem(papers.TITLES, "toy", "Toy paper")
+  monkeypatch.setitem(papers.PENDING, "toy", ["Fig. 9"])
+  main_mod.reproduce("toy", "smoke", str(tmp_path))
+  assert calls == ["good", "bad"]
+  data = json.loads((tmp_path / "toy" / "claims.json").read_text())
+  assert [r["verdict"] for r in data["claims"]] == ["reproduced", "not reproduced"]
+  assert data["claims"][0]["numbers"]["x"] == {"mean": 2.0, "std": 2 ** 0.5, "n": 2, "values": [1.0, 3.0]}
+  assert data["pending"] == ["Fig. 9"]
+  text = (tmp_path / "toy" / "report.md").read_text()
+  assert "| x | 2 ± 1.4 (n=2) |" in text and "Not evaluated yet (no verdict): Fig. 9." in text
+  main_mod.reproduce("toy", "smoke", str(tmp_path))  # resumes: nothing re-evaluated
+  assert calls == ["good", "bad"]
+  main_mod.reproduce("toy", "paper", str(tmp_path))  # another scale is evaluated again
+  assert calls == ["good", "bad", "good", "bad"]
+  report.write_index(str(tmp_path), {"toy": "Toy paper"})
+  assert "| [Toy paper](toy/report.md) | 1 | 0 | 1 | 2 | 1 |" in (tmp_path / "report.md").read_text()
+
+
+def test_cli_rejects_an_unknown_claim(tmp_path):
+  proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--claims=fedzo.nope",
+                         f"--output_dir={tmp_path}"], capture_output=True, text=True)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines()[-1].startswith("claims: unknown fedzo.nope; accepted:")
+
+
+@pytest.mark.slow
+def test_smoke_scale_gives_every_claim_a_verdict_command_and_numbers(tmp_path):
+  proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--paper=all", "--scale=smoke",
+                         f"--output_dir={tmp_path}"], capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  for paper, claims in papers.PAPERS.items():
+    data = json.loads((tmp_path / paper / "claims.json").read_text())
+    assert [r["id"] for r in data["claims"]] == [c.id for c in claims]
+    for r in data["claims"]:
+      assert r["verdict"] in C.VERDICTS and r["scale"] == "smoke"
+      assert r["commands"] and r["numbers"], r["id"]
+      for fig in r["figures"]:
+        assert (tmp_path / paper / fig).exists()
+  assert (tmp_path / "report.md").exists()
