@@ -5,11 +5,8 @@ CLI's documented ranges (not read back from the metadata under test).
 """
 
 import dataclasses
-import json
 import math
 import os
-import subprocess
-import sys
 
 import jax
 import pytest
@@ -20,6 +17,7 @@ from fedsim.algorithms.fedzo import FedZOConfig
 from fedsim.algorithms.ffgb import FFGBConfig
 from fedsim.algorithms.hiso import HiSoConfig
 from fedsim.core.errors import ConfigError
+from tests.cli_probe import validate_flag_sets
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -113,33 +111,12 @@ def test_cli_override_suggestion():
   assert str(err.value).split(": ", 1)[1] == str(lib.value).split(": ", 1)[1]
 
 
-_PROBE = r"""
-import json, sys
-from experiments import run  # defines the flags
-from experiments import common
-from fedsim.core.errors import ConfigError
-out = []
-for args in json.loads(sys.argv[1]):
-  common.FLAGS.unparse_flags()
-  common.FLAGS(["run"] + args)
-  try:
-    common.validate()
-    out.append(None)
-  except ConfigError as e:
-    out.append([e.flag, str(e)])
-print(json.dumps(out))
-"""
-
-
 def test_cli_rejects_a_value_no_algorithm_of_the_run_takes():
   cases = [["--algorithm=fedavg", "--fd_directions=5"],          # only ZO methods have it
            ["--algorithm=fedavg", "--fedzo_lr=0.1"],             # fedzo is not in the run
            ["--algorithm=fedavg,fedzo", "--fd_directions=5"],    # reaches fedzo: fine
            ["--algorithm=fedzo", "--smoothing=-1"]]                # the dataclass's range, flag named
-  proc = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(cases)], cwd=REPO, capture_output=True,
-                        text=True, timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  got = json.loads(proc.stdout.strip().splitlines()[-1])
+  got = validate_flag_sets(cases)
   assert got[0][0] == "fd_directions" and "no algorithm of the run (fedavg)" in got[0][1]
   assert got[1][0] == "fedzo_lr" and "fedzo is not an algorithm of the run" in got[1][1]
   assert got[2] is None

@@ -1,9 +1,10 @@
 """FFGB-family flag ranges (seed 002; specs/ffgb.md §2, §6.4): exit 2, one line naming the flag."""
 
-import json
 import os
 import subprocess
 import sys
+
+from tests.cli_probe import validate_flag_sets
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FF = ["--algorithm=ffgb", "--task=mlp", "--num_clients=8", "--clients_per_round=8"]
@@ -59,32 +60,9 @@ GOOD = [
            "--eta_schedule=theory", "--ffgb_c_clip_B=30"],
 ]
 
-# One process parses every case (one JAX import) and reports the flag each error names.
-_PROBE = r"""
-import json, sys
-from experiments import run  # defines the flags
-from experiments import common
-from fedsim.core.errors import ConfigError
-FLAGS = common.FLAGS
-out = []
-for args in json.loads(sys.argv[1]):
-  FLAGS.unparse_flags()
-  FLAGS(["run"] + args)
-  try:
-    common.validate()
-    out.append(None)
-  except ConfigError as e:
-    out.append([e.flag, str(e)])
-print(json.dumps(out))
-"""
-
-
 def test_ffgb_flag_ranges_are_checked_before_building():
   cases = [a for a, _ in CASES] + GOOD
-  proc = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(cases)], cwd=REPO, capture_output=True,
-                        text=True, timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  got = json.loads(proc.stdout.strip().splitlines()[-1])
+  got = validate_flag_sets(cases)  # one process parses every case (one JAX import)
   for (args, flag), res in zip(CASES, got[:len(CASES)]):
     assert res is not None, f"{args} was accepted"
     assert res[0] == flag, (args, res)
