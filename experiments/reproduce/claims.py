@@ -238,3 +238,12 @@ def over_seeds(runs: list[dict[str, list[dict]]], metric: str) -> dict[str, Stat
   """``{label: Stat of the final metric over the runs (one per seed)}``."""
   labels = runs[0].keys()
   return {label: Stat.of(final(r[label], metric) for r in runs) for label in labels}
+
+
+T_ALG = "tests/algorithms"  # where most claims' tests live
+
+
+def curves(runs: list[dict[str, list[dict]]], metric: str, x: str = "round") -> dict:
+  """``{label: [[(x, metric), ...] per seed]}`` from the runs of one setting (for :func:`plot_curves`)."""
+  return {label: [[(r[x], r[metric]) for r in run[label] if r.get(metric) is not None] for run in runs]
+          for label in runs[0]}

@@ -12,6 +12,7 @@ import pytest
 from experiments.reproduce import __main__ as main_mod
 from experiments.reproduce import claims as C
 from experiments.reproduce import papers, report
+from experiments.reproduce.papers import fedzo as fedzo_claims
 
 
 def test_stat_is_mean_and_sample_std():
@@ -87,14 +88,14 @@ def _hist(final):
     ((3.0, 5.0, 4.0, 3.5, 2.0, 6.6), "not reproduced", "not reproduced"),
 ])
 def test_fedzo_fig1a_criteria(tmp_path, finals, h_verdict, base_verdict):
-  labels = (*papers.H_LABELS, "dzopa", "zone_s")
+  labels = (*fedzo_claims.H_LABELS, "dzopa", "zone_s")
   runs = {"fedzo_fig1a_s0": {label: _hist(v) for label, v in zip(labels, finals)}}
   ctx = FakeContext(tmp_path, runs=runs)
-  ev = papers.fedzo_fig1a_h(ctx)
+  ev = fedzo_claims.fedzo_fig1a_h(ctx)
   assert ev.verdict == h_verdict
   assert ev.numbers["final loss dzopa"].mean == finals[4]
   assert os.path.exists(tmp_path / ev.figures[0])
-  assert papers.fedzo_fig1a_baselines(FakeContext(tmp_path, runs=runs)).verdict == base_verdict
+  assert fedzo_claims.fedzo_fig1a_baselines(FakeContext(tmp_path, runs=runs)).verdict == base_verdict
 
 
 def test_every_claim_is_well_formed():
