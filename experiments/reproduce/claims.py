@@ -18,6 +18,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -146,18 +147,49 @@ class Context:
     Raises:
       RuntimeError: the command failed (its last lines in the message).
     """
+    out = self._run_module(name, "experiments.run", flagfile, flags)
+    labels = sorted((d for d in os.listdir(out) if os.path.exists(os.path.join(out, d, "metrics.jsonl"))),
+                    key=natural)
+    return {label: results.read_metrics(os.path.join(out, label, "metrics.jsonl")) for label in labels}
+
+  def script(self, name: str, module: str, **flags) -> str:
+    """Runs ``python -m module --KEY=VALUE ... --output_dir=root/runs/name`` once (unless finished).
+
+    For the analysis binaries that are not ``experiments.run`` (diagnostics, the
+    FedLRGD suite, table scripts); the claim parses what the script wrote.
+
+    Args:
+      name: the run's folder under ``root/runs`` (unique per settings).
+      module: the module to run, e.g. ``experiments.fedlrgd.suite``.
+      **flags: its flags (lists are joined with commas).
+
+    Returns:
+      The output folder.
+
+    Raises:
+      RuntimeError: the command failed (its last lines in the message).
+    """
+    return self._run_module(name, module, None, flags)
+
+  def _run_module(self, name: str, module: str, flagfile: str | None, flags: dict) -> str:
+    """``python -m module [--flagfile=...] --KEY=VALUE ... --output_dir=root/runs/name``, once.
+
+    A folder left by an interrupted run (no ``.complete`` marker) is removed
+    first, so the run starts clean rather than into a half-written record.
+    """
     out = os.path.join(self.root, "runs", name)
-    argv = [sys.executable, "-m", "experiments.run"]
+    argv = [sys.executable, "-m", module]
     if flagfile:
       argv.append(f"--flagfile=experiments/flagfiles/{flagfile}")
     for key, value in flags.items():
       value = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
       argv.append(f"--{key}={value}")
     argv.append(f"--output_dir={out}")
-    self._execute(argv, os.path.join(out, ".complete"))
-    labels = sorted((d for d in os.listdir(out) if os.path.exists(os.path.join(out, d, "metrics.jsonl"))),
-                    key=natural)
-    return {label: results.read_metrics(os.path.join(out, label, "metrics.jsonl")) for label in labels}
+    marker = os.path.join(out, ".complete")
+    if not os.path.exists(marker) and os.path.isdir(out):
+      shutil.rmtree(out)
+    self._execute(argv, marker)
+    return out
 
   def pytest(self, *node_ids: str) -> dict[str, bool]:
     """Runs the tests ``node_ids`` (``path::name``, slow ones included) in one pytest process.
