@@ -158,7 +158,10 @@ def define_flags():
                        "end at or after each multiple; last 2 kept) under <output_dir>/<alg>/checkpoints; "
                        "0 = off")
   flags.DEFINE_bool("resume", False, "continue each algorithm from its newest checkpoint in "
-                    "<output_dir>/<alg>/checkpoints (metrics.jsonl kept up to it and appended)")
+                    "<output_dir>/<alg>/checkpoints (metrics.jsonl kept up to it and appended); refused "
+                    "when <output_dir>/config.json has other settings (each named, stored and given)")
+  flags.DEFINE_bool("overwrite", False, "replace the run that --output_dir holds when it has other "
+                    "settings (without this or --resume such a directory is refused)")
   flags.DEFINE_string("coordinator_address", None, "multi-host: host:port of process 0's "
                       "jax.distributed coordinator (needs --num_processes > 1)")
   flags.DEFINE_integer("num_processes", 1, "multi-host: number of processes (one per host/GPU); 1 = single process")

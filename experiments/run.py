@@ -14,7 +14,11 @@ so far stay on disk) and the binary exits with status 1 at the end.
 Long runs: ``--checkpoint_every=K`` saves each algorithm's full state under
 <output_dir>/<alg>/checkpoints (orbax; the last 2 kept); ``--resume`` continues
 from there bitwise-identically, keeping metrics.jsonl up to the checkpoint's
-round and appending the rest. Multi-host: start one process per host with
+round and appending the rest; it is refused (exit 2, one line naming each setting
+with its stored and given value) when a setting that changes results differs from
+<output_dir>/config.json. A directory holding another run is refused unless
+``--overwrite``; a bad --output_dir (a file, under a file, read-only) exits 2
+before anything is built. Multi-host: start one process per host with
 ``--coordinator_address=HOST:PORT --num_processes=P --process_id=i`` (BUILD.md);
 the processes run one SPMD program over all their devices and process 0 writes
 the outputs.

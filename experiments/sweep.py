@@ -55,6 +55,7 @@ from absl import app, flags, logging
 from experiments import common
 from fedsim import api
 from fedsim.core.errors import ConfigError
+from fedsim.files import atomic_open, atomic_write
 from fedsim.runner import set_blas_threads
 
 FLAGS = flags.FLAGS
@@ -481,8 +482,7 @@ class Sweep:
              "compile_s": round(cache.seconds, 3), "serial_runs": serial_runs,
              "groups_run": n_run, "groups": len(groups), "wall_time_s": _clock() - t_start,
              "modes": {l: {n: m for n, (m, _) in mode_cache[l][2].items()} for l in mode_cache}}
-    with open(os.path.join(out_dir, "sweep_stats.json"), "w") as f:
-      json.dump(stats, f, indent=2)
+    atomic_write(os.path.join(out_dir, "sweep_stats.json"), json.dumps(stats, indent=2, default=str))
     print(f"compiled programs: {stats['chunk_programs']} round-chunk programs "
           f"({cache.total} XLA compilations with init/eval: {cache.compiles}); "
           f"{serial_runs} unbatched runs", flush=True)
@@ -514,17 +514,12 @@ def _fmt_combo(combo):
 
 
 def _write_csv(path, header, rows):
-  """Writes the whole table to a temporary file and renames it over ``path`` (atomic)."""
+  """Writes the whole table atomically (``fedsim.files.atomic_write``: temporary file, rename)."""
   buf = io.StringIO()
   w = csv.writer(buf, lineterminator="\n")
   w.writerow(header)
   w.writerows(rows)
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    f.write(buf.getvalue())
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  atomic_write(path, buf.getvalue())
 
 
 def _read_done(path, header, valid: set) -> dict:
@@ -578,7 +573,8 @@ def plot_summary(sweep: Sweep, rows: list[list[str]], path: str):
   ax.legend(fontsize=8)
   ax.grid(alpha=0.3)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  with atomic_open(path, "wb") as f:
+    fig.savefig(f, format="png", dpi=120)
   plt.close(fig)
 
 
@@ -593,13 +589,22 @@ def main(argv):
               if k in _own_flags() and k != "output_dir"}
     config = json.loads(json.dumps(config, default=str))
     cfg_path = os.path.join(out_dir, "sweep_config.json")
+    api.check_output_dir(out_dir)
+    if FLAGS.overwrite:  # a fresh sweep: the old table goes (the flags are recorded anew)
+      for name in ("sweep_config.json", "results.csv"):
+        if os.path.exists(os.path.join(out_dir, name)):
+          os.remove(os.path.join(out_dir, name))
+    config.pop("overwrite", None)
     if os.path.exists(cfg_path):
       with open(cfg_path) as f:
         old = json.load(f)
-      diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+      old.pop("overwrite", None)
+      diff = sorted(api.settings_diff(old, config))
       if diff:
         raise ConfigError("output_dir", f"{out_dir} holds a sweep with other flags (differs in "
-                          f"{', '.join('--' + d for d in diff)}); use a new --output_dir or the same flags")
+                          f"{', '.join('--' + d for d, _, _ in diff)}: "
+                          f"{api.describe_diff([('--' + d, a, b) for d, a, b in diff])}); "
+                          "use a new --output_dir, the same flags, or --overwrite")
     elif os.path.exists(os.path.join(out_dir, "results.csv")):
       raise ConfigError("output_dir", f"{out_dir}/results.csv exists without sweep_config.json; "
                         "use a new --output_dir")
@@ -610,9 +615,7 @@ def main(argv):
     sys.exit(2)
   os.makedirs(out_dir, exist_ok=True)
   if not os.path.exists(cfg_path):
-    with open(cfg_path + ".tmp", "w") as f:
-      json.dump(config, f, indent=2, sort_keys=True)
-    os.replace(cfg_path + ".tmp", cfg_path)
+    atomic_write(cfg_path, json.dumps(config, indent=2, sort_keys=True))
   set_blas_threads(sweep.base.blas_threads)
   stop = os.environ.get("FEDSIM_SWEEP_STOP_AFTER")  # test hook: simulate a kill
   rows = sweep.run(out_dir, done, int(stop) if stop else None)

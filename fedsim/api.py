@@ -240,7 +240,10 @@ class ExperimentConfig:
     checkpoint_every: K > 0 saves each algorithm's state every K rounds under
       ``<output_dir>/<label>/checkpoints`` (needs an output directory).
     resume: continue each algorithm from its newest checkpoint there
-      (metrics.jsonl kept up to it and appended).
+      (metrics.jsonl kept up to it and appended); refused when the output
+      directory's ``config.json`` has other settings (:func:`record_settings`).
+    overwrite: replace the run an output directory holds when it has other
+      settings (without it, and without ``resume``, such a directory is refused).
     save_learners: FFGB family: write each round's learners under
       ``<output_dir>/<label>/learners``.
     num_devices: devices of the ``clients`` mesh axis (0 = all).
@@ -280,6 +283,7 @@ class ExperimentConfig:
   comm_budget: int = 0
   checkpoint_every: int = 0
   resume: bool = False
+  overwrite: bool = False
   save_learners: bool = False
   num_devices: int = 0
   blas_threads: int = 1
@@ -345,6 +349,8 @@ class ExperimentConfig:
       raise ConfigError("dirichlet_alpha", f"must be > 0; got {self.dirichlet_alpha}")
     if not 0 <= self.homo_ratio <= 1:
       raise ConfigError("homo_ratio", f"must be in [0, 1]; got {self.homo_ratio}")
+    if self.resume and self.overwrite:
+      raise ConfigError("overwrite", "cannot be combined with resume (continue the run or replace it)")
     if not self.algorithms:
       from fedsim import algorithms
       raise ConfigError("algorithms", f"empty; accepted: {', '.join(algorithms.REGISTRY)}")
@@ -454,6 +460,126 @@ class ExperimentConfig:
     return out
 
 
+# ExperimentConfig fields that do not change a run's records: a resume may change them
+# (``rounds``/``comm_budget`` extend or shorten it; a hyperparameter they set, FZooS's
+# ``rounds``, is compared with the algorithms'). ``hparams``/``algorithms`` are compared
+# as each label's resolved hyperparameters.
+RECORD_EXEMPT = ("rounds", "comm_budget", "checkpoint_every", "resume", "overwrite", "save_learners",
+                 "num_devices", "blas_threads", "output_dir", "progress", "flags", "source_names",
+                 "hparams", "algorithms")
+_TASK_OPTIONS_EXEMPT = ("cache_dir",)
+
+
+def record_settings(experiment: Mapping, algorithms: Mapping) -> dict:
+  """The settings that decide a run's records, from config.json's ``experiment`` and
+  ``algorithms`` (or :meth:`ExperimentConfig.to_json` and the resolved hyperparameters):
+  every field but :data:`RECORD_EXEMPT`, ``task_options`` without ``cache_dir``, and
+  ``{label: {"algorithm": NAME, HP: VALUE}}``; JSON-normalised (non-finite floats as text)."""
+  from fedsim.files import strict_json
+  out = {k: v for k, v in experiment.items() if k not in RECORD_EXEMPT}
+  out["task_options"] = {k: v for k, v in dict(out.get("task_options") or {}).items()
+                         if k not in _TASK_OPTIONS_EXEMPT}
+  out["algorithms"] = {label: dict(hp) for label, hp in algorithms.items()}
+  return json.loads(json.dumps(strict_json(out), default=str))
+
+
+def settings_diff(stored: Mapping, given: Mapping, prefix: str = "") -> list[tuple[str, Any, Any]]:
+  """``[(name, stored value, given value)]`` for every key whose value differs; nested dicts
+  are compared key by key (named ``outer.inner``); a missing key's value is None."""
+  out = []
+  for k in list(dict.fromkeys([*stored, *given])):
+    a, b = stored.get(k), given.get(k)
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+      out += settings_diff(a, b, f"{prefix}{k}.")
+    elif a != b:
+      out.append((f"{prefix}{k}", a, b))
+  return out
+
+
+def describe_diff(diff: list[tuple[str, Any, Any]]) -> str:
+  """``"lr (fedzo): stored 0.01, given 0.5; ..."`` (``algorithms.LABEL.HP`` named ``HP (LABEL)``,
+  ``task_options.KEY`` named ``KEY``)."""
+  parts = []
+  for name, a, b in diff:
+    head, _, rest = name.partition(".")
+    if head == "algorithms" and "." in rest:
+      label, _, hp = rest.partition(".")
+      name = f"{hp} ({label})"
+    elif head == "algorithms" and rest:
+      name = f"algorithm {rest}"
+    elif head == "task_options" and rest:
+      name = rest
+    parts.append(f"{name}: stored {a!r}, given {b!r}")
+  return "; ".join(parts)
+
+
+def check_output_dir(path: str) -> None:
+  """Checks that run outputs can be written under ``path`` (created later if missing).
+
+  Raises:
+    ConfigError: (field ``output_dir``) ``path`` is a file, lies under a file, or
+      its nearest existing folder is not writable.
+  """
+  import tempfile
+  full = os.path.abspath(path)
+  if os.path.lexists(full) and not os.path.isdir(full):
+    raise ConfigError("output_dir", f"{path} exists and is not a folder")
+  folder = full
+  while not os.path.lexists(folder):
+    folder = os.path.dirname(folder)
+  if not os.path.isdir(folder):
+    raise ConfigError("output_dir", f"{path} is under {folder}, which is not a folder")
+  try:
+    with tempfile.TemporaryFile(dir=folder):
+      pass
+  except OSError as e:
+    where = "" if folder == full else f" (in {folder})"
+    raise ConfigError("output_dir", f"{path} is not writable{where}: {e.strerror or e}") from None
+
+
+def _stored_run(out_dir: str):
+  """(config.json's dict or None, its path); a config.json that is not JSON is refused."""
+  path = os.path.join(out_dir, "config.json")
+  if not os.path.exists(path):
+    return None, path
+  try:
+    with open(path) as f:
+      stored = json.load(f)
+  except (OSError, ValueError) as e:
+    raise ConfigError("output_dir", f"{path} is not readable JSON ({e}); pass --overwrite to replace "
+                      "the run, or use another --output_dir") from None
+  return (stored if isinstance(stored, dict) else {}), path
+
+
+def check_record(config: ExperimentConfig, out_dir: str, hps: Mapping[str, tuple[str, dict]]) -> list[str]:
+  """Checks that running ``config`` in ``out_dir`` keeps the directory a true record of one run.
+
+  A directory holding a run (``config.json``) with other record settings
+  (:func:`record_settings`) is refused unless ``overwrite``; ``resume`` is refused
+  unless they are equal.
+
+  Returns:
+    The labels of the stored run (their folders are replaced unless resuming).
+
+  Raises:
+    ConfigError: ``resume`` or ``output_dir``, naming each differing setting with the
+      stored and the given value.
+  """
+  stored, path = _stored_run(out_dir)
+  if stored is None:
+    return []
+  old = record_settings(stored.get("experiment") or {}, stored.get("algorithms") or {})
+  new = record_settings(config.to_json(), {label: {"algorithm": name, **hp} for label, (name, hp) in hps.items()})
+  diff = settings_diff(old, new)
+  if diff and config.resume:
+    raise ConfigError("resume", f"{out_dir} holds a run with other settings ({describe_diff(diff)}); "
+                      "resume with its settings, or start anew with --overwrite or another --output_dir")
+  if diff and not config.overwrite:
+    raise ConfigError("output_dir", f"{out_dir} holds another run ({describe_diff(diff)}); pass --overwrite "
+                      "to replace it, --resume with its settings to continue it, or use another --output_dir")
+  return list((stored.get("algorithms") or {}).keys())
+
+
 def build_task(config: ExperimentConfig):
   """The task of ``config`` (loads and partitions data; may train cached models).
 
@@ -504,9 +630,20 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
     ``{label: [record, ...]}`` in ``config.algorithms`` order (a resumed run's
     kept records first).
 
+  The output directory is checked before the task is built
+  (:func:`check_output_dir`, :func:`check_record`): it must be writable, and a
+  directory that holds a run with other settings is refused unless ``overwrite``
+  (or ``resume`` with the same settings). A new run replaces the algorithm
+  folders of the run it finds there. Every file is written atomically or
+  appended line by line (:mod:`fedsim.files`); ``metrics.jsonl`` is strict JSON
+  (a NaN/inf value is ``null``, listed under the record's ``nonfinite``).
+
   Raises:
     ConfigError: a bad setting (naming it), checkpointing without an output
-      directory, or an algorithm that rejects the task (field ``algorithm``).
+      directory, an unusable output directory or one holding another run, or an
+      algorithm that rejects the task (field ``algorithm``).
+    OutputError: (a ConfigError, field ``output_dir``) an output file cannot be
+      written (e.g. the disk is full); the records written so far are kept.
   """
   import jax
 
@@ -526,6 +663,10 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
   echo = config.progress and main
   resolved = config.resolve()
   hps = {label: (r.name, r.values) for label, r in resolved.items()}
+  stale: list[str] = []
+  if out_dir is not None:  # before anything is built (a bad directory, another run)
+    check_output_dir(out_dir)
+    stale = check_record(config, out_dir, hps)
   if echo and config.task in SLOW_TASKS:
     print(f"building task {config.task} (trains or loads cached models) ...", flush=True)
   task = build_task(config)
@@ -540,8 +681,6 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
   set_blas_threads(config.blas_threads)
   mesh = client_mesh(config.num_devices or None)
   task = shard_task(task, mesh)
-  if out_dir is not None:
-    os.makedirs(out_dir, exist_ok=True)  # every process (checkpoints need it)
   record = {**({"flags": dict(config.flags)} if config.flags is not None else {}),
             "version": _version(), "jax_version": jax.__version__, "backend": jax.default_backend(),
             "devices": mesh.devices.size, "processes": jax.process_count(),
@@ -550,9 +689,21 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
             "hyperparameters": {label: {k: {"value": v, "source": r.sources[k]} for k, v in r.values.items()}
                                 for label, r in resolved.items()},
             "experiment": config.to_json()}
-  if main and out_dir is not None:
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-      json.dump(record, f, indent=2, default=str)
+  if out_dir is not None:
+    try:
+      os.makedirs(out_dir, exist_ok=True)  # every process (checkpoints need it)
+      if main:
+        if not config.resume:  # a new run (or --overwrite): the old one's folders go
+          import shutil
+          for label in dict.fromkeys([*stale, *hps]):
+            if os.path.isdir(os.path.join(out_dir, label)):
+              shutil.rmtree(os.path.join(out_dir, label))
+        from fedsim.files import atomic_write, strict_json
+        atomic_write(os.path.join(out_dir, "config.json"),
+                     json.dumps(strict_json(record), indent=2, default=str, allow_nan=False) + "\n")
+    except OSError as e:
+      from fedsim.core.errors import OutputError
+      raise OutputError(f"cannot write {out_dir}: {e.strerror or e}") from None
   if echo:
     entries = [e if isinstance(e, str) else label for e, label in zip(config.algorithms, hps)]
     print(f"task {task.name}: d = {task.dim}, N = {task.num_clients}; "
@@ -591,13 +742,18 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
       simulate(alg, run_task, rounds, config.eval_every, jax.random.key(config.seed), on_eval=writer,
                checkpoint_dir=ckpt_dir, checkpoint_every=config.checkpoint_every, resume=config.resume)
     except DivergenceError as e:
+      writer.close()
       if echo:
         print(f"[{label}] diverged: {e}", file=sys.stderr, flush=True)
     finally:
       writer.close()
       histories[label] = writer.history
-      if main and out_dir is not None:
+    if main and out_dir is not None:
+      try:
         plot_curves(histories, os.path.join(out_dir, "curves.png"), title=title)
+      except OSError as e:
+        from fedsim.core.errors import OutputError
+        raise OutputError(f"cannot write {out_dir}/curves.png: {e.strerror or e}; metrics are kept") from None
   if echo and out_dir is not None:
     print(f"wrote {out_dir}/config.json, */metrics.jsonl, curves.png", flush=True)
   return histories

@@ -27,6 +27,8 @@ import math
 import os
 from typing import Any
 
+from fedsim.files import restore_record
+
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.json"
 COLUMNS = ("run", "run_dir", "algorithm")  # the columns load_runs adds to every record
@@ -36,7 +38,11 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
   """The evaluation records of one ``metrics.jsonl``, in file order.
 
   Blank lines are skipped. A last line that is not valid JSON (a run killed
-  while writing it) is dropped; an invalid line before it is an error.
+  while writing it) is dropped; an invalid line before it is an error. The file
+  is strict JSON (``fedsim.files.strict_record``): a NaN/inf value is written as
+  ``null`` and named in the record's ``nonfinite`` field; here it is a float
+  again (``nan``, ``inf``, ``-inf``) and ``nonfinite`` is dropped, as in the
+  run's own history. Files of older versions with bare ``NaN`` read the same.
 
   Args:
     path: a ``metrics.jsonl`` file, or a folder holding one (an algorithm's
@@ -66,7 +72,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
       raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(rec, dict):
       raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-    records.append(rec)
+    records.append(restore_record(rec))
   return records
 
 

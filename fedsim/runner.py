@@ -9,22 +9,28 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable
 
 # Task metrics shown on the progress line, with their short names.
 HEADLINE = (("test_accuracy", "acc"), ("attack_accuracy", "attack_acc"), ("optimality_gap", "gap"))
 
 
-def progress_line(alg: str, rec: dict, total_rounds: int) -> str:
+def progress_line(alg: str, rec: dict, total_rounds: int, since: tuple[int, float] | None = None) -> str:
   """The one-line progress report of a record: round, objective, headline metrics, queries, ETA.
 
   Args:
     alg: the algorithm's label (shown in brackets).
     rec: an evaluation record (``round``, ``objective``, ``queries``, ``wall_time_s``, ...).
-    total_rounds: the run's T (for the ETA, linear in rounds).
+    total_rounds: the run's T.
+    since: ``(round, wall_time_s)`` of a record after the first compiled chunk: the ETA is
+      linear in rounds at the speed measured since then, so compile time is not in it;
+      None (or no round since): ETA ``-``.
   """
   r, el = rec["round"], rec["wall_time_s"]
-  eta = f"{el / r * (total_rounds - r):.1f}s" if r else "-"
+  eta = "-"
+  if since is not None and r > since[0]:
+    eta = f"{(el - since[1]) / (r - since[0]) * (total_rounds - r):.1f}s"
   extra = "".join(f" {short} {rec[key]:.4g}" for key, short in HEADLINE if key in rec)
   return (f"[{alg}] round {r}/{total_rounds} objective {rec['objective']:.5g}{extra} "
           f"queries {rec['queries']:.3e} elapsed {el:.1f}s ETA {eta}")
@@ -39,16 +45,24 @@ def provenance_line(label: str, values: dict, sources: dict) -> str:
 
 
 class ProgressWriter:
-  """Collects an algorithm's records; writes ``metrics.jsonl`` and prints one line each.
+  """Collects an algorithm's records; appends them to ``metrics.jsonl``; shows progress.
+
+  The file is strict JSON, one record a line (:func:`fedsim.files.strict_record`:
+  a NaN/inf value is ``null`` and listed under ``nonfinite``), each appended whole
+  (:class:`fedsim.files.LineAppender`). Progress: where stderr is a terminal, one
+  line on stderr redrawn in place (a bar, round, objective, ETA); otherwise one
+  line per evaluation on stdout. The ETA is measured from the first record after
+  the first compiled chunk (:func:`progress_line`).
 
   Attributes:
-    history: the records so far (kept ones from a resumed file first).
+    history: the records so far (kept ones from a resumed file first), with
+      their non-finite floats.
   """
 
   def __init__(self, alg: str, path: str | None, total_rounds: int, keep_until: int | None = None,
                write: bool = True, echo: bool = True,
                callbacks: tuple[Callable[[str, dict], None], ...] = ()):
-    """Opens ``path`` (truncating it).
+    """Makes ``path`` hold the kept records (atomically; a new file when not resuming).
 
     Args:
       alg: the algorithm's label (progress lines, callbacks).
@@ -58,38 +72,76 @@ class ProgressWriter:
         (and re-plotted), later ones dropped; None starts a new file.
       write: False on the processes other than 0 of a multi-host run (nothing
         written or printed; callbacks still run).
-      echo: print the progress line (to stdout) when ``write``.
+      echo: show progress when ``write``.
       callbacks: each is called as ``callback(alg, record)`` for every new record.
+
+    Raises:
+      OutputError: ``path`` cannot be written.
     """
+    from fedsim.files import restore_record
     self.alg, self.total, self.write, self.echo = alg, total_rounds, write, echo
     self.callbacks = tuple(callbacks)
     self.history = []
+    self.path = path
     if keep_until is not None and path is not None and os.path.exists(path):
       with open(path) as f:
-        self.history = [rec for rec in map(json.loads, filter(str.strip, f))
+        self.history = [restore_record(rec) for rec in map(json.loads, filter(str.strip, f))
                         if rec["round"] <= keep_until]
+    self._start = keep_until or 0          # records after this round and one chunk: ETA reference
+    self._since: tuple[int, float] | None = None
+    self.tty = bool(write and echo and sys.stderr.isatty())
+    self._drawn = False
     self.f = None
     if write and path is not None:
-      self.f = open(path, "w")
-      for rec in self.history:
-        self.f.write(json.dumps(rec) + "\n")
-      self.f.flush()
+      from fedsim.files import LineAppender
+      try:
+        self.f = LineAppender(path, [_dumps(rec) for rec in self.history])
+      except OSError as e:
+        raise self._error(e) from None
+
+  def _error(self, e: OSError):
+    from fedsim.core.errors import OutputError
+    kept = f"records up to round {self.history[-1]['round']} are kept" if self.history else "nothing kept"
+    return OutputError(f"cannot write {self.path}: {e.strerror or e}; {kept}")
 
   def __call__(self, rec: dict):
-    self.history.append(rec)
     if self.write:
       if self.f is not None:
-        self.f.write(json.dumps(rec) + "\n")
-        self.f.flush()
+        try:
+          self.f.append(_dumps(rec))
+        except OSError as e:
+          raise self._error(e) from None
       if self.echo:
-        print(progress_line(self.alg, rec, self.total), flush=True)
+        line = progress_line(self.alg, rec, self.total, self._since)
+        if self.tty:
+          done = min(1.0, rec["round"] / self.total) if self.total else 1.0
+          bar = "#" * int(20 * done) + "." * (20 - int(20 * done))
+          sys.stderr.write(f"\r|{bar}| {line}\x1b[K")
+          sys.stderr.flush()
+          self._drawn = True
+        else:
+          print(line, flush=True)
+    if self._since is None and rec["round"] > self._start:
+      self._since = (rec["round"], rec["wall_time_s"])
+    self.history.append(rec)
     for callback in self.callbacks:
       callback(self.alg, rec)
 
   def close(self):
+    """Closes the file; ends the terminal's progress line."""
+    if self._drawn:
+      sys.stderr.write("\n")
+      sys.stderr.flush()
+      self._drawn = False
     if self.f is not None:
       self.f.close()
       self.f = None
+
+
+def _dumps(rec: dict) -> str:
+  """One strict-JSON line of a record (:func:`fedsim.files.strict_record`)."""
+  from fedsim.files import strict_record
+  return json.dumps(strict_record(rec), allow_nan=False)
 
 
 def plot_curves(histories: dict[str, list[dict]], path: str, title: str = ""):
@@ -137,7 +189,9 @@ def plot_curves(histories: dict[str, list[dict]], path: str, title: str = ""):
   if title:
     fig.suptitle(title)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  from fedsim.files import atomic_open
+  with atomic_open(path, "wb") as f:
+    fig.savefig(f, format="png", dpi=120)
 
 
 def set_blas_threads(n: int) -> list:

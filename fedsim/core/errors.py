@@ -27,5 +27,15 @@ class DataError(ConfigError):
     self.flag = str(path)
 
 
+class OutputError(ConfigError):
+  """An output file under the output directory cannot be written (disk full, read-only, ...).
+
+  ``flag`` is ``output_dir``; the message names the file, the OS error and what is kept.
+  """
+
+  def __init__(self, message: str):
+    super().__init__("output_dir", message)
+
+
 class DivergenceError(RuntimeError):
   """The objective became NaN or infinite; the run stops (metrics so far are on disk)."""
