@@ -153,6 +153,9 @@ def define_flags():
                        "algebra (threadpoolctl; 0 = the libraries' default). 1 by default: jaxlib's "
                        "Cholesky/LU (FZooS GP and RFF fits, FFGB rf_ridge) runs 2 spinning OpenBLAS "
                        "threads that slow it 100x when other processes share the cores")
+  flags.DEFINE_string("compilation_cache", "auto", "JAX's persistent compilation cache, so a second run of "
+                      "the same configuration does not compile again: auto = ~/.cache/fedsim/jax "
+                      "($XDG_CACHE_HOME/fedsim/jax), empty = off, else a folder")
   # Checkpoint/resume and multi-host runs (issue 8; BUILD.md "Devices and hosts").
   flags.DEFINE_integer("checkpoint_every", 0, "save the full state every K rounds (at the first chunk "
                        "end at or after each multiple; last 2 kept) under <output_dir>/<alg>/checkpoints; "

@@ -56,7 +56,7 @@ from experiments import common
 from fedsim import api
 from fedsim.core.errors import ConfigError
 from fedsim.files import atomic_open, atomic_write
-from fedsim.runner import set_blas_threads
+from fedsim.runner import enable_compilation_cache, set_blas_threads
 
 FLAGS = flags.FLAGS
 if "algorithm" not in FLAGS:  # experiments.run may have defined them in this process
@@ -616,6 +616,7 @@ def main(argv):
   os.makedirs(out_dir, exist_ok=True)
   if not os.path.exists(cfg_path):
     atomic_write(cfg_path, json.dumps(config, indent=2, sort_keys=True))
+  enable_compilation_cache(sweep.base.compilation_cache)
   set_blas_threads(sweep.base.blas_threads)
   stop = os.environ.get("FEDSIM_SWEEP_STOP_AFTER")  # test hook: simulate a kill
   rows = sweep.run(out_dir, done, int(stop) if stop else None)

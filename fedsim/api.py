@@ -249,6 +249,9 @@ class ExperimentConfig:
     num_devices: devices of the ``clients`` mesh axis (0 = all).
     blas_threads: BLAS/LAPACK threads (process-wide; 0 = the libraries' default),
       see :func:`fedsim.runner.set_blas_threads`.
+    compilation_cache: JAX's persistent compilation cache (process-wide):
+      ``"auto"`` = ``~/.cache/fedsim/jax`` (``$XDG_CACHE_HOME/fedsim/jax``),
+      ``""`` = off, else a folder; see :func:`fedsim.runner.enable_compilation_cache`.
     output_dir: where outputs go (None: nothing written); ``run``'s argument wins.
     progress: print one line per evaluation (and per divergence) to stdout/stderr.
     flags: the command-line flags this config was made from (recorded in
@@ -287,6 +290,7 @@ class ExperimentConfig:
   save_learners: bool = False
   num_devices: int = 0
   blas_threads: int = 1
+  compilation_cache: str = "auto"
   output_dir: str | None = None
   progress: bool = True
   flags: Mapping[str, Any] | None = None
@@ -465,8 +469,8 @@ class ExperimentConfig:
 # ``rounds``, is compared with the algorithms'). ``hparams``/``algorithms`` are compared
 # as each label's resolved hyperparameters.
 RECORD_EXEMPT = ("rounds", "comm_budget", "checkpoint_every", "resume", "overwrite", "save_learners",
-                 "num_devices", "blas_threads", "output_dir", "progress", "flags", "source_names",
-                 "hparams", "algorithms")
+                 "num_devices", "blas_threads", "compilation_cache", "output_dir", "progress", "flags",
+                 "source_names", "hparams", "algorithms")
 _TASK_OPTIONS_EXEMPT = ("cache_dir",)
 
 
@@ -651,7 +655,7 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
   from fedsim.core import distributed
   from fedsim.core.engine import simulate
   from fedsim.core.sharding import client_mesh, shard_task
-  from fedsim.runner import ProgressWriter, plot_curves, provenance_line, set_blas_threads
+  from fedsim.runner import ProgressWriter, enable_compilation_cache, plot_curves, provenance_line, set_blas_threads
 
   out_dir = output_dir if output_dir is not None else config.output_dir
   out_dir = os.fspath(out_dir) if out_dir is not None else None
@@ -667,6 +671,7 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
   if out_dir is not None:  # before anything is built (a bad directory, another run)
     check_output_dir(out_dir)
     stale = check_record(config, out_dir, hps)
+  enable_compilation_cache(config.compilation_cache)  # before the first compilation (task models)
   if echo and config.task in SLOW_TASKS:
     print(f"building task {config.task} (trains or loads cached models) ...", flush=True)
   task = build_task(config)
