@@ -108,9 +108,11 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       start_round, totals = meta["round"], meta["totals"]
       t0 -= meta["wall_time_s"]
   if state is None:
-    if multi:  # a global (replicated) state, so chunks mix it with global data
+    if mesh is not None and (multi or mesh.devices.size == 1):
+      # Multi-host: a global (replicated) state, so chunks mix it with global data. One
+      # device: the sharding every chunk returns, so the second chunk (and the second
+      # evaluation) reuse the first one's compilation instead of compiling again.
       from jax.sharding import NamedSharding, PartitionSpec
-      assert mesh is not None  # implied by multi
       init = jax.jit(algorithm.init, out_shardings=NamedSharding(mesh, PartitionSpec()))
     else:
       init = jax.jit(algorithm.init)

@@ -145,3 +145,29 @@ def test_one_vs_eight_devices_same_metrics():
     for r1, r8 in zip(out["1"][name], out["8"][name]):
       for k, v in r1.items():
         np.testing.assert_allclose(r8[k], v, rtol=1e-6, atol=1e-7, err_msg=f"{name} {k}")
+
+
+def test_chunks_and_evaluations_compile_once_on_a_sharded_task(digits10):
+  """After ``shard_task`` (as ``fedsim.run`` does), init's state has the sharding every
+  chunk returns, so the 2nd..4th chunks and evaluations reuse the first compilation."""
+  import logging
+
+  from fedsim.core.sharding import client_mesh, shard_task
+  task = shard_task(digits10, client_mesh(1))
+  alg = algorithms.build("fedavg", task, lr=0.1, clients_per_round=3, local_steps=2)
+  compiled = []
+
+  class Catch(logging.Handler):
+    def emit(self, record):
+      compiled.append(record.getMessage())
+
+  handler, logger = Catch(), logging.getLogger("jax")
+  logger.addHandler(handler)
+  try:
+    with jax.log_compiles(True):
+      simulate(alg, task, 8, 2, jax.random.key(0))
+  finally:
+    logger.removeHandler(handler)
+  done = [m for m in compiled if m.startswith("Finished XLA compilation")]
+  assert sum("jit(chunk)" in m for m in done) == 1, done
+  assert sum("jit(evaluate_fn)" in m for m in done) == 1, done
