@@ -1,25 +1,437 @@
 """The claims of FedLRGD and FedAve (seed 004; ``../shared/specs/fedlrgd.md`` §3, §7).
 
+The paper runs no FedLRGD or FedAve experiment (its only numerics are App. C's
+rank histograms), so most claims here are the spec's §3.3 simulation suite
+(``experiments.fedlrgd.suite``) and §7 acceptance checks, and the theorems'
+statements that a run can check (Proposition 1's crossover, Lemma 2, Theorem 1).
+The suite and ``experiments.fedlrgd.rank_study`` are run through
+:meth:`Context.script`; the claims parse the ``results.json`` / ``summary.json``
+they write.
+
 See :mod:`experiments.reproduce.papers` for how claims are collected.
 """
 
 from __future__ import annotations
 
-from experiments.reproduce.claims import T_ALG, test_claim
+import json
+import math
+import os
+
+from experiments.reproduce.claims import T_ALG, Claim, Context, Evidence, Stat, test_claim
+from experiments.reproduce.report import plot_curves
 
 TITLE = "FedLRGD and FedAve (seed 004): low-rank gradient descent"
 
+SUITE = "experiments.fedlrgd.suite"
+RANK_STUDY = "experiments.fedlrgd.rank_study"
+FLAGFILES = "experiments/flagfiles/"
+
+
+def _load(folder: str, name: str) -> dict:
+  with open(os.path.join(folder, name)) as f:
+    return json.load(f)
+
+
+def _rel(ctx: Context, path: str) -> list[str]:
+  """``[path relative to the report folder]`` if the script wrote it, else ``[]``."""
+  return [os.path.relpath(path, ctx.root)] if os.path.exists(path) else []
+
+
+# ----------------------------------------------------------------------------------------------
+# S2 gradient fidelity (§3.3 S2, §7 items 1 and 7).
+# ----------------------------------------------------------------------------------------------
+
+def fedlrgd_s2_fidelity(ctx: Context) -> Evidence:
+  # All ranks in one vmap; smoke: 2 seeds, paper: the flagfile's 10.
+  out = ctx.script("s2_fidelity", SUITE, flagfile=FLAGFILES + "fedlrgd_s2_fidelity.cfg", seeds=ctx.pick(2, 10))
+  res = _load(out, "results.json")
+  rows = {row["r"]: row for row in res["rows"]}
+  ranks = sorted(rows)
+  err = {r: rows[r]["median_of_median_rel_err"] for r in ranks}
+  frac = {r: rows[r]["frac_seeds_gap_le_1e-5"] for r in ranks}
+  per_seed = res["err_median"]                                   # (seeds, K) in the order of ranks
+  order = [int(v) for v in res["flags"]["ranks"]]
+  numbers = {}
+  for j, r in enumerate(order):
+    numbers[f"median rel. gradient error r={r}"] = Stat.of(s[j] for s in per_seed)
+  for r in ranks:
+    numbers[f"median-of-median rel. error r={r}"] = err[r]
+    numbers[f"fraction of seeds with F - F_* <= 1e-5 after S steps r={r}"] = frac[r]
+    numbers[f"median cond(G) max r={r}"] = rows[r]["median_cond_max"]
+  for j, r in enumerate(order):  # diagnostics: per-seed final gaps and the error along the GD path
+    numbers[f"final F - F_* r={r}"] = Stat.of(g[j] for g in res["final_gap"])
+    numbers[f"median rel. error along the GD path r={r}"] = rows[r]["median_path_rel_err"]
+  numbers["max anchor rel. error (all r, seeds)"] = max(rows[r]["max_anchor_rel_err"] for r in ranks)
+  fig = plot_curves(os.path.join(ctx.root, "fig", "fedlrgd_s2_fidelity.png"),
+                    {"fedlrgd": [[(r, s[j]) for j, r in enumerate(order)] for s in per_seed]},
+                    "rank r", "median ||grad^F - grad F|| / ||grad F||",
+                    "FedLRGD S2: gradient fidelity vs r (logistic, 2 features)", logy=True)
+  decreasing = all(err[a] > err[b] for a, b in zip(ranks, ranks[1:]))
+  at16 = err.get(16, math.inf) <= 1e-4
+  converge = all(frac.get(r, 0.0) >= 0.9 for r in (8, 10, 16))
+  failed = [what for what, ok in (("the error is not decreasing in r", decreasing),
+                                  ("the error at r = 16 is above 1e-4", at16),
+                                  ("some r in {8, 10, 16} reaches 1e-5 in under 9/10 seeds", converge))
+            if not ok]
+  if not failed:
+    verdict, why = "reproduced", ("the error falls with r to <= 1e-4 at r = 16 and r >= 8 converges "
+                                  "to 1e-5 in >= 9/10 seeds")
+  elif err.get(16, math.inf) < err[ranks[0]] and (at16 or converge):
+    verdict, why = "partly reproduced", "; ".join(failed) + " (see cond(G) and the per-r numbers)"
+  else:
+    verdict, why = "not reproduced", "; ".join(failed) + " (see cond(G) and the per-r numbers)"
+  return Evidence(verdict, why, numbers=numbers,
+                  figures=[os.path.relpath(fig, ctx.root), *_rel(ctx, os.path.join(out, "fidelity.png"))])
+
+
+# ----------------------------------------------------------------------------------------------
+# Precision: float32 against float64 (§6.3).
+# ----------------------------------------------------------------------------------------------
+
+def fedlrgd_precision(ctx: Context) -> Evidence:
+  out = ctx.script("precision", SUITE, flagfile=FLAGFILES + "fedlrgd_precision.cfg",
+                   ranks=ctx.pick("8,16", "8,12,16,20"), seeds=ctx.pick(1, 3), rounds=ctx.pick(50, 300))
+  res = _load(out, "results.json")
+  err = {(row["r"], row["run"]): row["median_rel_err"] for row in res["rows"]}
+  gap = {(row["r"], row["run"]): row["max_final_gap"] for row in res["rows"]}
+  ranks = sorted({r for r, _ in err})
+  n = res["flags"]["seeds"]
+  numbers = {}
+  ratio = {}
+  for r in ranks:
+    for run in ("float64", "float32, float32 solve", "float32"):
+      numbers[f"median rel. error r={r} {run} (median of {n} seeds)"] = err[(r, run)]
+      numbers[f"max final gap r={r} {run}"] = gap[(r, run)]
+    ratio[r] = err[(r, "float32, float32 solve")] / err[(r, "float64")]
+    numbers[f"error ratio float32 weights / float64 r={r}"] = ratio[r]
+    numbers[f"error ratio engine float32 (float64 weights) / float64 r={r}"] = (
+        err[(r, "float32")] / err[(r, "float64")])
+  similar = all(ratio[r] <= 2 for r in ranks if r <= 12)
+  worse = all(ratio[r] >= 3 for r in ranks if r >= 16)
+  if similar and worse:
+    verdict, why = "reproduced", "float32 weights match float64 at r <= 12 and are >= 3x worse at r >= 16"
+  elif similar:
+    verdict, why = "partly reproduced", ("float32 weights match float64 at r <= 12 but are not >= 3x worse "
+                                         "at every r >= 16 (see the ratios and the engine's float32 run)")
+  else:
+    verdict, why = "not reproduced", "float32 weights are more than 2x worse already at some r <= 12"
+  return Evidence(verdict, why, numbers=numbers)
+
+
+# ----------------------------------------------------------------------------------------------
+# S3 convergence against the ledger Gamma (§3.3 S3, §7 item 4 on the runs).
+# ----------------------------------------------------------------------------------------------
+
+def _convergence(ctx: Context) -> list[dict]:
+  """The S3 suite runs, one per seed: ``[{m: {method: records}}]`` with the suite's flags."""
+  seeds = ctx.pick((0,), (0, 1, 2))
+  smoke = dict(clients_list=100, ranks=8, fedave_local_steps=10, fedave_rounds=50)
+  outs = []
+  for s in seeds:
+    out = ctx.script(f"s3_convergence_s{s}", SUITE, flagfile=FLAGFILES + "fedlrgd_s3_convergence.cfg",
+                     seed=s, **(smoke if ctx.scale == "smoke" else {}))
+    outs.append(_load(out, "results.json"))
+  return outs
+
+
+def _label(method: str) -> str:
+  """The suite's ``fedlrgd r=8`` / ``fedave b=10`` / ``gd`` as report labels (``fedlrgd-r=8``)."""
+  return method.replace(" ", "-")
+
+
+def gamma_to_reach(records: list[dict], phi: float, eps: float) -> float:
+  """Gamma = compute + phi uploads (Definition 1) at the first record with gap <= eps (inf: never)."""
+  for rec in records:
+    if rec["round"] > 0 and rec["gap"] is not None and rec["gap"] <= eps:
+      return rec["compute"] + phi * rec["uploads"]
+  return math.inf
+
+
+def fedlrgd_s3_convergence(ctx: Context) -> Evidence:
+  runs = _convergence(ctx)
+  numbers, figures = {}, []
+  ok, total = 0, 0
+  for m in runs[0]:
+    if m in ("flags", "seconds"):
+      continue
+    methods = runs[0][m]
+    for method in methods:
+      finals = [run[m][method][-1]["gap"] for run in runs]
+      numbers[f"final F - F_* m={m} {method}"] = Stat.of(finals)
+      if method.startswith("fedlrgd"):
+        r = int(method.split("=")[1])
+        if r >= 8:
+          total += len(finals)
+          ok += sum(g <= 1e-6 for g in finals)
+      for phi in (10.0, 100.0, 1000.0):
+        numbers[f"Gamma to F - F_* <= 1e-5 m={m} phi={phi:g} {method}"] = Stat.of(
+            gamma_to_reach(run[m][method], phi, 1e-5) for run in runs)
+    phi = 100.0
+    curves = {_label(method): [[(rec["compute"] + phi * rec["uploads"], max(rec["gap"], 1e-16))
+                                for rec in run[m][method] if rec["round"] > 0 and rec["gap"] is not None]
+                               for run in runs] for method in methods}
+    figures.append(os.path.relpath(plot_curves(
+        os.path.join(ctx.root, "fig", f"fedlrgd_s3_m{m}.png"), curves, "Gamma (Definition 1, phi = 100)",
+        "F - F_*", f"FedLRGD S3: F - F_* against Gamma, m = {m}", logy=True), ctx.root))
+    figures.append(os.path.relpath(plot_curves(
+        os.path.join(ctx.root, "fig", f"fedlrgd_s3_m{m}_rounds.png"),
+        {_label(method): [[(rec["round"], max(rec["gap"], 1e-16)) for rec in run[m][method]
+                           if rec["gap"] is not None] for run in runs] for method in methods},
+        "round (FedLRGD: GD step S)", "F - F_*", f"FedLRGD S3: F - F_* against rounds, m = {m}",
+        logy=True), ctx.root))
+  numbers["FedLRGD r >= 8 runs at F - F_* <= 1e-6"] = float(ok)
+  numbers["FedLRGD r >= 8 runs"] = float(total)
+  if total and ok == total:
+    verdict, why = "reproduced", "every FedLRGD run with r >= 8 ends at F - F_* <= 1e-6"
+  elif ok:
+    verdict, why = "partly reproduced", (f"{ok} of {total} FedLRGD runs with r >= 8 end at F - F_* <= 1e-6; "
+                                         "see the final gaps per r and m")
+  else:
+    verdict, why = "not reproduced", (f"none of {total} FedLRGD runs with r >= 8 ends at F - F_* <= 1e-6; "
+                                      "see the final gaps per r and m")
+  return Evidence(verdict, why, numbers=numbers, figures=figures)
+
+
+def ledger_mismatches(results: dict) -> tuple[int, list[str]]:
+  """Checks every logged record (round > 0) of the S3 runs against the ledger formulas.
+
+  FedLRGD r (after S GD steps): compute = r^2 + r s + r S, uploads = m r (Theorem 2);
+  FedAve b (after T epochs): compute = T b, uploads = T m (App. D, tau = 1); GD: compute =
+  T s, uploads = T m. Gamma = compute + phi uploads for every phi.
+
+  Args:
+    results: one ``results.json`` of ``--study=convergence`` ({m: {method: records}}, flags).
+
+  Returns:
+    (records checked, descriptions of the mismatches).
+  """
+  s = int(results["flags"]["samples_per_client"])
+  checked, bad = 0, []
+  for m, methods in results.items():
+    if m in ("flags", "seconds"):
+      continue
+    m_int = int(m)
+    for method, recs in methods.items():
+      for rec in recs:
+        t = rec["round"]
+        if t == 0:
+          continue
+        if method.startswith("fedlrgd"):
+          r = int(method.split("=")[1])
+          want = (r * r + r * s + r * t, m_int * r)
+        elif method.startswith("fedave"):
+          b = int(method.split("=")[1])
+          want = (t * b, t * m_int)
+        else:
+          want = (t * s, t * m_int)
+        checked += 1
+        if (rec["compute"], rec["uploads"]) != want:
+          bad.append(f"m={m} {method} round {t}: (compute, uploads) = ({rec['compute']:g}, {rec['uploads']:g}), "
+                     f"formula {want}")
+  return checked, bad
+
+
+def fedlrgd_ledger_runs(ctx: Context) -> Evidence:
+  checked, bad = 0, []
+  for res in _convergence(ctx):
+    c, b = ledger_mismatches(res)
+    checked, bad = checked + c, bad + b
+  numbers = {"records checked": float(checked), "mismatches": float(len(bad))}
+  if checked and not bad:
+    return Evidence("reproduced", f"all {checked} logged records equal the formulas", numbers=numbers)
+  return Evidence("not reproduced", "; ".join(bad[:5]) or "no records", numbers=numbers)
+
+
+# ----------------------------------------------------------------------------------------------
+# S5 crossover against FedAve (Proposition 1).
+# ----------------------------------------------------------------------------------------------
+
+def fedlrgd_crossover(ctx: Context) -> Evidence:
+  smoke = dict(crossover_dims=1, crossover_etas=8.5, ranks="2,4,8", fedave_local_steps=10,
+               fedave_lrs="L1", fedave_rounds=60)
+  out = ctx.script("s5_crossover", SUITE, flagfile=FLAGFILES + "fedlrgd_s5_crossover.cfg",
+                   **(smoke if ctx.scale == "smoke" else {}))
+  rows = _load(out, "results.json")["rows"]
+  numbers = {}
+  for row in rows:
+    key = f"d={row['d']} eta={row['eta']:g} phi={row['phi']:g} eps={row['eps']:g}"
+    numbers[f"Gamma(FedLRGD) / Gamma(FedAve) {key}"] = row["ratio"]
+    # The rounds comparison (§3.3 S5): FedLRGD communicates in r epochs, FedAve in T.
+    numbers[f"rounds FedLRGD r {key}"] = float(row["fedlrgd"]["r"]) if row["fedlrgd"] else math.inf
+    numbers[f"rounds FedAve T {key}"] = float(row["fedave"]["T"]) if row["fedave"] else math.inf
+  predicted = [row for row in rows if row["prop1_predicts_win"]]
+  won = [row for row in predicted if row["fedlrgd_wins"]]
+  agree = sum(row["prop1_predicts_win"] == row["fedlrgd_wins"] for row in rows)
+  numbers["cells where Prop. 1 predicts a FedLRGD win"] = float(len(predicted))
+  numbers["of those, cells FedLRGD wins"] = float(len(won))
+  numbers["cells where the outcome agrees with Prop. 1's regime"] = float(agree)
+  numbers["cells"] = float(len(rows))
+  fig = plot_curves(
+      os.path.join(ctx.root, "fig", "fedlrgd_s5_crossover.png"),
+      {f"fedlrgd/fedave d={d} eps={eps:g}": [[(row["eta"], row["ratio"]) for row in rows
+                                               if row["d"] == d and row["eps"] == eps and row["phi"] == 100.0]]
+       for d in sorted({row["d"] for row in rows}) for eps in sorted({row["eps"] for row in rows})},
+      "Hölder order eta", "Gamma(FedLRGD) / Gamma(FedAve)", "FedLRGD S5: crossover at phi = 100", logy=True)
+  def rounds(cells):  # FedLRGD's r against FedAve's T, the spec's first-order explanation
+    return [(row["fedlrgd"] and row["fedlrgd"]["r"], row["fedave"] and row["fedave"]["T"]) for row in cells]
+  if predicted and len(won) == len(predicted):
+    verdict, why = "reproduced", (f"FedLRGD's Gamma is below FedAve's in all {len(predicted)} cells of "
+                                  "Prop. 1's regime")
+  elif won:
+    verdict, why = "partly reproduced", (
+        f"FedLRGD wins {len(won)} of {len(predicted)} cells of Prop. 1's regime; where it loses, (r, T) = "
+        f"{rounds([row for row in predicted if not row['fedlrgd_wins']])}")
+  elif predicted:
+    verdict, why = "not reproduced", f"FedLRGD wins no cell of Prop. 1's regime; (r, T) = {rounds(predicted)}"
+  else:
+    verdict, why = "not reproduced", "no cell of the sweep lies in Prop. 1's regime"
+  return Evidence(verdict, why, numbers=numbers, figures=[os.path.relpath(fig, ctx.root)])
+
+
+# ----------------------------------------------------------------------------------------------
+# App. C ranks and Theorem 1 (rank_study; one run for both).
+# ----------------------------------------------------------------------------------------------
+
+def _rank_study(ctx: Context) -> str:
+  """Paper: MNIST-10k, K = 784, 25 epochs, k = 60, 500 coordinates, n = 1000 kernels (the
+  flagfile). Smoke: digits (embedded), K = 32, 5 epochs, k = 30, 100 coordinates, n = 256."""
+  if ctx.scale == "smoke":
+    return ctx.script("rank_study", RANK_STUDY, flagfile=FLAGFILES + "fedlrgd_rank_study_mnist.cfg",
+                      dataset="digits", hidden=32, epochs=5, k=30, num_coords=100, t1_n=256)
+  return ctx.script("rank_study", RANK_STUDY, flagfile=FLAGFILES + "fedlrgd_rank_study_mnist.cfg")
+
+
+def fedlrgd_appc(ctx: Context) -> Evidence:
+  out = _rank_study(ctx)
+  s = _load(out, "summary.json")["appc"]
+  numbers = {"median approximate rank": s["median_rank"], "fraction rank <= 5": s["frac_rank_le_5"],
+             "fraction rank <= 10": s["frac_rank_le_10"], "max rank": float(s["max_rank"]),
+             "slices ranked": float(s["ranked"]), "zero slices": float(s["zero_slices"]),
+             "all weights: median rank": s["all_weights"]["median_rank"],
+             "all weights: fraction rank <= 10": s["all_weights"]["frac_rank_le_10"],
+             "train accuracy": s["train_accuracy"], "test accuracy": s["test_accuracy"],
+             "p": float(s["p"]), "k": float(s["k"])}
+  le10, med = s["frac_rank_le_10"] >= 0.8, s["median_rank"] <= 6
+  where = f"{s['dataset']}, K = {s['hidden']}"
+  if le10 and med:
+    verdict, why = "reproduced", f"{where}: >= 80% of ranks <= 10 and the median <= 6"
+  elif le10 or med:
+    verdict, why = "partly reproduced", (f"{where}: fraction <= 10 is {s['frac_rank_le_10']:.2f}, median "
+                                         f"{s['median_rank']:g} (one of the two holds)")
+  else:
+    verdict, why = "not reproduced", (f"{where}: fraction <= 10 is {s['frac_rank_le_10']:.2f}, median "
+                                      f"{s['median_rank']:g}; see the all-weights ranks and the accuracies")
+  return Evidence(verdict, why, numbers=numbers, figures=_rel(ctx, os.path.join(out, "rank_hist.png")))
+
+
+def fedlrgd_theorem1(ctx: Context) -> Evidence:
+  out = _rank_study(ctx)
+  rows = _load(out, "summary.json")["theorem1"]
+  numbers, passed = {}, 0
+  for row in rows:
+    key = f"d={row['d']} eta={row['eta']:g}"
+    numbers[f"fitted slope {key} (rate {row['rate']:.3g})"] = row["slope"]
+    ok = row["slope"] <= row["rate"] + 0.1 and row.get("bound_holds", True)
+    if "bound_holds" in row:
+      numbers[f"explicit bound holds {key}"] = float(row["bound_holds"])
+    passed += ok
+  numbers["(d, eta) passing"] = float(passed)
+  numbers["(d, eta)"] = float(len(rows))
+  fig = plot_curves(os.path.join(ctx.root, "fig", "fedlrgd_theorem1.png"),
+                    {f"d={row['d']}, eta={row['eta']:g}": [list(enumerate(row["tails"], 1))] for row in rows},
+                    "r", "(1/nk) ||M - M_r||_F^2", "Theorem 1: tail energy of ||y - theta||_2^eta", logy=True)
+  if rows and passed == len(rows):
+    verdict, why = "reproduced", "every (d, eta) decays at least at rate -2 eta/d (+0.1) and meets the bound"
+  elif 2 * passed >= len(rows) and rows:
+    verdict, why = "partly reproduced", f"{passed} of {len(rows)} (d, eta) pass; see the slopes"
+  else:
+    verdict, why = "not reproduced", f"{passed} of {len(rows)} (d, eta) pass; see the slopes"
+  return Evidence(verdict, why, numbers=numbers, figures=[os.path.relpath(fig, ctx.root)])
+
+
 CLAIMS = [
     test_claim("fedlrgd.anchor_exact", "The low-rank interpolation reproduces each client's gradient "
-               "exactly at the anchor points.", "seed 004 Alg. 1 (interpolation step)",
+               "exactly at the anchor points.", "seed 004 Alg. 1 (interpolation step); spec §7 item 1",
                f"{T_ALG}/test_fedlrgd.py::test_anchor_exactness"),
     test_claim("fedlrgd.ridge_exact", "For ridge regression at r = p + 1 the approximation is exact, "
-               "so FedLRGD's iterates equal exact GD's.", "seed 004 §3, App. A",
+               "so FedLRGD's iterates equal exact GD's.", "seed 004 §3, App. A; spec §7 item 2",
                f"{T_ALG}/test_fedlrgd.py::test_exact_rank_ridge_reproduces_gradient_and_gd"),
     test_claim("fedlrgd.ledger", "FedLRGD's oracle complexity is Theorem 2's Gamma formula.",
-               "seed 004 Theorem 2", f"{T_ALG}/test_fedlrgd.py::test_fedlrgd_ledger_is_theorem2_formula",
+               "seed 004 Theorem 2; spec §7 item 4",
+               f"{T_ALG}/test_fedlrgd.py::test_fedlrgd_ledger_is_theorem2_formula",
                f"{T_ALG}/test_fedlrgd_rules.py::test_fedlrgd_alg1_weights_steps_and_ledger"),
+    test_claim("fedlrgd.kernel_consistency", "The vmapped per-client weights (35) equal a loop reference, "
+               "the per-sample weights (38) sum to them (39), the sum over clients is one solve, and the "
+               "paper-literal inverse agrees with the LU solve.", "seed 004 eqs. (35), (38)-(39); spec §7 item 3",
+               f"{T_ALG}/test_fedlrgd.py::test_vmapped_weights_equal_loop_reference"),
+    test_claim("fedlrgd.lemma2", "Every FedLRGD run obeys Lemma 2's inexact-GD bound on F(theta^(S)) - F_*.",
+               "seed 004 Lemma 2 ([5, Lemma 2.1]); spec §7 item 6",
+               f"{T_ALG}/test_fedlrgd.py::test_lemma2_inequality_holds_on_every_run"),
+    test_claim("fedlrgd.theory_helpers", "The prescriptions (47)-(48) give S = 177, r = 115 on the worked "
+               "example, are computed in log space, and reject eta <= (2 alpha + 2) d and too large eps; "
+               "Theorem 1's threshold and bound match hand computation.",
+               "seed 004 Theorem 2 eqs. (47)-(48), Theorem 1; spec §7 item 9",
+               f"{T_ALG}/test_fedlrgd.py::test_theory_helpers_worked_example_and_domain",
+               f"{T_ALG}/test_fedlrgd_theory.py::test_theory_S_eq48_by_hand",
+               f"{T_ALG}/test_fedlrgd_theory.py::test_theorem1_threshold_and_bound_by_hand"),
+    test_claim("fedlrgd.fedave_optimum", "The numerical optimum of (79) lies in [3/4, 8] phi tau m "
+               "(C p/eps)^{3/4} with b* in [(m/2)(eps'/C)^{1/4}, 2m(eps'/C)^{1/4}].",
+               "seed 004 Theorem 3, App. D eqs. (79)-(89); spec §7 item 8",
+               f"{T_ALG}/test_fedlrgd.py::test_theory_helpers_worked_example_and_domain"),
+    Claim("fedlrgd.s2_fidelity", "FedLRGD's gradient error falls with r (logistic, 2 features): <= 1e-4 at "
+          "r = 16, and S = 300 steps of 1/L1 reach F - F_* <= 1e-5 in >= 9/10 seeds for r in {8, 10, 16}.",
+          "spec §3.3 S2, §7 items 1 and 7 (the paper runs no experiment; Theorem 2's mechanism)",
+          "reproduced: the median-over-seeds of the median relative error strictly decreasing over the "
+          "ranks 2, 4, 8, 10, 16, <= 1e-4 at r = 16, and the fraction of seeds with final gap <= 1e-5 >= 0.9 "
+          "for each r in {8, 10, 16}; partly: the error at 16 below that at 2 and one of the last two "
+          "conditions; not reproduced: otherwise", fedlrgd_s2_fidelity),
+    Claim("fedlrgd.s5_crossover", "In Proposition 1's regime (eta >= (c1 + 2 alpha + 2) d, here eta > (8/3 + 4) d) "
+          "FedLRGD reaches eps at a smaller oracle complexity Gamma than FedAve.",
+          "seed 004 Proposition 1; spec §3.3 S5",
+          "reproduced: Gamma(FedLRGD) < Gamma(FedAve) (best r; best b, step) in every (d, eta, phi, eps) "
+          "cell where Prop. 1 predicts a win; partly: in some; not reproduced: in none", fedlrgd_crossover),
+    Claim("fedlrgd.appc_rank", "Per-coordinate gradient matrices of a trained sigmoid MLP are approximately "
+          "low rank: almost all 90%-energy ranks <= 10, about half <= 5.",
+          "seed 004 App. C, Fig. 1 (MNIST); spec §7 item 10",
+          "reproduced: >= 80% of non-trivial non-zero slices have rank <= 10 and the median rank <= 6; "
+          "partly: one of the two; not reproduced: neither", fedlrgd_appc),
+    Claim("fedlrgd.theorem1", "The tail energy (1/nk)||M - M_r||_F^2 of a Hölder kernel decays at least "
+          "like r^{-2 eta/d}, below the explicit bound.", "seed 004 Theorem 1; spec §3.3 S1(a), §7 item 5",
+          "reproduced: for every (d, eta) of d in {1, 2}, eta in {0.5, 1.5, 2.5} the fitted slope on r in "
+          "[4, 64] <= -2 eta/d + 0.1 and the explicit bound holds where checked (eta <= 1); partly: at "
+          "least half of them; not reproduced: otherwise", fedlrgd_theorem1),
+]
+
+# Evaluated, tested claims left out of CLAIMS because their runs (one suite process each, about
+# 13 CPU s) do not fit the smoke budget of 90 CPU s beside the test batch (~28 CPU s), S2, S5 and
+# App. C; move them into CLAIMS when the budget allows (or at --scale=paper).
+DEFERRED = [
+    Claim("fedlrgd.precision", "Float32 weights are as accurate as float64 ones at r <= 12 and 9-18x worse "
+          "in relative gradient error at r = 16-20 (cond(G) ~ 1e7-1e11).",
+          "spec §6.3 [numerical check] (float32 vs float64)",
+          "reproduced: median relative error of the float32 run with a float32 solve <= 2x the float64 "
+          "run's at every r <= 12 and >= 3x at every r >= 16; partly: the r <= 12 part only; not "
+          "reproduced: otherwise", fedlrgd_precision),
+    Claim("fedlrgd.s3_convergence", "FedLRGD with r >= 8 converges to F - F_* <= 1e-6 in S = 300 steps of "
+          "1/L1 (2 features); F - F_* is plotted against the ledger's Gamma beside exact GD and FedAve.",
+          "spec §3.3 S3 (Lemma 2 and Theorem 2's cost)",
+          "reproduced: every FedLRGD run with r >= 8 (every m, seed) ends at F - F_* <= 1e-6; partly: at "
+          "least one; not reproduced: none", fedlrgd_s3_convergence),
+    Claim("fedlrgd.ledger_runs", "The Gamma logged along the S3 runs is Definition 1's count: FedLRGD "
+          "r^2 + r s + r S + phi m r, FedAve T (b + phi m), GD T (s + phi m).",
+          "seed 004 Definition 1, Theorem 2, App. D; spec §7 item 4",
+          "reproduced: every logged record (compute, uploads) equals the formula exactly; not reproduced: "
+          "any mismatch", fedlrgd_ledger_runs),
 ]
 
 # Issue 14's claims of this paper that have no evaluation yet (listed in the report as pending).
-PENDING = ["crossover against FedAve", "App. C rank evidence"]
+PENDING = ["fedlrgd.precision, fedlrgd.s3_convergence, fedlrgd.ledger_runs (spec §6.3 float32 vs "
+           "float64; §3.3 S3 F - F_* against Gamma; §7 item 4 on the S3 runs): written and tested "
+           "(papers/fedlrgd.py DEFERRED) but their two suite processes (~27 CPU s) exceed the 90 CPU s "
+           "smoke budget",
+           "S4 heterogeneity / server-client shift sweep of the fidelity (fedlrgd_s2_fidelity.cfg "
+           "with --server_shift=0.5 or --data_heterogeneity=0.5): runs, but a second fidelity process "
+           "(~12 CPU s) does not fit the 90 CPU s smoke budget beside S2, S3, S5, precision and App. C",
+           "S1(b) logistic-kernel spectrum and S4 smoothness (Hölder eta) sweep of the fidelity: no "
+           "script output covers them yet (eta enters only through the S5 crossover's (d, eta) grid)",
+           "App. C on CIFAR-10 (a CNN): no CIFAR-10 loader or CNN in the rank study yet"]

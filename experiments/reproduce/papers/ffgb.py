@@ -1,25 +1,391 @@
 """The claims of FFGB, FFGB.C, FFGB.L (seed 002; ``../shared/specs/ffgb.md`` §3, §7).
 
-See :mod:`experiments.reproduce.papers` for how claims are collected.
+The paper prints no numbers (its Figs. 1-4 exist only as captions), so every curve
+claim is the figure's qualitative statement, judged on fedsim's runs of the
+``ffgb_*.cfg`` flagfiles. See :mod:`experiments.reproduce.papers` for how claims
+are collected.
 """
 
 from __future__ import annotations
 
-from experiments.reproduce.claims import T_ALG, test_claim
+import csv
+import math
+import os
+
+from experiments.reproduce.claims import T_ALG, Claim, Context, Evidence, Stat, curves, final, test_claim
+from experiments.reproduce.report import plot_curves
 
 TITLE = "FFGB, FFGB.C, FFGB.L (seed 002): federated functional gradient boosting"
 
+# The authors'-code preset with the paper's learner (lecun init, no activation after the output
+# layer): the ablation that separates the code's learner from its other settings.
+CODE_PAPER_LEARNER = "ffgb_code:mlp_init=default:mlp_output_act=false"
+# The paper form with the code's learner (N(0, 1/fan_in^2) weights, leaky ReLU after the output).
+PAPER_CODE_LEARNER = "ffgb:mlp_init=faithful:mlp_output_act=true"
+
+DATA = {"digits": dict(cfg="ffgb_digits_s0{s}.cfg", clients=14, smoke_budget=58),
+        "mnist10k": dict(cfg="ffgb_mnist10k_s0{s}.cfg", clients=56, smoke_budget=114)}
+K_MAIN = 2  # the flagfiles' local steps (paper MNIST K = 2)
+
+
+def _label(spec: str) -> str:
+  return spec.replace(":", "-")
+
+
+def _versus(ctx: Context, data: str, s: int) -> list[dict[str, list[dict]]]:
+  """Runs of ``ffgb_<data>_s0<s>.cfg`` (one per seed) at equal communication: ffgb, ffgb_code,
+  the code preset with the paper's learner, FedAvg (paper scale also ffgb_nores and ffgb with the
+  code's learner). The paper-form and code-preset claims share these runs.
+
+  Smoke: 1 seed, a budget of 2 FFGB rounds on digits (1 on MNIST), 20 oracle steps.
+  Paper: the flagfile (budget 2000, 200 oracle steps) with 5 seeds (the authors'
+  script repeats 5 times, specs §3.3).
+  """
+  d = DATA[data]
+  algs = ["ffgb", "ffgb_code", CODE_PAPER_LEARNER, "fedavg"] + ctx.pick([], ["ffgb_nores", PAPER_CODE_LEARNER])
+  smoke = dict(comm_budget=d["smoke_budget"], oracle_steps=20, eval_every=2)
+  return [ctx.run(f"{data}_s0{s}_seed{seed}", d["cfg"].format(s=s), algorithm=algs, seed=seed,
+                  **ctx.pick(smoke, {}))
+          for seed in ctx.pick((0,), (0, 1, 2, 3, 4))]
+
+
+def _acc_at_round(history: list[dict], rnd: int, metric: str = "test_accuracy") -> float:
+  """``metric`` at the last record with round <= ``rnd``."""
+  return float([r[metric] for r in history if r["round"] <= rnd and r.get(metric) is not None][-1])
+
+
+def _versus_numbers(runs, labels) -> dict:
+  out = {}
+  for label in labels:
+    out[f"final test accuracy {label}"] = Stat.of(final(r[label], "test_accuracy") for r in runs)
+    if any(h.get("train_accuracy") is not None for h in runs[0][label]):  # FedAvg logs none
+      out[f"final train accuracy {label}"] = Stat.of(final(r[label], "train_accuracy") for r in runs)
+  return out
+
+
+def versus_fedavg(data: str, code: bool):
+  """The evaluate function of 'FFGB (paper form, or the code preset) beats FedAvg at equal
+  communication' on ``data`` for s = 0.1 and 0.3 (smoke: s = 0.1 only)."""
+  main = "ffgb_code" if code else "ffgb"
+
+  def evaluate(ctx: Context) -> Evidence:
+    numbers, wins, figs, diag = {}, [], [], []
+    for s in ctx.pick((1,), (1, 3)):
+      runs = _versus(ctx, data, s)
+      labels = list(runs[0])
+      for k, v in _versus_numbers(runs, labels).items():
+        numbers[f"s=0.{s} {k}"] = v
+      ffgb_acc = numbers[f"s=0.{s} final test accuracy {main}"].mean
+      fedavg_acc = numbers[f"s=0.{s} final test accuracy fedavg"].mean
+      t_ffgb = runs[0][main][-1]["round"]
+      same_rounds = Stat.of(_acc_at_round(r["fedavg"], t_ffgb) for r in runs)
+      numbers[f"s=0.{s} fedavg test accuracy at FFGB's last round ({t_ffgb})"] = same_rounds
+      wins.append(ffgb_acc > fedavg_acc)
+      name = f"ffgb_{data}_s0{s}_{'code' if code else 'paper'}"
+      figs.append(plot_curves(os.path.join(ctx.root, "fig", name + "_comm.png"),
+                              _comm_curves(runs, K_MAIN * DATA[data]["clients"]), "communication (models per client)",
+                              "test accuracy", f"FFGB vs FedAvg, {data}, s = 0.{s} (equal communication)"))
+      figs.append(plot_curves(os.path.join(ctx.root, "fig", name + "_rounds.png"), curves(runs, "test_accuracy"),
+                              "round", "test accuracy", f"FFGB vs FedAvg, {data}, s = 0.{s} (rounds)"))
+      if code:
+        abl = numbers[f"s=0.{s} final test accuracy {_label(CODE_PAPER_LEARNER)}"].mean
+        paper_acc = numbers[f"s=0.{s} final test accuracy ffgb"].mean
+        if paper_acc != ffgb_acc:  # the learner's share of the code preset's gap to the paper form
+          numbers[f"s=0.{s} learner share of the gap ffgb - ffgb_code"] = (abl - ffgb_acc) / (paper_acc - ffgb_acc)
+        diag.append(f"s = 0.{s}: code preset {ffgb_acc:.3f}, code preset with the paper learner {abl:.3f}, "
+                    f"paper form {paper_acc:.3f}, FedAvg {fedavg_acc:.3f}")
+      else:
+        diag.append(f"s = 0.{s}: FFGB {ffgb_acc:.3f} vs FedAvg {fedavg_acc:.3f} (FedAvg at FFGB's "
+                    f"{t_ffgb} rounds: {same_rounds.mean:.3f})")
+    if all(wins):
+      verdict, why = "reproduced", f"{main} ends above FedAvg at every s: " + "; ".join(diag)
+    elif any(wins):
+      verdict, why = "partly reproduced", f"{main} ends above FedAvg at some s only: " + "; ".join(diag)
+    else:
+      verdict, why = "not reproduced", f"{main} ends at or below FedAvg at every s: " + "; ".join(diag)
+    if code and not all(wins):
+      fixed = [numbers[f"s=0.{s} final test accuracy {_label(CODE_PAPER_LEARNER)}"].mean
+               > numbers[f"s=0.{s} final test accuracy fedavg"].mean for s in ctx.pick((1,), (1, 3))]
+      why += (". Ablation: with the paper's learner the code preset beats FedAvg wherever the code's "
+              "learner lost, so the learner (N(0, 1/fan_in^2) weights, leaky ReLU after the output) is "
+              "the cause" if all(fixed) else
+              ". Ablation: the paper's learner does not rescue the code preset everywhere, so the "
+              "learner alone is not the cause")
+    return Evidence(verdict, why, numbers=numbers, figures=[os.path.relpath(f, ctx.root) for f in figs])
+  return evaluate
+
+
+def _comm_curves(runs, ffgb_cost: int) -> dict:
+  """Test accuracy against models communicated per client: 2 + cost * round (specs §1.4)."""
+  out = {}
+  for label in runs[0]:
+    cost = 2 if label == "fedavg" else ffgb_cost
+    out[label] = [[(2 + cost * r["round"], r["test_accuracy"]) for r in run[label]
+                   if r.get("test_accuracy") is not None] for run in runs]
+  return out
+
+
+def comm_accounting(ctx: Context) -> Evidence:
+  """§7.8: FFGB's logged comm is 2 + N K t, and the budget gives ceil((B - 2) / cost) rounds."""
+  runs = _versus(ctx, "digits", 1)
+  budget = ctx.pick(DATA["digits"]["smoke_budget"], 2000)
+  n_k = DATA["digits"]["clients"] * K_MAIN
+  run = runs[0]
+  ledger_ok = all(r["comm"] == 2 + n_k * r["round"] for r in run["ffgb"])
+  t_ffgb, t_fedavg = run["ffgb"][-1]["round"], run["fedavg"][-1]["round"]
+  want_ffgb, want_fedavg = math.ceil((budget - 2) / n_k), math.ceil((budget - 2) / 2)
+  numbers = {"FFGB rounds": float(t_ffgb), "FFGB rounds expected": float(want_ffgb),
+             "FedAvg rounds": float(t_fedavg), "FedAvg rounds expected": float(want_fedavg),
+             "FFGB final comm": float(run["ffgb"][-1]["comm"]), "budget": float(budget)}
+  rounds_ok = (t_ffgb, t_fedavg) == (want_ffgb, want_fedavg)
+  if ledger_ok and rounds_ok:
+    return Evidence("reproduced", "comm = 2 + N K t at every record and both round counts match the "
+                    "budget", numbers=numbers)
+  return Evidence("not reproduced", f"ledger matches: {ledger_ok}; round counts match: {rounds_ok}",
+                  numbers=numbers)
+
+
+def oracle_fidelity(ctx: Context) -> Evidence:
+  """§7.10: the MLP oracle's empirical gamma-hat is > 0 on every call (digits s = 0.1 runs)."""
+  runs = _versus(ctx, "digits", 1)
+  worst: dict[str, list[float]] = {}
+  mean: dict[str, list[float]] = {}
+  for run in runs:
+    for label, hist in run.items():
+      if label == "fedavg":
+        continue
+      worst.setdefault(label, []).append(min(r["gamma_hat_min_all"] for r in hist[1:]))
+      mean.setdefault(label, []).append(final(hist, "gamma_hat_mean"))
+  numbers = {f"min gamma-hat over all calls {k}": Stat.of(v) for k, v in worst.items()}
+  numbers.update({f"last-round mean gamma-hat {k}": Stat.of(v) for k, v in mean.items()})
+  paper_ok = min(worst["ffgb"]) > 0
+  all_ok = all(min(v) > 0 for v in worst.values())
+  if all_ok:
+    return Evidence("reproduced", "every oracle call of every FFGB variant has gamma-hat > 0", numbers=numbers)
+  bad = [k for k, v in worst.items() if min(v) <= 0]
+  if paper_ok:
+    return Evidence("partly reproduced", f"the paper-form oracle has gamma-hat > 0 on every call; "
+                    f"{', '.join(bad)} has calls with gamma-hat <= 0", numbers=numbers)
+  return Evidence("not reproduced", f"calls with gamma-hat <= 0: {', '.join(bad)}", numbers=numbers)
+
+
+def fig2a_residual(ctx: Context) -> Evidence:
+  """Fig. 2(a): FFGB's training accuracy stays above the no-residual ablation's."""
+  runs = [ctx.run(f"residual_seed{seed}", "ffgb_residual_ablation.cfg", seed=seed,
+                  **ctx.pick(dict(rounds=2, oracle_steps=20, eval_every=2), {}))
+          for seed in ctx.pick((0,), (0, 1, 2))]
+  cur = curves(runs, "train_accuracy")
+  fig = plot_curves(os.path.join(ctx.root, "fig", "ffgb_fig2a_residual.png"), cur, "round",
+                    "train accuracy", "FFGB Fig. 2a: residual vs no residual (K = 10)")
+  res = [[y for _, y in seed] for seed in cur["ffgb"]]
+  nores = [[y for _, y in seed] for seed in cur["ffgb_nores"]]
+  n = min(len(r) for r in res + nores)
+  mean = lambda rows, i: sum(r[i] for r in rows) / len(rows)  # noqa: E731
+  gaps = [mean(res, i) - mean(nores, i) for i in range(1, n)]
+  numbers = {f"final train accuracy {k}": Stat.of(final(r[k], "train_accuracy") for r in runs)
+             for k in ("ffgb", "ffgb_nores")}
+  numbers["smallest mean gap ffgb - ffgb_nores over rounds > 0"] = min(gaps)
+  numbers["final mean gap ffgb - ffgb_nores"] = gaps[-1]
+  numbers["last-round mean gamma-hat ffgb"] = Stat.of(final(r["ffgb"], "gamma_hat_mean") for r in runs)
+  figures = [os.path.relpath(fig, ctx.root)]
+  if all(g >= 0 for g in gaps) and gaps[-1] > 0:
+    return Evidence("reproduced", "FFGB's mean training accuracy is at or above the no-residual "
+                    "ablation's at every evaluated round and above it at the end", numbers, figures)
+  g = numbers["last-round mean gamma-hat ffgb"].mean
+  cause = (f" The oracle's mean gamma-hat is {g:.2f}: the residual carries the (1 - gamma) part the "
+           "oracle missed, so its benefit shrinks as gamma-hat grows; the exact version (scaled oracle, "
+           "claim ffgb.residual_exact) isolates the effect.")
+  if gaps[-1] > 0:
+    return Evidence("partly reproduced", "FFGB ends above the no-residual ablation but not at every "
+                    "round." + cause, numbers, figures)
+  return Evidence("not reproduced", "FFGB does not end above the no-residual ablation." + cause, numbers, figures)
+
+
+K_LABELS = tuple(f"ffgb-local_steps={k}" for k in (1, 5, 10, 20, 40))
+
+
+def fig2b_k_sweep(ctx: Context) -> Evidence:
+  """Fig. 2(b): training accuracy at a fixed number of rounds rises with K."""
+  extra = ctx.pick(dict(rounds=2, eval_every=2), dict(weak_learner="mlp", oracle_steps=200))
+  runs = [ctx.run(f"k_sweep_seed{seed}", "ffgb_k_sweep.cfg", seed=seed, **extra)
+          for seed in ctx.pick((0,), (0, 1, 2))]
+  acc = {k: Stat.of(final(r[k], "train_accuracy") for r in runs) for k in K_LABELS}
+  fig = plot_curves(os.path.join(ctx.root, "fig", "ffgb_fig2b_k.png"), curves(runs, "train_accuracy"),
+                    "round", "train accuracy", "FFGB Fig. 2b: local steps K")
+  means = [acc[k].mean for k in K_LABELS]
+  numbers = {f"final train accuracy {k}": v for k, v in acc.items()}
+  figures = [os.path.relpath(fig, ctx.root)]
+  if all(a <= b for a, b in zip(means, means[1:])):
+    return Evidence("reproduced", "the final training accuracy is non-decreasing in K", numbers, figures)
+  drops = [f"K {a.split('=')[1]} -> {b.split('=')[1]}: {acc[a].mean:.4f} -> {acc[b].mean:.4f} "
+           f"(std {acc[a].std:.2g}, {acc[b].std:.2g})"
+           for a, b in zip(K_LABELS, K_LABELS[1:]) if acc[a].mean > acc[b].mean]
+  if means[-1] > means[0]:
+    return Evidence("partly reproduced", "K = 40 ends above K = 1, but not monotonically: " + "; ".join(drops),
+                    numbers, figures)
+  return Evidence("not reproduced", "K = 40 does not end above K = 1: " + "; ".join(drops), numbers, figures)
+
+
+def _sweep_finals(folder: str) -> dict[str, dict[float, list[float]]]:
+  """``{algorithm: {feature_shift: [final objective per seed]}}`` from a sweep's results.csv."""
+  out: dict[str, dict[float, list[float]]] = {}
+  with open(os.path.join(folder, "results.csv")) as f:
+    for row in csv.DictReader(f):
+      out.setdefault(row["algorithm"], {}).setdefault(float(row["feature_shift"]), []).append(
+          float(row["final_objective"]))
+  return out
+
+
+def _shift_sweep(ctx: Context, name: str, cfg: str, shifts, rounds_smoke: int) -> dict:
+  folder = ctx.script(name, "experiments.sweep", flagfile=f"experiments/flagfiles/{cfg}",
+                      sweep=f"feature_shift={','.join(map(str, shifts))}", seeds=ctx.pick(1, 3),
+                      **ctx.pick(dict(rounds=rounds_smoke, eval_every=rounds_smoke), {}))
+  return _sweep_finals(folder)
+
+
+def _shift_figure(ctx, finals, name, ylabel, title) -> str:
+  cur = {label: [[(eps, vals[i]) for eps, vals in sorted(per.items())] for i in range(len(next(iter(per.values()))))]
+         for label, per in finals.items()}
+  return os.path.relpath(plot_curves(os.path.join(ctx.root, "fig", name), cur, "feature_shift (epsilon)",
+                                     ylabel, title), ctx.root)
+
+
+def _monotone(per: dict[float, list[float]]) -> tuple[list[float], list[float]]:
+  eps = sorted(per)
+  return eps, [Stat.of(per[e]).mean for e in eps]
+
+
+def ffgb_c_tv(ctx: Context) -> Evidence:
+  """Thm 3.2 / D.1: FFGB.C's final objective grows with the TV shift and is smallest without it."""
+  shifts = ctx.pick((0, 1), (0, 0.25, 0.5, 1))
+  finals = _shift_sweep(ctx, "ffgb_c_tv_sweep", "ffgb_c_tv_shift.cfg", shifts, 20)
+  numbers = {f"final objective {alg} eps={e}": Stat.of(v) for alg in finals for e, v in sorted(finals[alg].items())}
+  fig = _shift_figure(ctx, finals, "ffgb_c_tv.png", "final objective (CE on alpha)", "FFGB.C under TV shift")
+  eps, means = _monotone(finals["ffgb_c"])
+  if all(a <= b for a, b in zip(means, means[1:])) and means[-1] > means[0]:
+    return Evidence("reproduced", "FFGB.C's final objective is non-decreasing in the shift and lowest at "
+                    "eps = 0", numbers, [fig])
+  plain = _monotone(finals["ffgb"])[1] if "ffgb" in finals else []
+  why = (f"FFGB.C's final objective over eps {eps}: {[round(m, 4) for m in means]}; plain FFGB: "
+         f"{[round(m, 4) for m in plain]}. The labels are a function of x and alpha = mean_i alpha_i is the "
+         "same uniform pool at every eps, so f* does not move with eps; what moves is each client's "
+         "weighting of the oracle's fit")
+  if means[-1] > means[0]:
+    return Evidence("partly reproduced", "the largest shift ends above no shift, not monotonically. " + why,
+                    numbers, [fig])
+  return Evidence("not reproduced", "the largest shift does not end above no shift. " + why, numbers, [fig])
+
+
+def ffgb_l_w1(ctx: Context) -> Evidence:
+  """Thm 3.3: FFGB.L's final error falls to its minimum as W1 -> 0; Alg. 4 as printed runs away."""
+  shifts = ctx.pick((0, 1), (0, 0.25, 0.5, 1, 2))
+  finals = _shift_sweep(ctx, "ffgb_l_w1_sweep", "ffgb_l_w1_shift.cfg", shifts, 20)
+  numbers = {f"final objective {alg} eps={e}": Stat.of(v) for alg in finals for e, v in sorted(finals[alg].items())}
+  fig = _shift_figure(ctx, finals, "ffgb_l_w1.png", "final objective (square loss)", "FFGB.L under W1 shift")
+  eps, means = _monotone(finals["ffgb_l"])
+  printed = _monotone(finals["ffgb_l-ffgb_l_query=printed"])[1]
+  monotone = all(a <= b for a, b in zip(means, means[1:])) and means[-1] > means[0]
+  runaway = all(p > m for p, m in zip(printed, means))
+  why = (f"FFGB.L final objective over eps {eps}: {[round(m, 4) for m in means]}; as printed (Delta - u): "
+         f"{[round(m, 4) for m in printed]}")
+  if monotone and runaway:
+    return Evidence("reproduced", "the error is non-decreasing in the W1 shift and the printed sign ends "
+                    "higher at every shift. " + why, numbers, [fig])
+  if monotone or runaway:
+    return Evidence("partly reproduced", f"monotone in the shift: {monotone}; printed sign worse: {runaway}. "
+                    + why, numbers, [fig])
+  return Evidence("not reproduced", "neither monotone in the shift nor is the printed sign worse. " + why,
+                  numbers, [fig])
+
+
+T_FFGB = f"{T_ALG}/test_ffgb.py"
 CLAIMS = [
+    Claim("ffgb.fig4_digits", "FFGB (paper form) reaches a higher test accuracy than FedAvg (same MLP "
+          "32-32) at equal communication on digits, s = 0.1 and 0.3.",
+          "seed 002 Figs. 1/4 (offline substitute, specs §3.6, §7.9)",
+          "reproduced: mean final test accuracy of ffgb above fedavg's at every s (paper scale 5 seeds, budget "
+          "2000; smoke s = 0.1 only); partly: at some s; not reproduced: at none",
+          versus_fedavg("digits", code=False)),
+    Claim("ffgb.fig4_digits_code", "The authors'-code preset (ffgb_code) beats FedAvg at equal communication "
+          "on digits, s = 0.1 and 0.3.", "seed 002 Figs. 1/4; [code] f555c72",
+          "as ffgb.fig4_digits for ffgb_code; when it loses, the ablation ffgb_code with the paper learner "
+          "(and at paper scale ffgb with the code learner) says whether the learner is the cause",
+          versus_fedavg("digits", code=True)),
+    Claim("ffgb.fig3_mnist10k", "FFGB (paper form) beats FedAvg at equal communication on MNIST-10k "
+          "(N = 56), s = 0.1 and 0.3.", "seed 002 Figs. 3/4",
+          "reproduced: mean final test accuracy of ffgb above fedavg's at every s (paper 5 seeds, budget 2000, "
+          "18 FFGB rounds; FedAvg's accuracy at FFGB's last round is reported for Fig. 3's equal-rounds "
+          "view); partly: at some s; not reproduced: at none", versus_fedavg("mnist10k", code=False)),
+    Claim("ffgb.fig3_mnist10k_code", "The authors'-code preset beats FedAvg at equal communication on "
+          "MNIST-10k, s = 0.1 and 0.3.", "seed 002 Figs. 3/4; [code] script/mnist_batch_ffgd.sh",
+          "as ffgb.fig3_mnist10k for ffgb_code, with the learner ablations of ffgb.fig4_digits_code",
+          versus_fedavg("mnist10k", code=True)),
+    Claim("ffgb.fig2a_residual", "FFGB consistently achieves a higher training accuracy than its "
+          "no-residual counterpart (K = 10, eta0 = 10, s = 0.1).", "seed 002 Fig. 2(a)",
+          "reproduced: mean train accuracy of ffgb >= ffgb_nores at every evaluated round > 0 and > at the "
+          "last (paper scale 3 seeds, 10 rounds, digits); partly: > at the last round only; not: otherwise",
+          fig2a_residual),
+    Claim("ffgb.fig2b_k_sweep", "A larger number of local steps K gives a higher training accuracy at a "
+          "fixed number of rounds.", "seed 002 Fig. 2(b)",
+          "reproduced: mean final train accuracy non-decreasing over K = 1, 5, 10, 20, 40 (paper scale: MLP "
+          "oracle, 200 Adam steps, 20 rounds, 3 seeds; smoke: the flagfile's rf_ridge oracle, 2 rounds); "
+          "partly: K = 40 above K = 1 only; not: otherwise", fig2b_k_sweep),
+    Claim("ffgb.c_tv_shift", "FFGB.C (Alg. 5, its WO-infinity oracle) converges to a neighbourhood of f* "
+          "whose radius grows with omega = mean TV(alpha, alpha_i).", "seed 002 Thm 3.2 / D.1",
+          "reproduced: mean final objective of ffgb_c non-decreasing over eps = 0, 0.25, 0.5, 1 and higher at "
+          "1 than at 0 (paper 3 seeds, 100 rounds; smoke eps 0, 1, 20 rounds); partly: higher at the "
+          "largest eps only; not: otherwise", ffgb_c_tv),
+    Claim("ffgb.l_w1_shift", "FFGB.L (Alg. 4 with the sign fix, its Sobolev WO-lip oracle) converges to a "
+          "neighbourhood of f* that shrinks as W1 -> 0; Alg. 4 as printed does not converge.",
+          "seed 002 Thm 3.3; specs §2.4",
+          "reproduced: mean final objective of ffgb_l non-decreasing over eps = 0, 0.25, 0.5, 1, 2 (higher at "
+          "2 than 0) and the printed query ends higher at every eps (paper 3 seeds, 100 rounds; smoke eps "
+          "0, 1, 20 rounds); partly: one of the two; not: neither", ffgb_l_w1),
+    Claim("ffgb.comm_accounting", "FFGB costs N K models per client a round and FedAvg 2, both from 2; a "
+          "budget B gives ceil((B - 2) / cost) rounds.", "seed 002 §4, specs §1.4, §7.8",
+          "reproduced: logged comm = 2 + N K t at every record of the digits s = 0.1 run and both round "
+          "counts equal ceil((B - 2) / cost); not reproduced: otherwise", comm_accounting),
+    Claim("ffgb.oracle_fidelity", "The weak-learning assumption holds for the MLP oracle: every call has "
+          "gamma-hat = 1 - ||h - phi|| / ||phi|| > 0.", "seed 002 eq. 9, App. B.3; specs §7.10",
+          "reproduced: the minimum gamma-hat over every call of every FFGB variant of the digits s = 0.1 "
+          "runs is > 0; partly: the paper form's only; not: otherwise", oracle_fidelity),
     test_claim("ffgb.c_alg5", "One FFGB.C round is Algorithm 5 (WO-infinity oracle, clipped "
                "residual).", "seed 002 Alg. 5, eq. 24",
                f"{T_ALG}/test_ffgb_c_l.py::test_ffgb_c_one_round_matches_numpy_alg5"),
     test_claim("ffgb.l_alg4", "One FFGB.L round is Algorithm 4 (sign-fixed, Sobolev WO-lip oracle).",
                "seed 002 Alg. 4, eq. 25", f"{T_ALG}/test_ffgb_c_l.py::test_ffgb_l_one_round_matches_numpy_alg4"),
     test_claim("ffgb.semi_heterogeneous_limit", "With square loss FFGB converges to mean / (1 + mu) "
-               "in the semi-heterogeneous setting.", "seed 002 Thm 3.1",
-               f"{T_ALG}/test_ffgb.py::test_semi_heterogeneous_square_loss_converges_to_mean_over_one_plus_mu"),
+               "in the semi-heterogeneous setting.", "seed 002 Thm 3.1; specs §7.1",
+               f"{T_FFGB}::test_semi_heterogeneous_square_loss_converges_to_mean_over_one_plus_mu"),
+    test_claim("ffgb.residual_exact", "Without the residual FFGB converges to the biased gamma ybar / (gamma + "
+               "mu) for every K; with it the error falls with K and ends far below (scaled oracle h = 0.5 phi).",
+               "seed 002 Fig. 2(a) mechanism, §4.3; specs §7.2",
+               f"{T_FFGB}::test_no_residual_limit_is_biased_and_residual_error_falls_with_k"),
+    test_claim("ffgb.partial_participation", "m = N reproduces full participation, and for m < N the "
+               "server average is unbiased for the full average (2000 subset draws, 3 standard errors).",
+               "seed 002 App. F, Lemma F.1; specs §7.6",
+               f"{T_FFGB}::test_partial_participation_full_equals_and_subsets_are_unbiased"),
+    test_claim("ffgb.lemma_d_invariants", "Lemmas D.1-D.2: |Delta| <= (1-gamma)G/gamma, |h| <= "
+               "(2-gamma)G/gamma, |g| <= 2G/(gamma mu), and FFGB.C's clips change nothing on the support.",
+               "seed 002 Lemmas D.1-D.3, eqs. 28-29; specs §7.3",
+               f"{T_FFGB}::test_lemma_d_bounds_hold_and_ffgb_c_clips_are_inactive_on_support"),
+    test_claim("ffgb.l_sign_one_shot", "FFGB.L with the fixed sign converges (as printed it does not), "
+               "one-shot equals T rounds (Remark 3.1), and u_i interpolates (eq. 17); its radius is 0 "
+               "without shift and grows with it.", "seed 002 Alg. 4, Remark 3.1, Thm 3.3; specs §7.5",
+               f"{T_FFGB}::test_ffgb_l_sign_fix_one_shot_and_interpolation",
+               f"{T_FFGB}::test_ffgb_l_radius_grows_with_feature_shift_and_is_zero_without"),
+    test_claim("ffgb.partition", "The homo_ratio partition is the code's data_partition: int(n s) rounded "
+               "to N IID parts, the rest label-sorted in ceil-size chunks.", "seed 002 §4; specs §3.1, §7.7",
+               "tests/data/test_partition.py::test_homo_ratio_matches_reference",
+               "tests/data/test_partition.py::test_homo_ratio_structure_without_rng"),
+    test_claim("ffgb.code_preset", "The ffgb_code preset has the authors' code settings (step offset, "
+               "N(0, 1/fan_in^2) init, output leaky ReLU, de-duplicated minibatches).",
+               "[code] f555c72 utils.py, script/mnist_batch_ffgd.sh",
+               f"{T_FFGB}::test_step_size_schedules", f"{T_FFGB}::test_code_preset_has_the_authors_code_settings",
+               f"{T_FFGB}::test_code_preset_oracle_init_output_activation_and_dedup"),
 ]
 
 # Issue 14's claims of this paper that have no evaluation yet (listed in the report as pending).
-PENDING = ["FFGB vs FedAvg at equal communication (digits, MNIST-10k; s = 0.1, 0.3; paper and code)",
-           "residual ablation (Fig. 2a)", "K sweep (Fig. 2b)", "FFGB.C / FFGB.L under TV / W1 shift"]
+PENDING = ["CIFAR-10 panels of Figs. 1-2 (CNN weak learner): no CIFAR-10 files on this machine "
+           "(issue 14 item 5 adds the loader); Figs. 1/2 run on digits (ffgb.fig4_digits, fig2a, fig2b) "
+           "as the spec's offline substitute (§3.6)"]

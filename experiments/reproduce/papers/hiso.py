@@ -1,24 +1,477 @@
 """The claims of HiSo and DeComFL (seed 003; ``../shared/specs/hiso.md`` §3, §7).
 
-See :mod:`experiments.reproduce.papers` for how claims are collected.
+The Table 2 protocol on the offline stand-ins (spec §3.4 (a), §7 item 8): the
+ill-conditioned and the isotropic quadratic of ``hiso_toy_illcond.cfg`` /
+``hiso_toy_isotropic.cfg``, run by ``experiments.hiso.h_study`` (which reads those
+flagfiles) for the paper presets (``hiso`` / ``decomfl``) and the authors'-code presets
+(``hiso_code`` / ``decomfl_code``): DeComFL on the flagfile's lr grid with a constant and a
+decaying step, HiSo on the same grid, and the two diagnostics of the known limitation
+(HiSo with H replaced by mean(H) 1, and with the oracle H = lambda), plus the learned H's
+corr(log H, log lambda) and max H / min H. Fig. 5 runs ``hiso_mnist_cnn.cfg`` (digits MLP at
+smoke). See :mod:`experiments.reproduce.papers` for how claims are collected.
 """
 
 from __future__ import annotations
 
-from experiments.reproduce.claims import T_ALG, test_claim
+import math
+import os
+import re
+
+from experiments.reproduce.claims import T_ALG, Claim, Context, Evidence, Stat, final, test_claim
+from experiments.reproduce.report import plot_curves
+from fedsim import results
 
 TITLE = "HiSo and DeComFL (seed 003): Hessian-informed scalar-only ZO"
 
+T_TASK = "tests/tasks"
+TABLE2_MIN_SPEEDUP = 1.4     # Table 2's smallest speed-up (OPT-1.3B SST-2, 1500 / 1075 rounds)
+TOL = 0.01                   # "reaches DeComFL's best": within 1 % (gap) / 1 pp (accuracy)
+ISO_BAND = (0.8, 1.25)       # spec §7 item 8: isotropic control "about 1x"
+CORR_FULL, CORR_PART = 0.5, 0.2
+
+# The fixed-point bound of the known limitation, derived (issue 14; fedsim/algorithms/hiso.py).
+BOUND_DERIVATION = (
+    "For z = H^-1/2 u the EMA signal has mean E[dx_j^2] = H_j^-1 [S/P + (1 + 1/P) g_j^2 / H_j], "
+    "S = g^T H^-1 g (eq. 120's diagonal), so the EMA's fixed point has H_j^2 = S/P + (1 + 1/P) g_j^2 / H_j. "
+    "Since g_j^2 / H_j <= S, S/P <= H_j^2 <= S/P + (1 + 1/P) S = (P + 2) S/P for every j: "
+    "max_j H_j / min_j H_j <= sqrt(P + 2) (2.65 at P = 5, 1.73 at the code's P = 1), whatever the "
+    "curvature spread (here lambda spans about 1e4), so the learned H cannot carry the curvature.")
+
+
+def _label_base(label: str) -> str:
+  """The variant of a run label without its lr: ``hiso-preconditioner=scalar-lr=0.001`` ->
+  ``hiso-preconditioner=scalar``."""
+  return re.sub(r"-lr=[^-]+$", "", label)
+
+
+def rounds_ratio(runs: dict[str, list[dict]], hiso: str, decomfl: str, metric: str = "optimality_gap",
+                 tol: float = TOL) -> dict:
+  """Seed 003 Table 2's rounds ratio, as ``experiments/hiso/rounds_ratio.py`` defines it.
+
+  The target is DeComFL's best ``metric`` over every run whose algorithm (the label's part
+  before the first ``-``) is ``decomfl`` and over all evaluations; R_DeComFL is the first
+  evaluated round at which that best run is within ``tol`` of it (relative for gaps, absolute
+  for ``test_accuracy``); for each variant of ``hiso`` (labels with that algorithm, lr
+  removed), R_HiSo is the first round at which any lr of the variant gets there.
+
+  Args:
+    runs: ``{label: records}`` of one seed.
+    hiso, decomfl: the algorithms' names (``hiso`` / ``decomfl`` or ``hiso_code`` / ``decomfl_code``).
+    metric: ``optimality_gap`` (lower is better) or ``test_accuracy`` (higher).
+    tol: the tolerance.
+
+  Returns:
+    ``{"target", "decomfl_label", "r_decomfl", "last_round", "variants": {variant: {"r": round or
+    None, "ratio": R_DeComFL / R_HiSo or 0.0 when never reached, "best": best metric,
+    "final": final metric of its best-final lr}}}``.
+  """
+  higher = metric == "test_accuracy"
+  vals = {k: [r[metric] for r in v if r.get(metric) is not None and math.isfinite(r[metric])]
+          for k, v in runs.items()}
+
+  def best(k):
+    v = vals[k]
+    if not v:
+      return -math.inf if higher else math.inf
+    return max(v) if higher else min(v)
+
+  def reach(k, target):
+    for r in runs[k]:
+      x = r.get(metric)
+      if x is not None and math.isfinite(x) and (x >= target - tol if higher else x <= target * (1 + tol)):
+        return r["round"]
+    return None
+
+  dec = [k for k in runs if k.split("-", 1)[0] == decomfl]
+  if not dec:
+    raise KeyError(f"no {decomfl} runs")
+  bd = (max if higher else min)(dec, key=best)
+  target = best(bd)
+  r_d = reach(bd, target)
+  out = {"target": target, "decomfl_label": bd, "r_decomfl": r_d,
+         "last_round": max(v[-1]["round"] for v in runs.values()), "variants": {}}
+  groups: dict[str, list[str]] = {}
+  for k in runs:
+    if k.split("-", 1)[0] == hiso:
+      groups.setdefault(_label_base(k), []).append(k)
+  for variant, labels in sorted(groups.items()):
+    hits = [h for h in (reach(k, target) for k in labels) if h is not None]
+    r_h = min(hits) if hits else None
+    finals = [final(runs[k], metric) for k in labels if vals[k]]
+    finals = [f for f in finals if math.isfinite(f)]
+    out["variants"][variant] = {
+        "r": r_h, "ratio": _ratio(r_d, r_h),
+        "best": (max if higher else min)(best(k) for k in labels),
+        "final": ((max if higher else min)(finals) if finals else math.nan)}
+  return out
+
+
+def _ratio(r_d: int | None, r_h: int | None) -> float:
+  """R_DeComFL / R_HiSo; 0.0 when HiSo never reaches the target, 1.0 when both are at round 0."""
+  if r_h is None or r_d is None:
+    return 0.0
+  if r_h == 0:
+    return 1.0 if r_d == 0 else math.inf
+  return r_d / r_h
+
+
+def _finals(runs: dict[str, list[dict]], base: str, metric: str, higher: bool) -> float:
+  """Best final ``metric`` over the lrs of variant ``base`` (labels ``base-lr=...``)."""
+  xs = [final(v, metric) for k, v in runs.items() if _label_base(k) == base]
+  xs = [x for x in xs if math.isfinite(x)]
+  return (max if higher else min)(xs) if xs else math.nan
+
+
+def _score(x: float, higher: bool) -> float:
+  """``x`` with NaN / inf mapped to the worst value (for picking the best lr)."""
+  return x if math.isfinite(x) else (-math.inf if higher else math.inf)
+
+
+def _best_curves(seeds: list[dict[str, list[dict]]], bases, metric: str, higher: bool) -> dict:
+  """``{variant: [[(round, metric)] per seed]}``: each seed's lr with the best final metric."""
+  out = {}
+  for base in bases:
+    per_seed = []
+    for runs in seeds:
+      labels = [k for k in runs if _label_base(k) == base]
+      if not labels:
+        continue
+      k = (max if higher else min)(labels, key=lambda k, runs=runs: _score(final(runs[k], metric), higher))
+      per_seed.append([(r["round"], r[metric]) for r in runs[k] if r.get(metric) is not None])
+    if per_seed:
+      out[base] = per_seed
+  return out
+
+
+# --- the toy runs (experiments.hiso.h_study on the flagfiles) --------------------------------
+
+
+SMOKE_LRS = (0.0005, 0.001, 0.002, 0.004)  # a subset of the flagfiles' grid (5e-4 .. 8e-3)
+
+
+def _toy(ctx: Context, which: str) -> list[dict[str, list[dict]]]:
+  """The h_study runs on ``hiso_toy_<which>.cfg``: ``[{label: records}]`` per seed (both preset
+  families; the isotropic control runs the paper presets only at smoke, for the CPU budget)."""
+  seeds = ctx.pick((0,), (0, 1, 2))
+  presets = ctx.pick("paper", "paper,code") if which == "isotropic" else "paper,code"
+  flags = {"flagfile": f"experiments/flagfiles/hiso_toy_{which}.cfg", "presets": presets,
+           "seeds": ",".join(map(str, seeds))}
+  if ctx.scale == "smoke":
+    flags.update(rounds=400, eval_every=25, lrs=",".join(map(str, SMOKE_LRS)))
+  out = ctx.script(f"hiso_toy_{which}", "experiments.hiso.h_study", **flags)
+  runs = []
+  for s in seeds:
+    folder = os.path.join(out, f"seed{s}")
+    runs.append({label: results.read_metrics(os.path.join(folder, label, "metrics.jsonl"))
+                 for label in sorted(os.listdir(folder))})
+  return runs
+
+
+def table2_verdict(ratio: float, hiso_final: float, decomfl_final: float) -> tuple[str, str]:
+  """The Table 2 criterion on one problem (mean ratio over seeds, best final gaps)."""
+  faster = ratio >= TABLE2_MIN_SPEEDUP
+  not_worse = hiso_final <= decomfl_final
+  if faster and not_worse:
+    return "reproduced", (f"HiSo reaches DeComFL's best gap {ratio:.2f}x sooner (>= {TABLE2_MIN_SPEEDUP}) "
+                          "and ends no worse")
+  if ratio > 1 or not_worse:
+    return "partly reproduced", (f"rounds ratio {ratio:.2f}x (Table 2: >= {TABLE2_MIN_SPEEDUP}); HiSo's best "
+                                 f"final gap {hiso_final:.4g} vs DeComFL's {decomfl_final:.4g}")
+  return "not reproduced", (f"rounds ratio {ratio:.2f}x (0 = never reaches DeComFL's best); HiSo's best final "
+                            f"gap {hiso_final:.4g} vs DeComFL's {decomfl_final:.4g}")
+
+
+def _table2(ctx: Context, which: str, family: str) -> Evidence:
+  hiso, decomfl = ("hiso", "decomfl") if family == "paper" else ("hiso_code", "decomfl_code")
+  seeds = _toy(ctx, which)
+  mine = [{k: v for k, v in runs.items() if k.split("-", 1)[0] in (hiso, decomfl)} for runs in seeds]
+  rr = [rounds_ratio(runs, hiso, decomfl) for runs in mine]
+  variants = [hiso, f"{hiso}-preconditioner=scalar", f"{hiso}-oracle"]
+  ratio = {v: Stat.of(r["variants"][v]["ratio"] for r in rr) for v in variants}
+  fin = {v: Stat.of(_finals(runs, v, "optimality_gap", False) for runs in mine)
+         for v in (decomfl, f"{decomfl}-schedule=decay", *variants)}
+  dec_final = Stat.of(min(_finals(runs, decomfl, "optimality_gap", False),
+                          _finals(runs, f"{decomfl}-schedule=decay", "optimality_gap", False)) for runs in mine)
+  verdict, why = table2_verdict(ratio[hiso].mean, fin[hiso].mean, dec_final.mean)
+  numbers: dict = {f"rounds ratio {v} (0 = never)": ratio[v] for v in variants}
+  numbers["R_DeComFL (rounds to its own best)"] = Stat.of(r["r_decomfl"] for r in rr)
+  numbers["DeComFL best gap (target)"] = Stat.of(r["target"] for r in rr)
+  numbers["DeComFL runs giving the target, seed 0"] = rr[0]["decomfl_label"]
+  numbers.update({f"best final gap {v}": s for v, s in fin.items()})
+  numbers["bytes per client per round " + hiso] = _bytes_per_round(mine[0], hiso)
+  if verdict != "reproduced":
+    h = _h_numbers(mine, hiso)
+    why += (f". Diagnostics: the scalar-H ablation (H replaced by mean(H) 1) gives {ratio[variants[1]].mean:.2f}x "
+            f"against HiSo's {ratio[hiso].mean:.2f}x, and the oracle H = lambda {ratio[variants[2]].mean:.2f}x; "
+            f"the learned H has corr(log H, log lambda) = {h['corr'].mean:.3f} and max/min H = "
+            f"{h['maxmin'].mean:.3g} against the fixed-point bound sqrt(P + 2) = {h['bound']:.3g}")
+  fig = plot_curves(os.path.join(ctx.root, "fig", f"hiso_table2_{which}_{family}.png"),
+                    _best_curves(mine, (decomfl, f"{decomfl}-schedule=decay", *variants), "optimality_gap", False),
+                    "round", "F(x) - F* (best lr each)",
+                    f"Table 2 protocol, {which} quadratic, {family} presets", logy=True)
+  return Evidence(verdict, why, numbers=numbers, figures=[os.path.relpath(fig, ctx.root)])
+
+
+def _bytes_per_round(runs: dict[str, list[dict]], alg: str) -> float:
+  last = next(v[-1] for k, v in runs.items() if _label_base(k) == alg)
+  return (last["bytes_up"] + last["bytes_down"]) / last["participants"]
+
+
+def _h_numbers(seeds: list[dict[str, list[dict]]], hiso: str) -> dict:
+  """corr(log H, log lambda), its top-50 version and max/min H at the end of the run, for each
+  seed's HiSo lr with the best final gap; the bound sqrt(P + 2)."""
+  best = _best_labels(seeds, hiso)
+  recs = [runs[k][-1] for runs, k in zip(seeds, best)]
+  return {"corr": Stat.of(r["h_corr"] for r in recs), "corr_top50": Stat.of(r["h_corr_top50"] for r in recs),
+          "maxmin": Stat.of(r["h_max_min"] for r in recs), "q999": Stat.of(r["h_q999_median"] for r in recs),
+          "bound": recs[0]["h_bound"]}
+
+
+def _best_labels(seeds: list[dict[str, list[dict]]], base: str) -> list[str]:
+  out = []
+  for runs in seeds:
+    labels = [k for k in runs if _label_base(k) == base]
+    out.append(min(labels, key=lambda k: (lambda x: x if math.isfinite(x) else math.inf)(
+        final(runs[k], "optimality_gap"))))
+  return out
+
+
+def hiso_table2_illcond(ctx: Context) -> Evidence:
+  return _table2(ctx, "illcond", "paper")
+
+
+def hiso_table2_illcond_code(ctx: Context) -> Evidence:
+  return _table2(ctx, "illcond", "code")
+
+
+def isotropic_verdict(ratios: dict[str, float]) -> tuple[str, str]:
+  """The isotropic-control criterion: every family's ratio inside :data:`ISO_BAND`."""
+  inside = [f for f, r in ratios.items() if ISO_BAND[0] <= r <= ISO_BAND[1]]
+  text = ", ".join(f"{f} {r:.2f}x" for f, r in ratios.items())
+  if len(inside) == len(ratios):
+    return "reproduced", f"rounds ratio about 1x on the isotropic control ({text})"
+  if inside:
+    return "partly reproduced", f"inside {ISO_BAND} for {', '.join(inside)} only ({text})"
+  return "not reproduced", f"no family inside {ISO_BAND} ({text})"
+
+
+def hiso_isotropic(ctx: Context) -> Evidence:
+  seeds = _toy(ctx, "isotropic")
+  numbers: dict = {}
+  means = {}
+  for family, (hiso, decomfl) in (("paper", ("hiso", "decomfl")), ("code", ("hiso_code", "decomfl_code"))):
+    if not any(k.split("-", 1)[0] == hiso for k in seeds[0]):
+      continue  # the code presets are not run at smoke
+    rr = [rounds_ratio({k: v for k, v in runs.items() if k.split("-", 1)[0] in (hiso, decomfl)}, hiso, decomfl)
+          for runs in seeds]
+    for v in (hiso, f"{hiso}-preconditioner=scalar"):
+      numbers[f"rounds ratio {v} (0 = never)"] = Stat.of(r["variants"][v]["ratio"] for r in rr)
+    means[family] = numbers[f"rounds ratio {hiso} (0 = never)"].mean
+  verdict, why = isotropic_verdict(means)
+  if verdict != "reproduced":
+    why += (". On the isotropic problem H = lambda is a multiple of 1, so HiSo differs from DeComFL only "
+            "by its adaptive step scale (the scalar ablation's ratios above show that scale alone)")
+  return Evidence(verdict, why, numbers=numbers)
+
+
+def curvature_verdict(corrs: dict[str, float]) -> tuple[str, str]:
+  """The H-curvature criterion on corr(log H, log lambda) per preset family."""
+  full = [f for f, c in corrs.items() if c >= CORR_FULL]
+  part = [f for f, c in corrs.items() if c >= CORR_PART]
+  text = ", ".join(f"{f} {c:.3f}" for f, c in corrs.items())
+  if len(full) == len(corrs):
+    return "reproduced", f"corr(log H, log lambda) >= {CORR_FULL} in every family ({text})"
+  if part:
+    return "partly reproduced", f"corr(log H, log lambda) >= {CORR_PART} in {', '.join(part)} only ({text})"
+  return "not reproduced", f"corr(log H, log lambda) < {CORR_PART} in every family ({text})"
+
+
+def hiso_h_curvature(ctx: Context) -> Evidence:
+  seeds = _toy(ctx, "illcond")
+  numbers: dict = {}
+  corrs = {}
+  for family, (hiso, decomfl) in (("paper", ("hiso", "decomfl")), ("code", ("hiso_code", "decomfl_code"))):
+    h = _h_numbers(seeds, hiso)
+    corrs[family] = h["corr"].mean
+    numbers[f"corr(log H, log lambda) {hiso}"] = h["corr"]
+    numbers[f"corr(log H, log lambda), 50 largest lambda, {hiso}"] = h["corr_top50"]
+    numbers[f"max H / min H {hiso}"] = h["maxmin"]
+    numbers[f"q99.9(H) / median(H) {hiso}"] = h["q999"]
+    numbers[f"fixed-point bound sqrt(P + 2) {hiso}"] = h["bound"]
+    hs = _h_numbers(seeds, f"{hiso}-preconditioner=scalar")  # directions blind to H's shape: noise only
+    numbers[f"max H / min H of the scalar ablation's H (EMA noise reference) {hiso}"] = hs["maxmin"]
+    numbers[f"corr(log H, log lambda) of the scalar ablation's H {hiso}"] = hs["corr"]
+    mine = [{k: v for k, v in runs.items() if k.split("-", 1)[0] in (hiso, decomfl)} for runs in seeds]
+    for v in (hiso, f"{hiso}-preconditioner=scalar", f"{hiso}-oracle"):
+      numbers[f"best final gap {v}"] = Stat.of(_finals(runs, v, "optimality_gap", False) for runs in mine)
+  numbers["max lambda / min lambda"] = _lambda_spread(ctx)
+  verdict, why = curvature_verdict(corrs)
+  if verdict != "reproduced":
+    why += (". " + BOUND_DERIVATION + " Measured: max/min H against the bound (the bound is on the "
+            "expected signal; the EMA of single draws adds noise, whose size the scalar ablation's H, "
+            "built from directions that ignore H's shape, shows), and the scalar-H ablation and the oracle "
+            "H = lambda (best final gaps above) in both preset families")
+  fig = plot_curves(os.path.join(ctx.root, "fig", "hiso_h_corr.png"),
+                    {f"{b}": [[(r["round"], r["h_corr"]) for r in runs[k]]
+                              for runs, k in zip(seeds, _best_labels(seeds, b))] for b in ("hiso", "hiso_code")},
+                    "round", "corr(log H, log lambda)", "Learned H vs curvature, illcond quadratic")
+  return Evidence(verdict, why, numbers=numbers, figures=[os.path.relpath(fig, ctx.root)])
+
+
+def _lambda_spread(ctx: Context) -> float:
+  """max lambda / min lambda of hiso_toy_illcond.cfg's spectrum (seed 0)."""
+  del ctx
+  from fedsim.tasks.illcond_quadratic import spectrum
+  lam = spectrum(1000, math.sqrt(3), 0)  # hiso_toy_illcond.cfg: d = 1000, sigma = sqrt(3), seed 0
+  return float(lam.max() / lam.min())
+
+
+# (rounds, KB as printed) of Table 2 and Table 5 at P = 5, tau = 1 (spec §3.3, §7 item 7).
+TABLE_KB = ((550, 21.56), (775, 30.35), (1350, 52.73), (1500, 58.59), (1125, 43.95), (350, 13.67),
+            (275, 10.78), (425, 16.64), (250, 9.77), (1075, 41.85), (750, 29.30), (175, 6.84))
+
+
+def bytes_verdict(per_round: dict[str, float]) -> tuple[str, str, float]:
+  """The bytes criterion: (verdict, why, worst relative KB error over :data:`TABLE_KB`)."""
+  worst = max(abs(r * b / 1024 - kb) / kb for b in per_round.values() for r, kb in TABLE_KB)
+  text = ", ".join(f"{k} {v:g} B" for k, v in per_round.items())
+  if all(v == 40 for v in per_round.values()) and worst <= 0.005:
+    return "reproduced", (f"bytes per client per round: {text}; Tables 2 / 5 KB within {worst:.2%} "
+                          "(tests/algorithms/test_hiso.py::test_byte_ledger_reproduces_paper_tables pins "
+                          "the ledger for other tau, P and for FedZO / FedAvg)"), worst
+  return "not reproduced", f"bytes per client per round: {text}; worst Table 2 / 5 KB error {worst:.2%}", worst
+
+
+def hiso_bytes(ctx: Context) -> Evidence:
+  runs = _toy(ctx, "illcond")[0]
+  per_round = {a: _bytes_per_round(runs, a) for a in ("hiso", "decomfl")}
+  verdict, why, worst = bytes_verdict(per_round)
+  numbers: dict = {f"bytes per client per round {a}": v for a, v in per_round.items()}
+  numbers["worst relative error of rounds x bytes / 1024 vs the tables' KB"] = worst
+  return Evidence(verdict, why, numbers=numbers)
+
+
+# --- Fig. 5: HiSo vs DeComFL on the MNIST CNN (digits MLP at smoke) -----------------------------
+
+
+def fig5_verdict(ratio: float, hiso_final: float, decomfl_final: float) -> tuple[str, str]:
+  """Fig. 5: HiSo faster (rounds ratio >= 1.4 to DeComFL's best accuracy) and better final accuracy."""
+  faster, better = ratio >= TABLE2_MIN_SPEEDUP, hiso_final >= decomfl_final
+  text = (f"rounds ratio {ratio:.2f}x (0 = never), final accuracy HiSo {hiso_final:.4f} vs DeComFL "
+          f"{decomfl_final:.4f}")
+  if faster and better:
+    return "reproduced", text
+  if faster or better:
+    return "partly reproduced", text
+  return "not reproduced", text
+
+
+def hiso_fig5(ctx: Context) -> Evidence:
+  seeds = ctx.pick((0,), (0, 1, 2))
+  if ctx.scale == "smoke":  # the digits MLP of hiso_digits_mlp.cfg, one lr each (its grid's)
+    runs = [ctx.run(f"hiso_fig5_digits_s{s}", "hiso_digits_mlp.cfg", seed=s, rounds=100, eval_every=50,
+                    algorithm="hiso:lr=0.01,decomfl:lr=0.03") for s in seeds]
+  else:  # the flagfile's grid plus the scalar-H ablation on the same grid
+    grid = "0.003,0.01,0.03".split(",")
+    algs = [f"{a}:lr={lr}" for a in ("hiso", "decomfl", "hiso:preconditioner=scalar") for lr in grid]
+    runs = [ctx.run(f"hiso_fig5_cnn_s{s}", "hiso_mnist_cnn.cfg", seed=s, algorithm=",".join(algs))
+            for s in seeds]
+  rr = [rounds_ratio(r, "hiso", "decomfl", metric="test_accuracy") for r in runs]
+  variants = [v for v in ("hiso", "hiso-preconditioner=scalar") if v in rr[0]["variants"]]
+  acc = {v: Stat.of(_finals(r, v, "test_accuracy", True) for r in runs) for v in ("decomfl", *variants)}
+  verdict, why = fig5_verdict(Stat.of(r["variants"]["hiso"]["ratio"] for r in rr).mean, acc["hiso"].mean,
+                              acc["decomfl"].mean)
+  numbers: dict = {f"rounds ratio {v} (0 = never)": Stat.of(r["variants"][v]["ratio"] for r in rr)
+                   for v in variants}
+  numbers.update({f"best final test accuracy {v}": s for v, s in acc.items()})
+  best_h = [min((k for k in r if _label_base(k) == "hiso"), key=lambda k: -final(r[k], "test_accuracy"))
+            for r in runs]
+  numbers["q99.9(H) / median(H) at the end, hiso (Fig. 5 right)"] = Stat.of(
+      final(r[k], "h_tail_ratio") for r, k in zip(runs, best_h))
+  tail = numbers["q99.9(H) / median(H) at the end, hiso (Fig. 5 right)"].mean
+  if verdict != "reproduced":
+    why += (f". The learned H is nearly flat (q99.9 / median {tail:.3g}; see hiso.h_curvature for why it stays "
+            "near a multiple of 1)")
+    if "hiso-preconditioner=scalar" in acc:
+      why += (f"; the scalar-H ablation (paper scale) ends at {acc['hiso-preconditioner=scalar'].mean:.4f}: "
+              "what the diagonal H adds over a scalar step scale")
+  cur = _best_curves(runs, ("hiso", "decomfl", *variants[1:]), "test_accuracy", True)
+  fig = plot_curves(os.path.join(ctx.root, "fig", "hiso_fig5.png"), cur, "round", "test accuracy (best lr each)",
+                    "Fig. 5: " + ctx.pick("digits MLP (smoke stand-in)", "MNIST CNN, M = 64, m = 8"))
+  return Evidence(verdict, why, numbers=numbers, figures=[os.path.relpath(fig, ctx.root)])
+
+
 CLAIMS = [
-    test_claim("hiso.bytes", "HiSo and DeComFL send scalars only: the per-round bytes of the paper's "
-               "tables (e.g. 40 B per round at the paper's settings).", "seed 003 Tables 1-2",
-               f"{T_ALG}/test_hiso.py::test_byte_ledger_reproduces_paper_tables"),
+    Claim("hiso.table2_illcond",
+          "HiSo reaches DeComFL's best accuracy in 1.4-5.4x fewer rounds at the same 40 B per round "
+          "(Table 2); here on the ill-conditioned quadratic (log lambda ~ N(0, 3), d = 1000, M = 64, m = 8, "
+          "P = 5, tau = 1), paper presets, both methods on the same lr grid, DeComFL also with a decaying step.",
+          "seed 003 Table 2; spec §3.4 (a), §7 item 8",
+          f"rounds ratio = R_DeComFL / R_HiSo to DeComFL's best gap (within {TOL:.0%}; DeComFL best over the "
+          f"grid and both schedules), mean over seeds; reproduced: ratio >= {TABLE2_MIN_SPEEDUP} and HiSo's best "
+          "final gap <= DeComFL's; partly: ratio > 1 or final gap no worse; not reproduced: otherwise",
+          hiso_table2_illcond),
+    Claim("hiso.table2_illcond_code",
+          "The same Table 2 comparison with the authors'-code presets (hiso_code / decomfl_code: P = 1, "
+          "eps = 0, weight decay 1e-5, DeComFL with central differences).",
+          "seed 003 Table 2; [code] ZidongLiu/DeComFL 0c426e6",
+          f"as hiso.table2_illcond: reproduced: ratio >= {TABLE2_MIN_SPEEDUP} and final gap no worse; partly: "
+          "ratio > 1 or final gap no worse; not reproduced: otherwise", hiso_table2_illcond_code),
+    Claim("hiso.isotropic_control",
+          "On an isotropic quadratic (every eigenvalue mean(lambda), same trace) HiSo's rounds ratio is about 1x.",
+          "spec §7 item 8 (control)",
+          f"reproduced: the mean rounds ratio is inside [{ISO_BAND[0]}, {ISO_BAND[1]}] for both the paper and "
+          "the code presets (smoke: the paper presets only); partly: for one; not reproduced: for none",
+          hiso_isotropic),
+    Claim("hiso.h_curvature",
+          "HiSo's learned diagonal H captures the curvature (a diagonal Hessian estimate, §4.2; "
+          "long-tailed like the Hessian, Fig. 5 right). Known limitation: " + BOUND_DERIVATION,
+          "seed 003 §4.2, Fig. 5 (right); issue 14",
+          f"corr(log H, log lambda) at the end of the ill-conditioned run (best-lr HiSo, mean over seeds); "
+          f"reproduced: >= {CORR_FULL} in both preset families; partly: >= {CORR_PART} in one; "
+          f"not reproduced: < {CORR_PART} in both", hiso_h_curvature),
+    Claim("hiso.bytes", "HiSo and DeComFL send scalars only: 2 tau P 4 = 40 B per client per round at the "
+          "paper's settings (P = 5, tau = 1), which gives the KB columns of Tables 2 and 5 (rounds x 40 B).",
+          "seed 003 Tables 2, 5; spec §3.3, §7 item 7",
+          "measured on the ledgers of the Table 2 runs (hiso_toy_illcond.cfg, paper presets): reproduced when "
+          "HiSo's and DeComFL's bytes per client per round are both exactly 40 and every (rounds, KB) pair "
+          "of Tables 2 / 5 equals rounds x that / 1024 within 0.5 %; not reproduced otherwise", hiso_bytes),
     test_claim("hiso.replay", "Clients rebuild the global model exactly from the shared seeds and "
                "scalars (scalar-only replay).", "seed 003 Alg. 1",
                f"{T_ALG}/test_hiso.py::test_replay_is_exact_for_every_client"),
     test_claim("hiso.decomfl_reduction", "DeComFL is HiSo with H = I (nu = 0, H_0 = 1), bitwise.",
                "seed 003 §3", f"{T_ALG}/test_hiso.py::test_hiso_nu0_h0_1_is_decomfl_bitwise"),
+    test_claim("hiso.estimator_moments", "E dx = H^-1 grad f and E dx^T A dx matches eq. 84 / eq. 120 "
+               "(P perturbations), and Lemma 1's fourth moment, by Monte Carlo.",
+               "seed 003 Lemma 1-2, eqs. 9, 84, 120; spec §7 item 4",
+               f"{T_ALG}/test_hiso.py::test_estimator_mean_and_second_moment",
+               f"{T_ALG}/test_hiso.py::test_lemma1_fourth_moment_of_weighted_gaussian"),
+    test_claim("hiso.h_fixed_point", "The H update's signal has mean H_j^-1 [S/P + (1 + 1/P) g_j^2 / H_j], so "
+               "its fixed point H_j^3 = (S/P) H_j + (1 + 1/P) g_j^2 stays near a multiple of 1.",
+               "issue 14 known limitation; spec §4 last bullet",
+               f"{T_ALG}/test_hiso.py::test_h_signal_moment_fixes_h_near_a_multiple_of_one"),
+    test_claim("hiso.fig4_whitening", "The whitening toy: zeta(eps) << L kappa << L d for 200 log-normal "
+               "eigenvalues, zeta(0) = d.", "seed 003 §5.1, Fig. 4; spec §7 item 6",
+               f"{T_TASK}/test_hiso_tasks.py::test_whitening_toy_reproduces_fig4_ordering"),
 ]
 
+# Fig. 5 (MNIST CNN; digits MLP at smoke): ready and tested, but not in CLAIMS: its smoke run alone
+# costs about 30 CPU s (experiments.run compiles each algorithm 3-4 times), beyond this paper's
+# 90 s smoke budget. Add it to CLAIMS once claims can be limited to --scale=paper.
+FIG5_CLAIM = Claim("hiso.fig5_mnist",
+          "On the MNIST CNN (M = 64, Dirichlet alpha = 1, m = 8, P = 5) HiSo converges significantly faster "
+          "than DeComFL at identical bytes per round and to a better final accuracy (smoke: digits MLP).",
+          "seed 003 §6, Fig. 5; spec §3.2",
+          f"rounds ratio to DeComFL's best test accuracy (within 1 pp) over the lr grid; reproduced: ratio >= "
+          f"{TABLE2_MIN_SPEEDUP} and HiSo's best final accuracy >= DeComFL's; partly: one of the two; "
+          "not reproduced: neither (smoke: digits MLP, one lr each from hiso_digits_mlp.cfg's grid, 100 rounds)",
+          hiso_fig5)
+
+
 # Issue 14's claims of this paper that have no evaluation yet (listed in the report as pending).
-PENDING = ["Table 2 rounds ratio vs tuned DeComFL", "H fixed-point bound and its ablations"]
+PENDING = [
+    "Fig. 5 HiSo vs DeComFL on the MNIST CNN (FIG5_CLAIM, hiso_mnist_cnn.cfg): written and tested, left out "
+    "because its smoke run (digits MLP) alone costs about 30 of the 90 CPU seconds of the smoke budget",
+    "LLM Tables 2 / 5 themselves (OPT-125M/350M/1.3B on SST-2, QQP, SQuAD): no weights or data offline; "
+    "the quadratic stand-ins above replace them (spec §3.4)",
+]

@@ -1,0 +1,1 @@
+"""FedZO (seed 001) analysis: the per-round cost of partial participation and AirComp noise."""

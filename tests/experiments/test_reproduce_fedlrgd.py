@@ -1,0 +1,196 @@
+"""experiments.reproduce.papers.fedlrgd: every verdict branch of the curve/table claims' criteria,
+on hand-made script outputs (no real runs)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from experiments.reproduce.papers import fedlrgd as F
+from tests.experiments.test_reproduce import FakeContext
+
+
+class ScriptContext(FakeContext):
+  """A FakeContext whose ``script`` returns a folder holding the given output files."""
+
+  def __init__(self, root, outputs):
+    super().__init__(root)
+    self._outputs = outputs            # {run name: {file name: JSON-able}}
+
+  def script(self, name, module, **flags):
+    self.commands.append(f"script {name} {module}")
+    out = os.path.join(self.root, "runs", name)
+    os.makedirs(out, exist_ok=True)
+    for fname, content in self._outputs[name].items():
+      with open(os.path.join(out, fname), "w") as f:
+        json.dump(content, f)
+    return out
+
+
+RANKS = (2, 4, 8, 10, 16)
+
+
+def fidelity_results(errs, fracs):
+  """results.json of --study=fidelity: errs[r] the per-seed median errors (2 seeds), fracs[r]."""
+  rows = [{"r": r, "median_of_median_rel_err": sorted(errs[r])[0] * 0.5 + sorted(errs[r])[1] * 0.5,
+           "median_max_rel_err": 1.0, "max_anchor_rel_err": 1e-15, "median_path_rel_err": 1e-3,
+           "median_cond_max": 10.0 ** r, "frac_seeds_gap_le_1e-5": fracs[r], "median_final_gap": 1e-9,
+           "max_final_gap": 1e-8} for r in RANKS]
+  return {"rows": rows, "err_median": [[errs[r][s] for r in RANKS] for s in range(2)],
+          "final_gap": [[1e-9 for _ in RANKS] for _ in range(2)], "flags": {"ranks": [str(r) for r in RANKS]}}
+
+
+GOOD_ERR = {2: (0.3, 0.4), 4: (3e-3, 4e-3), 8: (2e-4, 3e-4), 10: (5e-5, 9e-5), 16: (1e-7, 1e-6)}
+GOOD_FRAC = {2: 0.0, 4: 0.5, 8: 1.0, 10: 1.0, 16: 1.0}
+
+
+@pytest.mark.parametrize("errs, fracs, verdict", [
+    (GOOD_ERR, GOOD_FRAC, "reproduced"),
+    ({**GOOD_ERR, 10: (3e-4, 5e-4)}, GOOD_FRAC, "partly reproduced"),          # not decreasing 8 -> 10
+    (GOOD_ERR, {**GOOD_FRAC, 10: 0.5}, "partly reproduced"),                   # r = 10 converges too rarely
+    ({**GOOD_ERR, 16: (1e-3, 2e-3)}, {**GOOD_FRAC, 16: 0.5}, "not reproduced"),  # both late checks fail
+    ({**GOOD_ERR, 16: (0.5, 0.6)}, GOOD_FRAC, "not reproduced"),               # r = 16 no better than r = 2
+])
+def test_s2_fidelity_criterion(tmp_path, errs, fracs, verdict):
+  ctx = ScriptContext(tmp_path, {"s2_fidelity": {"results.json": fidelity_results(errs, fracs)}})
+  ev = F.fedlrgd_s2_fidelity(ctx)
+  assert ev.verdict == verdict, ev.why
+  assert ev.numbers["median rel. gradient error r=16"].n == 2
+  assert os.path.exists(tmp_path / ev.figures[0])
+
+
+def precision_results(ratios):
+  """results.json of --study=precision with float32-solve / float64 error ratio ratios[r]."""
+  rows = []
+  for r, q in ratios.items():
+    for run, e in (("float64", 1e-6), ("float32", 2e-6), ("float32, float32 solve", q * 1e-6)):
+      rows.append({"r": r, "run": run, "median_rel_err": e, "median_final_gap": 1e-12, "max_final_gap": 1e-11})
+  return {"rows": rows, "flags": {"seeds": 3}}
+
+
+@pytest.mark.parametrize("ratios, verdict", [
+    ({8: 1.0, 12: 2.0, 16: 9.0, 20: 18.0}, "reproduced"),
+    ({8: 1.0, 12: 2.0, 16: 9.0, 20: 2.9}, "partly reproduced"),
+    ({8: 1.0, 12: 2.1, 16: 9.0, 20: 18.0}, "not reproduced"),
+])
+def test_precision_criterion(tmp_path, ratios, verdict):
+  ctx = ScriptContext(tmp_path, {"precision": {"results.json": precision_results(ratios)}})
+  ev = F.fedlrgd_precision(ctx)
+  assert ev.verdict == verdict
+  assert ev.numbers["error ratio float32 weights / float64 r=16"] == pytest.approx(9.0)
+
+
+def convergence_results(gaps, s=40, m=100, S=30, T=30, b=10, every=10, corrupt=False):
+  """results.json of --study=convergence: final gap gaps[method] (geometric decay to it) with the
+  ledger's (compute, uploads); ``corrupt`` breaks one FedAve record."""
+  runs = {}
+  for method, final in gaps.items():
+    recs = []
+    horizon = S if method.startswith("fedlrgd") else T
+    for t in range(0, horizon + 1, every):
+      if method.startswith("fedlrgd"):
+        r = int(method.split("=")[1])
+        comp, up = (0, 0) if t == 0 else (r * r + r * s + r * t, m * r)
+      elif method.startswith("fedave"):
+        comp, up = t * b, t * m
+      else:
+        comp, up = t * s, t * m
+      recs.append({"round": t, "gap": 1.0 * (final / 1.0) ** (t / horizon), "compute": comp, "uploads": up})
+    runs[method] = recs
+  if corrupt:
+    runs[f"fedave b={b}"][-1]["compute"] += 1
+  return {str(m): runs, "flags": {"samples_per_client": s}, "seconds": 1.0}
+
+
+@pytest.mark.parametrize("gaps, verdict", [
+    ({"fedlrgd r=4": 1e-3, "fedlrgd r=8": 1e-7, "fedlrgd r=16": 1e-12, "gd": 1e-9, "fedave b=10": 1e-4},
+     "reproduced"),
+    ({"fedlrgd r=4": 1e-3, "fedlrgd r=8": 2e-6, "fedlrgd r=16": 1e-12, "gd": 1e-9, "fedave b=10": 1e-4},
+     "partly reproduced"),
+    ({"fedlrgd r=4": 1e-9, "fedlrgd r=8": 2e-6, "fedlrgd r=16": 1e-5, "gd": 1e-9, "fedave b=10": 1e-4},
+     "not reproduced"),
+])
+def test_s3_convergence_and_ledger_criteria(tmp_path, gaps, verdict):
+  ctx = ScriptContext(tmp_path, {"s3_convergence_s0": {"results.json": convergence_results(gaps)}})
+  ev = F.fedlrgd_s3_convergence(ctx)
+  assert ev.verdict == verdict, ev.why
+  assert all(os.path.exists(tmp_path / f) for f in ev.figures) and len(ev.figures) == 2
+  assert ev.numbers["FedLRGD r >= 8 runs"] == 2.0
+  assert F.fedlrgd_ledger_runs(ctx).verdict == "reproduced"
+
+
+def test_gamma_to_reach_and_ledger_mismatch():
+  res = convergence_results({"fedlrgd r=8": 1e-9, "fedave b=10": 1e-4}, corrupt=True)
+  recs = res["100"]["fedlrgd r=8"]
+  first = next(rec for rec in recs if rec["round"] > 0 and rec["gap"] <= 1e-5)
+  assert F.gamma_to_reach(recs, 10.0, 1e-5) == first["compute"] + 10.0 * first["uploads"]
+  assert F.gamma_to_reach(res["100"]["fedave b=10"], 10.0, 1e-5) == math.inf
+  checked, bad = F.ledger_mismatches(res)
+  assert checked == 6 and len(bad) == 1 and "fedave b=10 round 30" in bad[0]
+
+
+def crossover_row(eta, phi, eps, predicted, wins):
+  ratio = 0.5 if wins else 2.0
+  return {"d": 1, "eta": eta, "phi": phi, "eps": eps, "server_samples": 4,
+          "fedlrgd": {"gamma": 100.0 * ratio, "r": 4, "S": 30},
+          "fedave": {"gamma": 100.0, "b": 10, "T": 5, "step": "L1"},
+          "ratio": ratio, "fedlrgd_wins": wins, "prop1_predicts_win": predicted}
+
+
+@pytest.mark.parametrize("wins, verdict", [
+    ((True, True, True), "reproduced"),
+    ((True, False, True), "partly reproduced"),
+    ((False, False, False), "not reproduced"),
+])
+def test_s5_crossover_criterion(tmp_path, wins, verdict):
+  rows = [crossover_row(8.5, phi, 1e-5, True, w) for phi, w in zip((10.0, 100.0, 1000.0), wins)]
+  rows.append(crossover_row(1.5, 100.0, 1e-5, False, True))   # outside the regime: not in the criterion
+  ctx = ScriptContext(tmp_path, {"s5_crossover": {"results.json": {"rows": rows}}})
+  ev = F.fedlrgd_crossover(ctx)
+  assert ev.verdict == verdict
+  assert ev.numbers["cells where Prop. 1 predicts a FedLRGD win"] == 3.0
+  assert os.path.exists(tmp_path / ev.figures[0])
+  rows_out = [crossover_row(1.5, 100.0, 1e-5, False, True)]
+  ctx = ScriptContext(tmp_path, {"s5_crossover": {"results.json": {"rows": rows_out}}})
+  assert F.fedlrgd_crossover(ctx).verdict == "not reproduced"
+
+
+def rank_summary(le10, median, slopes_ok=(True,) * 6, bound=True):
+  appc = {"dataset": "digits", "hidden": 32, "p": 100, "k": 30, "median_rank": median,
+          "frac_rank_le_5": 0.5, "frac_rank_le_10": le10, "max_rank": 12, "ranked": 90, "zero_slices": 10,
+          "all_weights": {"median_rank": 4.0, "frac_rank_le_10": 0.9}, "train_accuracy": 0.99,
+          "test_accuracy": 0.95}
+  t1 = []
+  for i, (d, eta) in enumerate([(d, e) for d in (1, 2) for e in (0.5, 1.5, 2.5)]):
+    rate = -2 * eta / d
+    row = {"d": d, "eta": eta, "rate": rate, "slope": rate - 0.5 if slopes_ok[i] else rate + 0.2,
+           "tails": [10.0 ** -k for k in range(1, 65)], "threshold": 5.4}
+    if eta <= 1:
+      row["bound_holds"] = bound
+    t1.append(row)
+  return {"summary.json": {"appc": appc, "theorem1": t1}}
+
+
+@pytest.mark.parametrize("le10, median, verdict", [
+    (0.8, 6.0, "reproduced"), (0.79, 6.0, "partly reproduced"), (0.9, 6.5, "partly reproduced"),
+    (0.5, 8.0, "not reproduced"),
+])
+def test_appc_criterion(tmp_path, le10, median, verdict):
+  ctx = ScriptContext(tmp_path, {"rank_study": rank_summary(le10, median)})
+  assert F.fedlrgd_appc(ctx).verdict == verdict
+
+
+@pytest.mark.parametrize("slopes_ok, bound, verdict", [
+    ((True,) * 6, True, "reproduced"),
+    ((True,) * 6, False, "partly reproduced"),                      # d = 1, 2 at eta = 0.5 fail the bound
+    ((False, False, True, True, True, False), True, "partly reproduced"),   # 3 of 6 pass
+    ((False, False, False, True, True, False), True, "not reproduced"),     # 2 of 6 pass
+])
+def test_theorem1_criterion(tmp_path, slopes_ok, bound, verdict):
+  ctx = ScriptContext(tmp_path, {"rank_study": rank_summary(0.9, 4.0, slopes_ok, bound)})
+  ev = F.fedlrgd_theorem1(ctx)
+  assert ev.verdict == verdict
+  assert os.path.exists(tmp_path / ev.figures[0])

@@ -1,0 +1,207 @@
+"""FedZO's reproduction claims: each criterion's verdict branches on hand-made runs (no real runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from experiments.reproduce.papers import fedzo as F
+from tests.experiments.test_reproduce import FakeContext
+
+SNRS = ("inf", "0", "-5", "-10", "-20", "-30", "-40")
+
+
+class Ctx(FakeContext):
+  """A FakeContext at either scale whose diagnostic script writes the given records."""
+
+  def __init__(self, root, runs=None, diags=None, scale="paper"):
+    super().__init__(root, runs=runs)
+    self.scale, self._diags = scale, diags or {}
+
+  def pick(self, smoke, paper):
+    return smoke if self.scale == "smoke" else paper
+
+  def _execute(self, argv, marker):
+    result = next(a.split("=", 1)[1] for a in argv if a.startswith("--result="))
+    os.makedirs(os.path.dirname(result), exist_ok=True)
+    with open(result, "w") as f:
+      json.dump(self._diags[os.path.basename(os.path.dirname(result))], f)
+    self.commands.append(" ".join(argv[1:]))
+
+
+def _hist(final, start=7.0, rounds=100, **extra):
+  return [{"round": 0, "objective": start, "participants": 0, **{k: 0.0 for k in extra}},
+          {"round": rounds, "objective": final, **extra}]
+
+
+def _diag(ms, snrs, ratio=1e-4, noise=(1e-5, 0.06)):
+  return [{"round": 0, "objective": 7.0, "N": 50, "d": 64, "H": 20, "eta": 1e-3, "progress": 0.07,
+           "seed_std": 3e-4, "linear_progress": 0.07,
+           "sampling_cost": {str(m): 0.07 * ratio for m in ms},
+           "sampling_ratio": {str(m): ratio if m < 50 else 0.0 for m in ms},
+           "noise_cost": {f"{float(s)}": 0.07 * r for s, r in zip(snrs, noise)},
+           "noise_ratio": {f"{float(s)}": r for s, r in zip(snrs, noise)},
+           "noise_over_seed": {f"{float(s)}": r * 0.07 / 3e-4 for s, r in zip(snrs, noise)},
+           "participation": {f"{float(s)}": 0.527 for s in snrs},
+           "noise_sq_over_update_sq": {f"{float(s)}": 0.1 for s in snrs}}]
+
+
+def _diags(ratio=1e-4):
+  return {"fedzo_variance_attack": _diag(F.M_VALUES, (-10, -40, 0, -5, -20, -30), ratio,
+                                         (1e-5, 0.06, 1e-6, 3e-6, 3e-4, 5e-3)),
+          "fedzo_variance_softmax": _diag((10, 20, 50), (-10, 0, -5), ratio, (1e-5, 1e-6, 3e-6))}
+
+
+def _fig1b_runs(fixed, cor2):
+  """Fig. 1(b)'s runs (3 seeds) with the given final losses per M, eta = 1e-3 and Corollary 2."""
+  labels = [f"fedzo-clients_per_round={m}" for m in F.M_VALUES]
+  cor = [F.cor2_entry(m, 64).replace(":", "-") for m in F.M_VALUES]
+  run = {**{k: _hist(v) for k, v in zip(labels, fixed)}, **{k: _hist(v) for k, v in zip(cor, cor2)}}
+  return {f"fedzo_fig1b_s{s}": run for s in range(3)}
+
+
+def test_cor2_entry_is_the_corollary_2_schedule():
+  entry = F.cor2_entry(5, 64)
+  eta = (5 * 25 * 20 / (64 * 20 * 300)) ** 0.5
+  mu = (64 * 25 * 20 * 5 * 20 * 300) ** -0.25
+  assert entry == f"fedzo:clients_per_round=5:lr={eta:.4g}:smoothing={mu:.4g}"
+  assert F.cor2_entry(50, 64).startswith("fedzo:clients_per_round=50:lr=0.2552:")
+
+
+@pytest.mark.parametrize("finals,verdict", [
+    ((6.0, 5.0, 4.0, 3.0), "reproduced"),
+    ((6.0, 6.5, 4.0, 5.0), "partly reproduced"),
+    ((5.0, 5.0, 5.0, 6.0), "not reproduced"),
+])
+def test_fig1b_and_cor2_criteria(tmp_path, finals, verdict):
+  ctx = Ctx(tmp_path, runs=_fig1b_runs(finals, finals), diags=_diags())
+  ev = F.fedzo_fig1b_m(ctx)
+  assert ev.verdict == verdict
+  assert os.path.exists(tmp_path / ev.figures[0])
+  assert ev.numbers["sampling cost / progress M=5 at round 0"] == 1e-4
+  if verdict != "reproduced":
+    assert "Diagnostic" in ev.why and "quoted from an earlier measurement" in ev.why
+  ev = F.fedzo_cor2_speedup(Ctx(tmp_path, runs=_fig1b_runs((7.0,) * 4, finals), diags=_diags()))
+  assert ev.verdict == verdict
+  assert any(k.startswith("speed-up") for k in ev.numbers)
+  assert ev.numbers[f"final loss {F.cor2_entry(5, 64).replace(':', '-')} minus eta = 1e-3 "
+                    "(fedzo-clients_per_round=5)"] == finals[0] - 7.0
+
+
+def test_fig1b_runs_the_diagnostic_script_with_the_fig1c_flagfile(tmp_path):
+  ctx = Ctx(tmp_path, runs=_fig1b_runs((6.0, 5.0, 4.0, 3.0), (6.0,) * 4), diags=_diags(), scale="smoke")
+  ctx._runs = {"fedzo_fig1b_s0": ctx._runs["fedzo_fig1b_s0"]}
+  F.fedzo_fig1b_m(ctx)
+  script = next(c for c in ctx.commands if "experiments.fedzo.variance_cost" in c)
+  assert "--flagfile=experiments/flagfiles/fedzo_fig1c_attack_aircomp.cfg" in script
+  assert "--ms=5,50" in script and "--result=" in script
+
+
+@pytest.mark.parametrize("ratio,verdict", [(1e-4, "reproduced"), (5e-3, "partly reproduced"),
+                                           (-0.05, "not reproduced")])
+def test_m_variance_criterion(tmp_path, ratio, verdict):
+  ev = F.fedzo_m_variance(Ctx(tmp_path, diags=_diags(ratio)))
+  assert ev.verdict == verdict
+  assert ev.numbers["softmax: sampling cost / progress M=10 at round 0"] == ratio
+  assert "quoted from an earlier measurement" in ev.why
+
+
+def _fig1c_runs(gaps, participation=(0.527, 0.278)):
+  """Five seeds; ``gaps[snr]`` is a function of the seed giving that SNR's final loss minus noise-free."""
+  runs = {}
+  for s in range(5):
+    run = {f"fedzo-snr_db={k}": _hist(5.0 + gaps.get(k, lambda s: 0.0)(s),
+                                      participants=participation[0] * 50 * 100) for k in SNRS}
+    run[F.CODE_LABEL] = _hist(5.0, participants=participation[1] * 50 * 100)
+    runs[f"fedzo_fig1c_s{s}"] = run
+  return runs
+
+
+def _alternating(s):
+  return 0.1 if s % 2 else -0.1
+
+
+@pytest.mark.parametrize("gaps,verdict", [
+    ({"-10": lambda s: 0.1 + 0.01 * s, "-40": lambda s: 0.5 + 0.01 * s}, "reproduced"),
+    ({"-10": _alternating, "-30": lambda s: 0.2 + 0.01 * s}, "partly reproduced"),
+    ({"-10": _alternating, "-40": _alternating}, "not reproduced"),
+])
+def test_aircomp_noise_criterion(tmp_path, gaps, verdict):
+  ev = F.fedzo_aircomp_noise(Ctx(tmp_path, runs=_fig1c_runs(gaps), diags=_diags()))
+  assert ev.verdict == verdict
+  assert "Diagnostic at x^0" in ev.why
+  assert ev.numbers["paired final-loss gap fedzo-snr_db=0 minus noise-free, per seed"].mean == 0.0
+  if verdict == "partly reproduced":
+    assert "-30 dB" in ev.why
+  assert os.path.exists(tmp_path / ev.figures[0])
+
+
+@pytest.mark.parametrize("participation,verdict", [
+    ((0.527, 0.278), "reproduced"), ((0.527, 0.5), "partly reproduced"), ((0.9, 0.9), "not reproduced")])
+def test_participation_criterion(tmp_path, participation, verdict):
+  ev = F.fedzo_participation(Ctx(tmp_path, runs=_fig1c_runs({}, participation)))
+  assert ev.verdict == verdict
+  assert ev.numbers["mean |M_t| of N = 50, paper channel CN(0,1)"] == pytest.approx(participation[0] * 50)
+  assert ev.numbers["8 |M_t| gamma at 0 dB (Corollary 3 needs >= N H = 1000)"] == pytest.approx(
+      8 * participation[0] * 50 * 0.64)
+
+
+@pytest.mark.parametrize("acc,verdict", [
+    ((0.0, 0.1, 0.5, 0.6, 0.2, 0.3), "reproduced"),
+    ((0.0, 0.1, 0.2, 0.6, 0.2, 0.3), "partly reproduced"),
+    ((0.0, 0.1, 0.3, 0.3, 0.2, 0.4), "not reproduced"),
+])
+def test_fig2_accuracy_criterion(tmp_path, acc, verdict):
+  labels = (*F.H_LABELS, "dzopa", "zone_s")
+  runs = {f"fedzo_fig1a_s{s}": {k: _hist(5.0, attack_accuracy=a, distortion=0.1) for k, a in zip(labels, acc)}
+          for s in range(3)}
+  ev = F.fedzo_fig2_accuracy(Ctx(tmp_path, runs=runs))
+  assert ev.verdict == verdict
+  assert "H = 5 exception" in ev.why
+  assert ev.numbers["final attack accuracy zone_s"].mean == pytest.approx(acc[-1])
+
+
+def _softmax_runs(fig, finals, start=2.3):
+  return {f"fedzo_{fig}_s{s}": {k: _hist(v, start=start, test_accuracy=0.5) for k, v in finals.items()}
+          for s in range(3)}
+
+
+@pytest.mark.parametrize("zo5,zo20,verdict", [
+    (1.5, 1.05, "reproduced"), (1.5, 1.5, "partly reproduced"), (0.9, 1.5, "not reproduced")])
+def test_fig3_criterion(tmp_path, zo5, zo20, verdict):
+  runs = _softmax_runs("fig3", {"fedzo-local_steps=5": zo5, "fedzo-local_steps=20": zo20,
+                                "fedavg-local_steps=5": 1.0})
+  ev = F.fedzo_fig3_softmax_h(Ctx(tmp_path, runs=runs))
+  assert ev.verdict == verdict
+  assert ev.numbers["|FedZO H=20 - FedAvg H=5| / FedAvg H=5's drop"] == pytest.approx(abs(zo20 - 1.0) / 1.3)
+
+
+@pytest.mark.parametrize("finals,verdict", [
+    ((1.5, 1.3, 1.05), "reproduced"), ((1.5, 1.6, 1.05), "partly reproduced"),
+    ((1.5, 1.6, 1.7), "not reproduced")])
+def test_fig4_criterion(tmp_path, finals, verdict):
+  labels = [f"fedzo-clients_per_round={m}" for m in (10, 20, 50)]
+  runs = _softmax_runs("fig4", {**dict(zip(labels, finals)), F.FEDAVG_M50: 1.0})
+  ev = F.fedzo_fig4_softmax_m(Ctx(tmp_path, runs=runs, diags=_diags()))
+  assert ev.verdict == verdict
+  assert ("Diagnostic" in ev.why) == (verdict != "reproduced")
+
+
+@pytest.mark.parametrize("finals,verdict", [
+    ((1.0, 1.1, 1.2, 1.3), "reproduced"), ((1.0, 1.2, 1.1, 1.05), "partly reproduced"),
+    ((1.0, 1.1, 1.2, 2.5), "not reproduced")])
+def test_fig5_criterion(tmp_path, finals, verdict):
+  runs = _softmax_runs("fig5", dict(zip(F.SNR_LABELS, finals)))
+  ev = F.fedzo_fig5_softmax_aircomp(Ctx(tmp_path, runs=runs, diags=_diags()))
+  assert ev.verdict == verdict
+  assert ev.numbers["paired gap -10 dB minus noise-free, per seed"].mean == pytest.approx(finals[-1] - 1.0)
+
+
+def test_fig1c_snr_reads_only_the_papers_four_snrs(tmp_path):
+  runs = _fig1c_runs({"-10": lambda s: 0.1 + 0.01 * s, "-5": lambda s: 0.05, "0": lambda s: 0.01,
+                      "-40": lambda s: -3.0})
+  ev = F.fedzo_fig1c_snr(Ctx(tmp_path, runs=runs))
+  assert ev.verdict == "reproduced"
+  assert not any("-40" in k for k in ev.numbers)

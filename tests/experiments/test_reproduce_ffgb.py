@@ -1,0 +1,168 @@
+"""experiments.reproduce.papers.ffgb: each curve claim's criterion on hand-made runs (no real runs)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from experiments.reproduce.papers import ffgb as F
+from tests.experiments.test_reproduce import FakeContext
+
+ABL = F._label(F.CODE_PAPER_LEARNER)
+
+
+def _hist(acc, rounds=(0, 2), cost=28, train=None, gh=0.5):
+  """Records at ``rounds`` rising linearly to the final ``acc``."""
+  out = []
+  for j, r in enumerate(rounds):
+    a = 0.1 + (acc - 0.1) * j / max(len(rounds) - 1, 1)
+    out.append({"round": r, "test_accuracy": a, "train_accuracy": a if train is None else train[j],
+                "comm": 2.0 + cost * r, "gamma_hat_min_all": gh if r else float("inf"), "gamma_hat_mean": gh})
+  return out
+
+
+def _versus_run(ffgb, code, abl, fedavg, gh=0.5):
+  return {"ffgb": _hist(ffgb, gh=gh), "ffgb_code": _hist(code, gh=gh), ABL: _hist(abl, gh=gh),
+          "fedavg": [{k: v for k, v in r.items() if k not in ("train_accuracy", "comm", "gamma_hat_mean")}
+                     for r in _hist(fedavg, rounds=(0, 14, 28))]}  # FedAvg logs none of these
+
+
+@pytest.mark.parametrize("accs, paper, code", [
+    ((0.9, 0.85, 0.88, 0.8), "reproduced", "reproduced"),
+    ((0.7, 0.6, 0.88, 0.8), "not reproduced", "not reproduced"),
+])
+def test_versus_fedavg_criteria(tmp_path, accs, paper, code):
+  runs = {"digits_s01_seed0": _versus_run(*accs)}
+  ev = F.versus_fedavg("digits", code=False)(FakeContext(tmp_path, runs=runs))
+  assert ev.verdict == paper
+  assert ev.numbers["s=0.1 final test accuracy ffgb"].mean == pytest.approx(accs[0])
+  assert ev.numbers["s=0.1 fedavg test accuracy at FFGB's last round (2)"].mean == pytest.approx(0.1)
+  assert all(os.path.exists(tmp_path / f) for f in ev.figures) and len(ev.figures) == 2
+  ev = F.versus_fedavg("digits", code=True)(FakeContext(tmp_path, runs=runs))
+  assert ev.verdict == code
+  if code != "reproduced":  # the ablation with the paper learner wins: the learner is the cause
+    assert "the learner (N(0, 1/fan_in^2)" in ev.why
+
+
+def test_versus_fedavg_code_ablation_not_the_cause(tmp_path):
+  runs = {"digits_s01_seed0": _versus_run(0.9, 0.6, 0.7, 0.8)}
+  ev = F.versus_fedavg("digits", code=True)(FakeContext(tmp_path, runs=runs))
+  assert ev.verdict == "not reproduced" and "learner alone is not the cause" in ev.why
+
+
+def test_versus_fedavg_partly_at_paper_scale(tmp_path):
+  class Paper(FakeContext):
+    def pick(self, smoke, paper):
+      return paper
+  runs = {f"digits_s0{s}_seed{seed}": _versus_run(0.9 if s == 1 else 0.7, 0.6, 0.7, 0.8)
+          for s in (1, 3) for seed in range(5)}
+  for r in runs.values():
+    r["ffgb_nores"] = r[F._label(F.PAPER_CODE_LEARNER)] = _hist(0.5)
+  ev = F.versus_fedavg("digits", code=False)(Paper(tmp_path, runs=runs))
+  assert ev.verdict == "partly reproduced" and ev.numbers["s=0.3 final test accuracy ffgb"].n == 5
+
+
+def test_comm_accounting(tmp_path):
+  runs = {"digits_s01_seed0": _versus_run(0.9, 0.8, 0.8, 0.8)}
+  assert F.comm_accounting(FakeContext(tmp_path, runs=runs)).verdict == "reproduced"
+  runs["digits_s01_seed0"]["ffgb"][-1]["comm"] += 1
+  assert F.comm_accounting(FakeContext(tmp_path, runs=runs)).verdict == "not reproduced"
+  runs = {"digits_s01_seed0": _versus_run(0.9, 0.8, 0.8, 0.8)}
+  runs["digits_s01_seed0"]["fedavg"][-1]["round"] = 27
+  assert F.comm_accounting(FakeContext(tmp_path, runs=runs)).verdict == "not reproduced"
+
+
+def test_oracle_fidelity(tmp_path):
+  runs = {"digits_s01_seed0": _versus_run(0.9, 0.8, 0.8, 0.8)}
+  assert F.oracle_fidelity(FakeContext(tmp_path, runs=runs)).verdict == "reproduced"
+  runs["digits_s01_seed0"]["ffgb_code"] = _hist(0.8, gh=-0.1)
+  assert F.oracle_fidelity(FakeContext(tmp_path, runs=runs)).verdict == "partly reproduced"
+  runs["digits_s01_seed0"]["ffgb"] = _hist(0.8, gh=0.0)
+  assert F.oracle_fidelity(FakeContext(tmp_path, runs=runs)).verdict == "not reproduced"
+
+
+@pytest.mark.parametrize("res, nores, verdict", [
+    ((0.1, 0.8), (0.1, 0.7), "reproduced"),
+    ((0.1, 0.8), (0.1, 0.8), "not reproduced"),
+    ((0.1, 0.7), (0.1, 0.8), "not reproduced"),
+])
+def test_fig2a_residual(tmp_path, res, nores, verdict):
+  runs = {"residual_seed0": {"ffgb": _hist(0.5, train=res), "ffgb_nores": _hist(0.5, train=nores)}}
+  ev = F.fig2a_residual(FakeContext(tmp_path, runs=runs))
+  assert ev.verdict == verdict
+  assert ev.numbers["final mean gap ffgb - ffgb_nores"] == pytest.approx(res[-1] - nores[-1])
+
+
+def test_fig2a_residual_partly(tmp_path):
+  rounds = (0, 2, 4)
+  runs = {"residual_seed0": {"ffgb": _hist(0.5, rounds, train=(0.1, 0.5, 0.9)),
+                             "ffgb_nores": _hist(0.5, rounds, train=(0.1, 0.6, 0.8))}}
+  ev = F.fig2a_residual(FakeContext(tmp_path, runs=runs))
+  assert ev.verdict == "partly reproduced" and "gamma-hat" in ev.why
+
+
+@pytest.mark.parametrize("finals, verdict", [
+    ((0.5, 0.6, 0.6, 0.7, 0.8), "reproduced"),
+    ((0.5, 0.7, 0.6, 0.7, 0.8), "partly reproduced"),
+    ((0.8, 0.7, 0.6, 0.7, 0.8), "not reproduced"),
+])
+def test_fig2b_k_sweep(tmp_path, finals, verdict):
+  runs = {"k_sweep_seed0": {k: _hist(0.5, train=(0.1, v)) for k, v in zip(F.K_LABELS, finals)}}
+  ev = F.fig2b_k_sweep(FakeContext(tmp_path, runs=runs))
+  assert ev.verdict == verdict
+  assert ev.numbers["final train accuracy ffgb-local_steps=40"].mean == finals[-1]
+
+
+class SweepContext(FakeContext):
+  """A FakeContext whose ``script`` writes a given results.csv."""
+
+  def __init__(self, root, rows):
+    super().__init__(root)
+    self.rows = rows
+
+  def script(self, name, module, **flags):
+    self.commands.append(f"script {name}")
+    out = os.path.join(self.root, "runs", name)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "results.csv"), "w") as f:
+      f.write("algorithm,feature_shift,seed,final_objective\n")
+      for alg, eps, value in self.rows:
+        f.write(f"{alg},{eps},0,{value}\n")
+    return out
+
+
+@pytest.mark.parametrize("c_objs, verdict", [
+    ((0.2, 0.3), "reproduced"), ((0.3, 0.3), "not reproduced"), ((0.3, 0.2), "not reproduced")])
+def test_ffgb_c_tv(tmp_path, c_objs, verdict):
+  rows = [("ffgb_c", e, v) for e, v in zip((0, 1), c_objs)] + [("ffgb", e, 0.25) for e in (0, 1)]
+  ev = F.ffgb_c_tv(SweepContext(tmp_path, rows))
+  assert ev.verdict == verdict
+  assert ev.numbers["final objective ffgb_c eps=1.0"].mean == c_objs[1]
+  assert os.path.exists(tmp_path / ev.figures[0])
+
+
+def test_ffgb_c_tv_partly_at_paper_scale(tmp_path):
+  class Paper(SweepContext):
+    def pick(self, smoke, paper):
+      return paper
+  rows = [("ffgb_c", e, v) for e, v in zip((0, 0.25, 0.5, 1), (0.2, 0.4, 0.3, 0.5))]
+  assert F.ffgb_c_tv(Paper(tmp_path, rows)).verdict == "partly reproduced"
+
+
+@pytest.mark.parametrize("l_objs, printed, verdict", [
+    ((0.01, 0.05), (5.0, 6.0), "reproduced"),
+    ((0.05, 0.01), (5.0, 6.0), "partly reproduced"),
+    ((0.01, 0.05), (0.001, 6.0), "partly reproduced"),
+    ((0.05, 0.01), (0.001, 0.0), "not reproduced"),
+])
+def test_ffgb_l_w1(tmp_path, l_objs, printed, verdict):
+  rows = ([("ffgb_l", e, v) for e, v in zip((0, 1), l_objs)]
+          + [("ffgb_l-ffgb_l_query=printed", e, v) for e, v in zip((0, 1), printed)])
+  ev = F.ffgb_l_w1(SweepContext(tmp_path, rows))
+  assert ev.verdict == verdict
+
+
+def test_nothing_pending_and_every_claim_is_this_papers():
+  assert all(c.id.startswith("ffgb.") for c in F.CLAIMS)
+  assert len({c.id for c in F.CLAIMS}) == len(F.CLAIMS)

@@ -1,0 +1,186 @@
+"""The FZooS claims' criteria (experiments/reproduce/papers/fzoos.py) on hand-made runs: every
+verdict branch of every curve claim, so that a flipped comparison fails a test. No real runs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from experiments.reproduce.papers import fzoos as fz
+from tests.experiments.test_reproduce import FakeContext
+
+FD = fz.FD
+
+
+def _h(values, per=100, **extra):
+  """A history: round r, r * per queries, objective values[r] (plus constant ``extra`` keys)."""
+  return [{"round": r, "queries": r * per, "objective": float(v), **extra} for r, v in enumerate(values)]
+
+
+class Ctx(FakeContext):
+  """FakeContext with ``script`` (the drift diagnostic) and a scale."""
+
+  def __init__(self, root, runs=None, drift=200.0, scale="smoke"):
+    super().__init__(root, runs=runs)
+    self.scale, self._drift = scale, drift
+
+  def pick(self, smoke, paper):
+    return smoke if self.scale == "smoke" else paper
+
+  def script(self, name, module, **flags):
+    self.commands.append(f"script {module}")
+    out = os.path.join(self.root, "runs", name)
+    os.makedirs(out, exist_ok=True)
+    rows = [{"heterogeneity": float(c), "seed": 0, "drift": self._drift * (float(c) / 50.0) ** 2}
+            for c in flags["heterogeneity"]]
+    with open(os.path.join(out, "drift.json"), "w") as f:
+      json.dump({"rows": rows}, f)
+    return out
+
+
+def _fig1_run(fzoos, fd=(3.0, 2.0, 2.5, 1.5), gamma_one=None, per_fd=200):
+  """One Fig. 1 run: FZooS ends at ``fzoos``, the FD baselines at ``fd`` (same order as FD)."""
+  run = {"fzoos": _h([3.0, 2.5, fzoos], 100)}
+  run.update({b: _h([3.0, 3.0, v], per_fd) for b, v in zip(FD, fd)})
+  if gamma_one is not None:
+    run[fz.GAMMA_ONE] = _h([3.0, 2.0, gamma_one], 100)
+  return run
+
+
+def _runs(c05, c50, code_final=3.0, code_fd=2.0, gamma_one=0.5, fd05=(3.0, 2.0, 2.5, 1.5),
+          fd50=(3.0, 2.0, 2.5, 1.5)):
+  return {"fig1_paper_C0.5_s0": _fig1_run(c05, fd05),
+          "fig1_paper_C50_s0": _fig1_run(c50, fd50, gamma_one=gamma_one),
+          "fig1_code_C50_s0": {"fzoos": _h([3.0, 3.0, code_final]), "fedzo_fd": _h([3.0, 2.5, code_fd], 200)}}
+
+
+@pytest.mark.parametrize("c05,c50,verdict", [(1.0, 1.0, "reproduced"), (1.0, 4.0, "partly reproduced"),
+                                             (1.6, 4.0, "not reproduced")])
+def test_fig1_final_paper(tmp_path, c05, c50, verdict):
+  ev = fz.fig1_final_paper(Ctx(tmp_path, _runs(c05, c50)))
+  assert ev.verdict == verdict
+  assert ev.numbers["C=0.5 F(x_R) fzoos"].mean == c05
+  assert len(ev.figures) == 4 and all(os.path.exists(tmp_path / f) for f in ev.figures)
+  if verdict != "reproduced":  # the C = 50 diagnostic rides along
+    assert ev.numbers["C=50 drift mean_i |grad f_i - grad F|^2 / |grad F|^2 at x_0"].mean == 200.0
+    assert "C=50 code preset fzoos F(x_R)" in ev.numbers
+
+
+def test_fig1_code_reads_the_code_runs(tmp_path):
+  assert fz.fig1_final_code(Ctx(tmp_path, _runs(1.0, 1.0, code_final=1.0, code_fd=2.0))).verdict == "reproduced"
+  assert fz.fig1_final_code(Ctx(tmp_path, _runs(1.0, 1.0, code_final=3.0, code_fd=2.0))).verdict == "not reproduced"
+
+
+def test_fig1_queries_compares_within_fzoos_budget(tmp_path):
+  # FZooS: 100 queries a round, ends at 1.0 after 200 queries; FD: 200 a round, so within
+  # 200 queries they have only rounds 0-1 (3.0), although their finals (0.5) are lower.
+  runs = _runs(1.0, 1.0, fd05=(0.5,) * 4, fd50=(0.5,) * 4)
+  ev = fz.fig1_queries_paper(Ctx(tmp_path, runs))
+  assert ev.verdict == "reproduced"
+  assert ev.numbers["C=0.5 query budget (FZooS's total)"] == 200.0
+  assert ev.numbers["C=0.5 best F within 200 queries fedzo_fd"].mean == 3.0
+  assert fz.fig1_final_paper(Ctx(tmp_path, runs)).verdict == "not reproduced"
+  # FD twice as query-efficient: within 200 queries it has its final value.
+  runs = _runs(1.0, 1.0, fd05=(0.5,) * 4, fd50=(0.5,) * 4)
+  for name in ("fig1_paper_C0.5_s0", "fig1_paper_C50_s0"):
+    runs[name].update({b: _h([3.0, 3.0, 0.5], 100) for b in FD})
+  assert fz.fig1_queries_paper(Ctx(tmp_path, runs)).verdict == "not reproduced"
+  runs["fig1_paper_C0.5_s0"]["fzoos"] = _h([3.0, 0.1, 0.2])  # best-so-far, not final
+  assert fz.fig1_queries_paper(Ctx(tmp_path, runs)).verdict == "partly reproduced"
+
+
+@pytest.mark.parametrize("fd05,fd50,verdict", [
+    ((1.0, 1.0, 1.0, 1.0), (2.0, 2.0, 2.0, 2.0), "reproduced"),
+    ((1.0, 1.0, 1.0, 1.0), (2.0, 0.5, 0.5, 0.5), "partly reproduced"),
+    ((2.0, 2.0, 2.0, 2.0), (1.0, 1.0, 1.0, 1.0), "partly reproduced"),  # fzoos itself still monotone
+])
+def test_fig1_heterogeneity(tmp_path, fd05, fd50, verdict):
+  ev = fz.fig1_heterogeneity(Ctx(tmp_path, _runs(1.0, 1.5, fd05=fd05, fd50=fd50)))
+  assert ev.verdict == verdict
+  ev = fz.fig1_heterogeneity(Ctx(tmp_path, _runs(2.0, 1.5, fd05=(2.0,) * 4, fd50=(1.0,) * 4)))
+  assert ev.verdict == "not reproduced"
+
+
+@pytest.mark.parametrize("s05,s50,verdict", [((2.0, 1.0), (2.0, 2.0), "reproduced"),
+                                             ((2.0, 1.0), (1.0, 2.0), "partly reproduced"),
+                                             ((1.0, 2.0), (1.0, 2.0), "not reproduced")])
+def test_fig1_scaffold(tmp_path, s05, s50, verdict):
+  ev = fz.fig1_scaffold(Ctx(tmp_path, _runs(1.0, 1.0, fd05=(3.0, 3.0, *s05), fd50=(3.0, 3.0, *s50))))
+  assert ev.verdict == verdict
+
+
+@pytest.mark.parametrize("fd05,verdict", [((1.0, 2.0, 2.0, 0.0), "reproduced"),
+                                          ((1.0, 2.0, 0.5, 0.0), "partly reproduced"),
+                                          ((1.0, 1.0, 0.5, 0.0), "not reproduced")])
+def test_fig1_fedzo_small_c(tmp_path, fd05, verdict):
+  ev = fz.fig1_fedzo_small_c(Ctx(tmp_path, _runs(1.0, 1.0, fd05=fd05)))
+  assert ev.verdict == verdict
+  assert not any(k.startswith("C=50") for k in ev.numbers)  # C = 50 is not a small C
+
+
+def _cos_run(fz_cos, early, late, fd_cos=0.2):
+  run = {"fzoos": _h([3.0, 2.0], grad_cosine=fz_cos, grad_cosine_early=early, grad_cosine_late=late)}
+  run.update({b: _h([3.0, 2.5], grad_cosine=fd_cos, grad_cosine_early=fd_cos, grad_cosine_late=fd_cos)
+              for b in FD})
+  return run
+
+
+@pytest.mark.parametrize("cos,early,late,verdict", [(0.5, 0.6, 0.4, "reproduced"),
+                                                    (0.5, 0.4, 0.6, "partly reproduced"),
+                                                    (0.1, 0.2, 0.0, "not reproduced")])
+def test_fig4_cosine(tmp_path, cos, early, late, verdict):
+  ev = fz.fig4_cosine(Ctx(tmp_path, {"fig1_paper_C0.5_s0": _cos_run(cos, early, late)}))
+  assert ev.verdict == verdict
+  assert ev.numbers["cos(direction, grad F) fzoos"].mean == cos
+
+
+def _paper_fig6(c, finals):
+  return {f"fig6_C{c:g}_s{s}": {fz.FIG6[role]: _h([3.0, v]) for role, v in finals.items()} for s in range(5)}
+
+
+def test_fig6b_c50(tmp_path):
+  ev = fz.fig6b_c50(Ctx(tmp_path, _runs(1.0, 1.0, gamma_one=0.5)))
+  assert ev.verdict == "partly reproduced" and os.path.exists(tmp_path / ev.figures[0])
+  assert fz.fig6b_c50(Ctx(tmp_path, _runs(1.0, 1.0, gamma_one=1.5))).verdict == "not reproduced"
+  base = {"adaptive": 1.0, "fixed length": 2.0, "fixed vector": 2.0, "fixed both": 0.5, "none": 3.0, "M=10000": 1.0}
+  assert fz.fig6b_c50(Ctx(tmp_path, _paper_fig6(50, base), scale="paper")).verdict == "reproduced"
+  base["fixed both"] = 1.5
+  assert fz.fig6b_c50(Ctx(tmp_path, _paper_fig6(50, base), scale="paper")).verdict == "not reproduced"
+
+
+def test_fig6b_ablations_c5(tmp_path):
+  def smoke(a, n):
+    return {"fig6_C5_s0": {"fzoos": _h([3.0, a]), "fzoos-gamma_schedule=zero": _h([3.0, n])}}
+
+  assert fz.fig6b_ablations_c5(Ctx(tmp_path, smoke(1.0, 2.0))).verdict == "reproduced"
+  assert fz.fig6b_ablations_c5(Ctx(tmp_path, smoke(2.0, 1.0))).verdict == "not reproduced"
+  base = {"adaptive": 1.0, "fixed length": 2.0, "fixed vector": 0.5, "fixed both": 2.0, "none": 3.0, "M=10000": 1.0}
+  ev = fz.fig6b_ablations_c5(Ctx(tmp_path, _paper_fig6(5, base), scale="paper"))
+  assert ev.verdict == "partly reproduced" and "fixed vector" in ev.why
+
+
+@pytest.mark.parametrize("drift,gamma_one,c50,code_final,verdict", [
+    (200.0, 0.5, 4.0, 3.0, "reproduced"),
+    (200.0, 0.5, 1.0, 3.0, "partly reproduced"),   # gamma = 1/t beats the FD baselines too
+    (200.0, 2.0, 4.0, 2.9, "partly reproduced"),
+    (50.0, 2.0, 4.0, 2.9, "not reproduced"),
+])
+def test_c50_known(tmp_path, drift, gamma_one, c50, code_final, verdict):
+  ev = fz.c50_known(Ctx(tmp_path, _runs(1.0, c50, code_final=code_final, gamma_one=gamma_one), drift=drift))
+  assert ev.verdict == verdict
+  assert ev.numbers["C=50 code preset seeds with FZooS flat at F(x_0)"] == float(code_final == 3.0)
+  assert len(ev.figures) == 2
+
+
+@pytest.mark.parametrize("finals,verdict", [((1.0, 2.0, 3.0), "reproduced"), ((2.5, 2.0, 3.0), "partly reproduced"),
+                                            ((3.5, 2.0, 3.0), "not reproduced")])
+def test_attack_and_metric(tmp_path, finals, verdict):
+  run = {lab: _h([4.0, v], success_rate=float(v < 0)) for lab, v in zip(("fzoos", "fedzo_fd", "scaffold_zo2"),
+                                                                          finals)}
+  ev = fz.attack(Ctx(tmp_path, {"attack_t0": run}))
+  assert ev.verdict == verdict and "final success_rate fzoos" in ev.numbers
+  reach = ev.numbers["rounds for FZooS to reach the best baseline's final objective"].mean
+  assert (reach == 1.0) if finals[0] <= 2.0 else reach != reach  # nan: never reached
+  assert fz.metric(Ctx(tmp_path, {"metric_s0": run})).verdict == verdict
