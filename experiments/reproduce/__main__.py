@@ -33,6 +33,8 @@ def define_flags():
                     "the papers' settings")
   flags.DEFINE_string("output_dir", "runs/reproduce", "where the reports, figures and runs go")
   flags.DEFINE_list("claims", [], "only these claim ids (default: all of the chosen papers)")
+  flags.DEFINE_integer("jobs", 2, "papers evaluated at the same time (each runs its commands one after "
+                       "another; compilation is mostly single-threaded, so 2 jobs use 2 cores)", lower_bound=1)
   flags.DEFINE_bool("rerun", False, "re-evaluate claims already in claims.json (finished runs are still "
                     "reused)")
 
@@ -44,32 +46,88 @@ def _load(path: str) -> dict:
 
 
 def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False) -> list[dict]:
-  """Evaluates ``paper``'s claims (resuming) and writes its report; returns the records."""
+  """Evaluates ``paper``'s claims (resuming) and writes its report.
+
+  A claim whose command fails is reported and skipped (it stays unevaluated, so
+  the next run tries it again); the others go on.
+
+  Returns:
+    The records of every claim of the paper that has one (kept ones included).
+
+  Raises:
+    ClaimsFailed: after the report is written, naming the claims whose command failed.
+  """
   folder = os.path.join(root, paper)
   os.makedirs(folder, exist_ok=True)
   done = _load(os.path.join(folder, "claims.json"))
   todo = [c for c in papers.PAPERS[paper] if not only or c.id in only]
   pending = [c for c in todo if rerun or c.id not in done or done[c.id]["scale"] != scale]
   batch = tuple(dict.fromkeys(n for c in pending for n in c.tests))
-  records = []
+  new: dict[str, dict] = {}
+  failed = []
+
+  def records() -> list[dict]:  # every claim with a record, in the paper's order
+    return [new.get(c.id) or done[c.id] for c in papers.PAPERS[paper] if c.id in new or c.id in done]
+
   for i, claim in enumerate(todo, 1):
     old = done.get(claim.id)
-    if old is not None and old["scale"] == scale and not rerun:
+    if claim not in pending and old is not None:
       print(f"[{paper} {i}/{len(todo)}] {claim.id}: {old['verdict']} (kept from claims.json)", flush=True)
-      records.append(old)
       continue
     print(f"[{paper} {i}/{len(todo)}] {claim.id} ...", flush=True)
     ctx = claims_lib.Context(folder, scale, batch_tests=batch)
     t0 = time.perf_counter()
-    ev = claim.evaluate(ctx)
+    try:
+      ev = claim.evaluate(ctx)
+    except RuntimeError as e:  # a command failed: report it, go on with the other claims
+      print(f"[{paper} {i}/{len(todo)}] {claim.id}: FAILED ({str(e).splitlines()[0]})", flush=True)
+      print("\n".join("    " + line for line in str(e).splitlines()[1:]), flush=True)
+      failed.append(claim.id)
+      continue
     ev.commands = list(dict.fromkeys(ctx.commands))
     rec = report.claim_record(claim, ev, scale, time.perf_counter() - t0)
     print(f"[{paper} {i}/{len(todo)}] {claim.id}: {rec['verdict']} ({rec['seconds']} s)", flush=True)
-    records.append(rec)
-    kept = [done[c.id] for c in papers.PAPERS[paper] if c.id in done and c.id not in {r["id"] for r in records}]
-    report.write_paper(folder, paper, papers.TITLES[paper], records + kept, papers.PENDING[paper])
-  report.write_paper(folder, paper, papers.TITLES[paper], records, papers.PENDING[paper])
-  return records
+    new[claim.id] = rec
+    report.write_paper(folder, paper, papers.TITLES[paper], records(), papers.PENDING[paper])
+  report.write_paper(folder, paper, papers.TITLES[paper], records(), papers.PENDING[paper])
+  if failed:
+    raise ClaimsFailed(f"{paper}: the commands of {', '.join(failed)} failed (not evaluated; rerun to retry)")
+  return records()
+
+
+class ClaimsFailed(RuntimeError):
+  """Some claims could not be evaluated because one of their commands failed."""
+
+
+def _run_papers_in_parallel(chosen: list[str], jobs: int) -> list[str]:
+  """Runs this binary once per paper, ``jobs`` at a time, each line prefixed with its paper.
+
+  Returns:
+    The papers whose process failed.
+  """
+  import subprocess
+  import threading
+  from concurrent.futures import ThreadPoolExecutor
+  lock = threading.Lock()
+
+  def one(paper: str) -> bool:
+    argv = [sys.executable, "-m", "experiments.reproduce", f"--paper={paper}", f"--scale={FLAGS.scale}",
+            f"--output_dir={FLAGS.output_dir}", "--jobs=1", f"--rerun={FLAGS.rerun}"]
+    if FLAGS.claims:
+      mine = [c for c in FLAGS.claims if c.startswith(paper + ".")]
+      if not mine:
+        return True
+      argv.append(f"--claims={','.join(mine)}")
+    proc = subprocess.Popen(argv, cwd=claims_lib.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+      with lock:
+        print(line.rstrip("\n") if line.startswith(f"[{paper}") else f"[{paper}] {line.rstrip()}", flush=True)
+    return proc.wait() == 0
+
+  with ThreadPoolExecutor(max_workers=jobs) as pool:
+    ok = list(pool.map(one, chosen))
+  return [p for p, good in zip(chosen, ok, strict=True) if not good]
 
 
 def main(argv):
@@ -82,10 +140,23 @@ def main(argv):
     print(f"claims: unknown {', '.join(unknown)}; accepted: {', '.join(sorted(known))}", file=sys.stderr)
     sys.exit(2)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
-  for paper in chosen:
-    reproduce(paper, FLAGS.scale, FLAGS.output_dir, set(FLAGS.claims), FLAGS.rerun)
+  only = set(FLAGS.claims)
+  if FLAGS.jobs > 1 and len(chosen) > 1:
+    failed = _run_papers_in_parallel(chosen, FLAGS.jobs)
+  else:
+    failed = []
+    for paper in chosen:
+      try:
+        reproduce(paper, FLAGS.scale, FLAGS.output_dir, only, FLAGS.rerun)
+      except ClaimsFailed as e:
+        print(f"error: {e}", flush=True)
+        failed.append(paper)
   report.write_index(FLAGS.output_dir, papers.TITLES)
   print(f"wrote {os.path.join(FLAGS.output_dir, 'report.md')}", flush=True)
+  if failed:
+    print(f"error: claims of {', '.join(failed)} could not be evaluated (see above); rerun to retry",
+          file=sys.stderr)
+    sys.exit(1)
 
 
 if __name__ == "__main__":

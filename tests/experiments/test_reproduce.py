@@ -162,3 +162,25 @@ def test_smoke_scale_gives_every_claim_a_verdict_command_and_numbers(tmp_path):
       for fig in r["figures"]:
         assert (tmp_path / paper / fig).exists()
   assert (tmp_path / "report.md").exists()
+
+
+def test_a_failing_command_skips_its_claim_and_keeps_the_others(tmp_path, monkeypatch):
+  def good(ctx):
+    return C.Evidence("reproduced", "fine", numbers={"x": 1.0})
+
+  def broken(ctx):
+    raise RuntimeError("command failed (exit 2): python -m experiments.run ...\nerror: bad flag")
+
+  toy = [C.Claim("toy.a", "a", "Fig. 1", "rule", good), C.Claim("toy.b", "b", "Fig. 2", "rule", broken),
+         C.Claim("toy.c", "c", "Fig. 3", "rule", good)]
+  monkeypatch.setitem(papers.PAPERS, "toy", toy)
+  monkeypatch.setitem(papers.TITLES, "toy", "Toy paper")
+  monkeypatch.setitem(papers.PENDING, "toy", [])
+  with pytest.raises(main_mod.ClaimsFailed, match="toy.b"):
+    main_mod.reproduce("toy", "smoke", str(tmp_path))
+  data = json.loads((tmp_path / "toy" / "claims.json").read_text())
+  assert [r["id"] for r in data["claims"]] == ["toy.a", "toy.c"]  # b stays unevaluated: retried next time
+  # Re-evaluating one claim keeps the others' records in claims.json and the report.
+  main_mod.reproduce("toy", "smoke", str(tmp_path), only={"toy.c"}, rerun=True)
+  data = json.loads((tmp_path / "toy" / "claims.json").read_text())
+  assert [r["id"] for r in data["claims"]] == ["toy.a", "toy.c"]
