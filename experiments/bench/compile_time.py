@@ -13,10 +13,21 @@ lowered (``lower_s``) and compiled by XLA (``compile_s``) from a fresh
 ``hlo_chars`` (size of the lowered program) shows why compile time does not
 depend on the rounds: the scan body is emitted once. ``rounds_ratio`` =
 max/min compile time over the rounds sweep (1.0 = independent).
+
+``main_job``: the main job (``fedsim.ExperimentConfig()``'s defaults: FedAvg and
+FedZO, digits, N = 100, ``compile_main_job_rounds`` rounds; 0 = skipped), run
+twice in fresh processes with one new persistent compilation cache
+(``compilation_cache``): ``cold`` (empty cache) then ``warm``. Per run: the
+seconds XLA spent compiling (``jax.monitoring``'s backend-compile events, summed),
+the persistent-cache hits, and the process's wall and CPU seconds.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
 
 from experiments.bench.util import Settings, compile_chunk, make_benchmark_task
@@ -25,8 +36,46 @@ TITLE = "compile time against rounds per chunk and N"
 ALGORITHMS = ("fedavg", "fedzo")
 
 
+# One main-job run in a fresh process: XLA compile seconds, persistent-cache hits, wall and CPU.
+_MAIN_JOB = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+import jax
+from jax._src import dispatch
+out = {"compile_s": 0.0, "compiles": 0, "cache_hits": 0}
+def duration(event, secs, **kw):
+  if event == dispatch.BACKEND_COMPILE_EVENT:
+    out["compile_s"] += secs
+    out["compiles"] += 1
+jax.monitoring.register_event_duration_secs_listener(duration)
+jax.monitoring.register_event_listener(
+    lambda event, **kw: out.__setitem__("cache_hits", out["cache_hits"] + 1)
+    if event == "/jax/compilation_cache/cache_hits" else None)
+import fedsim
+fedsim.run(fedsim.ExperimentConfig(rounds=int(sys.argv[1]), progress=False, compilation_cache=sys.argv[2]))
+usage = resource.getrusage(resource.RUSAGE_SELF)
+out.update(wall_s=time.perf_counter() - t0, cpu_s=usage.ru_utime + usage.ru_stime)
+print(json.dumps(out))
+"""
+
+
+def main_job(rounds: int, log: Callable[[str], None] = print) -> list[dict]:
+  """The main job's compile time with an empty, then a filled persistent cache (module docstring)."""
+  out = []
+  with tempfile.TemporaryDirectory() as cache:
+    for state in ("cold", "warm"):
+      proc = subprocess.run([sys.executable, "-c", _MAIN_JOB, str(rounds), cache], capture_output=True, text=True)
+      if proc.returncode != 0:
+        raise RuntimeError(f"main job failed: {proc.stderr[-2000:]}")
+      rec = {"cache": state, "rounds": rounds, **json.loads(proc.stdout.strip().splitlines()[-1])}
+      log(f"[compile main job, {state} cache] XLA compile {rec['compile_s']:.2f} s ({rec['compiles']} "
+          f"programs), {rec['cache_hits']} cache hits; run {rec['wall_s']:.1f} s wall, {rec['cpu_s']:.1f} s CPU")
+      out.append(rec)
+  return out
+
+
 def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
-  """Runs the suite; returns ``{"records": [...], "rounds_ratio": {alg: ratio}}``."""
+  """Runs the suite; returns ``{"records": [...], "rounds_ratio": {alg: ratio}, "main_job": [...]}``."""
   from experiments.bench.vmap import benchmark_hparams
   from fedsim import algorithms
   rounds, clients = list(settings.compile_rounds), list(settings.compile_clients)
@@ -53,7 +102,8 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
     cc = [r["compile_cpu_s"] for r in records if r["algorithm"] == name and r["sweep"] == "rounds"]
     ratio_cpu[name] = max(cc) / max(min(cc), 1e-12)
     log(f"[compile {name}] compile time max/min over rounds per chunk {rounds}: {ratio[name]:.2f}")
-  return {"records": records, "rounds_ratio": ratio, "rounds_ratio_cpu": ratio_cpu}
+  jobs = main_job(settings.compile_main_job_rounds, log) if settings.compile_main_job_rounds > 0 else []
+  return {"records": records, "rounds_ratio": ratio, "rounds_ratio_cpu": ratio_cpu, "main_job": jobs}
 
 
 def markdown(result: dict) -> str:
@@ -65,4 +115,9 @@ def markdown(result: dict) -> str:
                 f"| {r['lower_s']:.2f} | {r['compile_s']:.2f} | {r['compile_cpu_s']:.2f} | {r['hlo_chars'] or 'n/a'} |")
   ratios = [f"{k} {v:.2f}; {result['rounds_ratio_cpu'][k]:.2f}" for k, v in result["rounds_ratio"].items()]
   rows.append("\ncompile time max/min over the rounds sweep (wall; CPU): " + ", ".join(ratios))
+  if result.get("main_job"):
+    rows += ["", "| main job | rounds | XLA compile s | programs compiled | cache hits | run wall s | run CPU s |",
+             "|" + "---|" * 7]
+    rows += [f"| {r['cache']} cache | {r['rounds']} | {r['compile_s']:.2f} | {r['compiles']} | {r['cache_hits']} "
+             f"| {r['wall_s']:.1f} | {r['cpu_s']:.1f} |" for r in result["main_job"]]
   return "\n".join(rows) + "\n"
