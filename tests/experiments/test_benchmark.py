@@ -134,6 +134,9 @@ def test_binary_passes_the_flags_to_the_settings(tmp_path):
   assert set(doc["suites"]) == {"compile"} and "## compile: compile time" in (tmp_path / "benchmark.md").read_text()
   assert [(r["num_clients"], r["rounds_per_chunk"]) for r in doc["suites"]["compile"]["records"][:3]] == [
       (6, 1), (6, 3), (4, 3)]
+  cold, warm = doc["suites"]["compile"]["main_job"]  # the main job, empty then filled cache
+  assert (cold["cache"], warm["cache"], cold["rounds"]) == ("cold", "warm", 2)
+  assert warm["cache_hits"] > cold["cache_hits"]  # the second process loaded what the first stored
 
 
 # ----------------------------------------------------------------------------- the other suites
