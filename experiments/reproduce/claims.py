@@ -87,6 +87,8 @@ class Claim:
     criterion: the rule that gives the verdict, fixed before any run.
     evaluate: ``Context -> Evidence``.
     tests: the test node ids of a :func:`test_claim` (run in one batch per paper).
+    scales: the scales it is evaluated at; a claim whose smoke run does not fit the
+      smoke budget has ``("paper",)`` and is listed as "paper scale only" at smoke.
   """
   id: str
   statement: str
@@ -94,6 +96,11 @@ class Claim:
   criterion: str
   evaluate: Callable[[Context], Evidence]
   tests: tuple[str, ...] = ()
+  scales: tuple[str, ...] = SCALES
+
+  def paper_only(self) -> Claim:
+    """This claim, evaluated at ``--scale=paper`` only."""
+    return dataclasses.replace(self, scales=("paper",))
 
 
 class Context:

@@ -155,7 +155,8 @@ def test_smoke_scale_gives_every_claim_a_verdict_command_and_numbers(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   for paper, claims in papers.PAPERS.items():
     data = json.loads((tmp_path / paper / "claims.json").read_text())
-    assert [r["id"] for r in data["claims"]] == [c.id for c in claims]
+    assert [r["id"] for r in data["claims"]] == [c.id for c in claims if "smoke" in c.scales]
+    assert all(any(p.startswith(c.id + ":") for p in data["pending"]) for c in claims if "smoke" not in c.scales)
     for r in data["claims"]:
       assert r["verdict"] in C.VERDICTS and r["scale"] == "smoke"
       assert r["commands"] and r["numbers"], r["id"]
@@ -184,3 +185,20 @@ def test_a_failing_command_skips_its_claim_and_keeps_the_others(tmp_path, monkey
   main_mod.reproduce("toy", "smoke", str(tmp_path), only={"toy.c"}, rerun=True)
   data = json.loads((tmp_path / "toy" / "claims.json").read_text())
   assert [r["id"] for r in data["claims"]] == ["toy.a", "toy.c"]
+
+
+def test_paper_only_claims_are_listed_at_smoke_and_evaluated_at_paper_scale(tmp_path, monkeypatch):
+  calls = []
+
+  def ev(ctx):
+    calls.append(ctx.scale)
+    return C.Evidence("reproduced", "fine", numbers={"x": 1.0})
+
+  monkeypatch.setitem(papers.PAPERS, "toy", [C.Claim("toy.big", "b", "Fig. 1", "rule", ev).paper_only()])
+  monkeypatch.setitem(papers.TITLES, "toy", "Toy paper")
+  monkeypatch.setitem(papers.PENDING, "toy", [])
+  main_mod.reproduce("toy", "smoke", str(tmp_path))
+  data = json.loads((tmp_path / "toy" / "claims.json").read_text())
+  assert calls == [] and data["claims"] == [] and data["pending"][0].startswith("toy.big: evaluated at --scale=paper")
+  main_mod.reproduce("toy", "paper", str(tmp_path))
+  assert calls == ["paper"]

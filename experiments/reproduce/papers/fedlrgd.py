@@ -402,9 +402,8 @@ CLAIMS = [
           "least half of them; not reproduced: otherwise", fedlrgd_theorem1),
 ]
 
-# Evaluated, tested claims left out of CLAIMS because their runs (one suite process each, about
-# 13 CPU s) do not fit the smoke budget of 90 CPU s beside the test batch (~28 CPU s), S2, S5 and
-# App. C; move them into CLAIMS when the budget allows (or at --scale=paper).
+# Claims evaluated at --scale=paper only: their runs (one suite process each, about 13 CPU s) do not
+# fit the smoke budget beside the test batch (~28 CPU s), S2, S5 and App. C.
 DEFERRED = [
     Claim("fedlrgd.precision", "Float32 weights are as accurate as float64 ones at r <= 12 and 9-18x worse "
           "in relative gradient error at r = 16-20 (cond(G) ~ 1e7-1e11).",
@@ -424,12 +423,10 @@ DEFERRED = [
           "any mismatch", fedlrgd_ledger_runs),
 ]
 
+CLAIMS += [c.paper_only() for c in DEFERRED]
+
 # Issue 14's claims of this paper that have no evaluation yet (listed in the report as pending).
-PENDING = ["fedlrgd.precision, fedlrgd.s3_convergence, fedlrgd.ledger_runs (spec §6.3 float32 vs "
-           "float64; §3.3 S3 F - F_* against Gamma; §7 item 4 on the S3 runs): written and tested "
-           "(papers/fedlrgd.py DEFERRED) but their two suite processes (~27 CPU s) exceed the 90 CPU s "
-           "smoke budget",
-           "S4 heterogeneity / server-client shift sweep of the fidelity (fedlrgd_s2_fidelity.cfg "
+PENDING = ["S4 heterogeneity / server-client shift sweep of the fidelity (fedlrgd_s2_fidelity.cfg "
            "with --server_shift=0.5 or --data_heterogeneity=0.5): runs, but a second fidelity process "
            "(~12 CPU s) does not fit the 90 CPU s smoke budget beside S2, S3, S5, precision and App. C",
            "S1(b) logistic-kernel spectrum and S4 smoothness (Hölder eta) sweep of the fidelity: no "
