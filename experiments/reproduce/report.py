@@ -119,9 +119,9 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
 
 
 def write_index(root: str, papers: dict[str, str]) -> None:
-  """Writes ``root/report.md``: each paper's verdict counts, linking its report."""
+  """Writes ``root/report.md``: each paper's scale(s) and verdict counts, linking its report."""
   lines = ["# fedsim reproduction report", "",
-           "| paper | reproduced | partly | not reproduced | claims | pending |", "|---|---|---|---|---|---|"]
+           "| paper | scale | reproduced | partly | not reproduced | claims | pending |", "|---|---|---|---|---|---|---|"]
   for paper, title in papers.items():
     path = os.path.join(root, paper, "claims.json")
     if not os.path.exists(path):
@@ -131,7 +131,8 @@ def write_index(root: str, papers: dict[str, str]) -> None:
     recs = data["claims"]
     counts = [sum(r["verdict"] == v for r in recs)
               for v in ("reproduced", "partly reproduced", "not reproduced")]
-    lines.append(f"| [{title}]({paper}/report.md) | {counts[0]} | {counts[1]} | {counts[2]} | {len(recs)} | "
-                 f"{len(data.get('pending', []))} |")
+    scales = ", ".join(sorted({r["scale"] for r in recs})) or "-"
+    lines.append(f"| [{title}]({paper}/report.md) | {scales} | {counts[0]} | {counts[1]} | {counts[2]} | "
+                 f"{len(recs)} | {len(data.get('pending', []))} |")
   with open(os.path.join(root, "report.md"), "w") as f:
     f.write("\n".join(lines) + "\n")

@@ -138,7 +138,7 @@ def test_reports_and_resume(tmp_path, monkeypatch):
   main_mod.reproduce("toy", "paper", str(tmp_path))  # another scale is evaluated again
   assert calls == ["good", "bad", "good", "bad"]
   report.write_index(str(tmp_path), {"toy": "Toy paper"})
-  assert "| [Toy paper](toy/report.md) | 1 | 0 | 1 | 2 | 1 |" in (tmp_path / "report.md").read_text()
+  assert "| [Toy paper](toy/report.md) | paper | 1 | 0 | 1 | 2 | 1 |" in (tmp_path / "report.md").read_text()
 
 
 def test_cli_rejects_an_unknown_claim(tmp_path):
