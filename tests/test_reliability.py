@@ -333,3 +333,168 @@ def test_a_really_full_disk_exits_2_with_one_line_and_earlier_metrics_intact(tmp
   lost = sum(a != b for a, b in zip(got, want))
   print(f"\nreal full disk: 1 fault, {len(kept)} records kept, records lost or corrupted: {lost}")
   assert lost == 0
+
+
+# A sweep of 8 groups (ridge, gd, rounds 2..9 x 2 seeds): results.csv is rewritten after each group.
+SWEEP_FLAGS = ["--task=ridge", "--algorithm=gd", "--num_clients=3", "--clients_per_round=3", "--eval_every=2",
+               "--sweep=rounds=2,3,4,5,6,7,8,9", "--seeds=2"]
+
+
+def _csv_table(path):
+  """results.csv read strictly: a header, then rows of the header's length, all ending in a newline."""
+  import csv
+  text = path.read_text()
+  assert text.endswith("\n"), text[-200:]
+  table = list(csv.reader(io.StringIO(text, newline=""), strict=True))
+  assert table and all(len(r) == len(table[0]) for r in table), text
+  return table
+
+
+def _untimed(table):
+  keep = [i for i, c in enumerate(table[0]) if c != "wall_time_s"]
+  return [[r[i] for i in keep] for r in table]
+
+
+@pytest.mark.slow
+def test_kill_a_sweep_at_random_points_then_rerun_gives_the_uninterrupted_results_csv(tmp_path):
+  """SIGKILL ``experiments.sweep`` 3 times (2 at random moments after it has started its groups,
+  1 as soon as a temporary ``.results.csv.*.tmp`` appears, i.e. during a results.csv write),
+  rerunning the same command after each; after every kill each file is strictly readable, and
+  the final results.csv equals an uninterrupted sweep's (but for the wall-time column)."""
+  import random
+  import threading
+  import time
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+
+  def sweep(out):
+    return subprocess.Popen([sys.executable, "-u", "-m", "experiments.sweep", *SWEEP_FLAGS, f"--output_dir={out}"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+  ref = sweep(tmp_path / "ref")
+  out_ref, err_ref = ref.communicate(timeout=300)
+  assert ref.returncode == 0, err_ref[-2000:]
+  want = _csv_table(tmp_path / "ref" / "results.csv")
+  assert len(want) == 1 + 16
+
+  rng, out = random.Random(18), tmp_path / "cut"
+  plan = ["random", "write", "random"]  # the kinds of the 3 kills
+  kills, mid_write, corrupted, done_rows = [], 0, 0, []
+  for _ in range(len(plan) + 1):
+    kind = plan[len(kills)] if len(kills) < len(plan) else None
+    stale = {p.name for p in out.glob(".results.csv.*.tmp")}
+    proc = sweep(out)
+    started = threading.Event()
+
+    def watch(proc=proc, started=started):  # "sweep: N groups ..." is printed before the first group
+      for line in proc.stdout:
+        if line.startswith("sweep: "):
+          started.set()
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    killed = False
+    if kind is not None:
+      while not started.is_set() and proc.poll() is None:
+        time.sleep(0.01)
+      if kind == "random":
+        deadline = time.monotonic() + rng.uniform(0.0, 2.0)  # the groups take ~0.3 s each
+        while time.monotonic() < deadline and proc.poll() is None:
+          time.sleep(0.005)
+      else:  # poll the folder; kill the moment atomic_write's temporary results.csv appears
+        while proc.poll() is None and not {p.name for p in out.glob(".results.csv.*.tmp")} - stale:
+          pass
+      if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+        killed = True
+    proc.wait(timeout=300)
+    reader.join(timeout=10)
+    err = proc.stderr.read()
+    if not killed:
+      assert proc.returncode == 0, err[-2000:]
+      break
+    kills.append(kind)
+    mid_write += bool({p.name for p in out.glob(".results.csv.*.tmp")} - stale)  # left by this kill
+    try:  # every file the kill left is complete
+      _strict((out / "sweep_config.json").read_text())
+      if (out / "results.csv").exists():
+        table = _csv_table(out / "results.csv")
+        assert table[0] == want[0] and set(map(tuple, _untimed(table))) <= set(map(tuple, _untimed(want)))
+        done_rows.append(len(table) - 1)
+      else:
+        done_rows.append(0)
+    except (AssertionError, ValueError) as e:
+      corrupted += 1
+      print(f"kill {len(kills)} ({kind}) left a broken file: {e}")
+  got = _csv_table(out / "results.csv")
+  _strict((out / "sweep_stats.json").read_text())
+  assert (out / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  differ = _untimed(got) != _untimed(want)
+  print(f"\nsweep kill-and-rerun: {len(kills)} kills ({', '.join(kills)}; {mid_write} inside a results.csv "
+        f"write), rows present after each kill: {done_rows}; files corrupted: {corrupted}, "
+        f"final results.csv differing: {int(differ)}; stale temporary files: "
+        f"{[p.name for p in out.glob('.*.tmp')]}")
+  assert len(kills) == len(plan) and corrupted == 0 and not differ
+
+
+@pytest.mark.slow
+def test_killing_one_process_of_a_distributed_run_stops_the_other_with_a_message(tmp_path):
+  """2 CPU processes (jax.distributed on localhost, gloo); SIGKILL process 1 once both are in the
+  rounds: process 0, blocked in a collective, exits non-zero within 120 s with the runtime's
+  message on stderr (fedsim.core.distributed.HEARTBEAT_TIMEOUT_S = 30 s, jax's default 100 s),
+  and the metrics it wrote are complete strict-JSON lines."""
+  import socket
+  import threading
+  import time
+
+  from fedsim.core.distributed import HEARTBEAT_TIMEOUT_S
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  env.pop("FEDSIM_HEARTBEAT_TIMEOUT_S", None)
+  out = tmp_path / "run"
+  procs = [subprocess.Popen(
+      [sys.executable, "-u", "-m", "experiments.run", "--task=ridge", "--algorithm=gd", "--num_clients=4",
+       "--clients_per_round=4", "--rounds=1000000", "--eval_every=50", f"--output_dir={out}",
+       f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"],
+      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+  rounds, errs = [], ["", ""]
+
+  def read_out():
+    for line in procs[0].stdout:
+      if line.startswith("[gd] round "):
+        rounds.append(line)
+
+  def read_err(i):
+    errs[i] = procs[i].stderr.read()
+  threads = [threading.Thread(target=read_out, daemon=True)] + [
+      threading.Thread(target=read_err, args=(i,), daemon=True) for i in range(2)]
+  for t in threads:
+    t.start()
+  try:
+    deadline = time.monotonic() + 240
+    while len(rounds) < 3 and time.monotonic() < deadline:  # round 0, 50, 100: both compute
+      assert procs[0].poll() is None and procs[1].poll() is None, errs
+      time.sleep(0.05)
+    assert len(rounds) >= 3, errs
+    procs[1].send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    procs[1].wait()
+    try:
+      procs[0].wait(timeout=120)
+    except subprocess.TimeoutExpired:
+      pytest.fail("process 0 still runs 120 s after process 1 was killed")
+    took = time.monotonic() - killed
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  for t in threads:
+    t.join(timeout=10)
+  print(f"\ndistributed: 1 kill (process 1, after {len(rounds)} evaluations); process 0 exited with "
+        f"status {procs[0].returncode} after {took:.1f}s (heartbeat timeout {HEARTBEAT_TIMEOUT_S}s)")
+  assert procs[0].returncode != 0
+  assert "another task died" in errs[0] and "stopped sending heartbeats" in errs[0], errs[0][-3000:]
+  text = (out / "gd" / "metrics.jsonl").read_text()
+  recs = [_strict(line) for line in text.splitlines()]
+  assert text.endswith("\n") and [r["round"] for r in recs][:3] == [0, 50, 100]

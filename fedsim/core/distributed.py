@@ -9,15 +9,31 @@ compiled chunks run as one SPMD program with cross-process collectives (gloo
 on CPU, NCCL on GPU, ICI/DCN on TPU). Values that reach the host (ledgers,
 metrics) go through :func:`fetch`; only process 0 writes outputs
 (:func:`is_main`).
+
+If a process dies, the others do not wait for it forever, even when blocked in
+a collective the dead one would have joined: the coordination service (in
+process 0) declares a process dead after :data:`HEARTBEAT_TIMEOUT_S` seconds
+without a heartbeat, and the survivors abort (SIGABRT: status 134, or -6 from
+``subprocess``) with the runtime's message on stderr ("Terminating process
+because the JAX distributed service detected fatal errors ... another task
+died"). If process 0 itself dies, the others abort at once, with the same
+message (measured on localhost CPU: 0.1 s; process 1 killed: about 25 s).
 """
 
 from __future__ import annotations
 
+import os
+
 import jax
 import numpy as np
 
+# Seconds without a heartbeat after which a process counts as dead and the others abort
+# (jax's default is 100); the environment variable FEDSIM_HEARTBEAT_TIMEOUT_S overrides it.
+HEARTBEAT_TIMEOUT_S = 30
 
-def initialize(coordinator_address: str | None, num_processes: int, process_id: int) -> bool:
+
+def initialize(coordinator_address: str | None, num_processes: int, process_id: int,
+               heartbeat_timeout_s: int | None = None) -> bool:
   """Joins the distributed runtime (``jax.distributed.initialize``) when ``num_processes`` > 1.
 
   Must run before anything touches a JAX backend. On CPU, cross-process
@@ -27,6 +43,9 @@ def initialize(coordinator_address: str | None, num_processes: int, process_id: 
     coordinator_address: ``host:port`` of process 0's coordinator service.
     num_processes: P >= 1; 1 is a plain single-process run (nothing happens).
     process_id: this process's index in [0, P).
+    heartbeat_timeout_s: seconds without a heartbeat after which a process is
+      declared dead and the survivors abort with a message instead of hanging
+      (None: ``$FEDSIM_HEARTBEAT_TIMEOUT_S``, else :data:`HEARTBEAT_TIMEOUT_S`).
 
   Returns:
     True when the runtime was initialised.
@@ -34,8 +53,10 @@ def initialize(coordinator_address: str | None, num_processes: int, process_id: 
   if num_processes <= 1:
     return False
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  if heartbeat_timeout_s is None:
+    heartbeat_timeout_s = int(os.environ.get("FEDSIM_HEARTBEAT_TIMEOUT_S", HEARTBEAT_TIMEOUT_S))
   jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
-                             process_id=process_id)
+                             process_id=process_id, heartbeat_timeout_seconds=heartbeat_timeout_s)
   return True
 
 
