@@ -69,6 +69,17 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
       os.unlink(tmp)
     raise
   _fsync_dir(folder)
+  _remove_stale_temporaries(path)
+
+
+def _remove_stale_temporaries(path: str) -> None:
+  """Removes the temporary files of earlier writes of ``path`` that a kill left behind
+  (``.NAME.*.tmp`` beside it; fedsim has one writer per file)."""
+  import glob
+  folder, name = os.path.split(path)
+  for stale in glob.glob(os.path.join(glob.escape(folder or "."), f".{glob.escape(name)}.*.tmp")):
+    with contextlib.suppress(OSError):
+      os.unlink(stale)
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:

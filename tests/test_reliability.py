@@ -167,6 +167,14 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
   assert path.read_text() == "old" and os.listdir(tmp_path) == ["config.json"]
 
 
+def test_the_next_write_removes_a_temporary_file_a_kill_left(tmp_path):
+  path = tmp_path / "results.csv"
+  (tmp_path / ".results.csv.k1ll3d.tmp").write_text("a,b\n1,")  # a write killed before its rename
+  (tmp_path / ".other.csv.x.tmp").write_text("not ours")
+  files.atomic_write(path, "a,b\n1,2\n")
+  assert sorted(os.listdir(tmp_path)) == [".other.csv.x.tmp", "results.csv"]
+
+
 # --- 2. strict JSON and honest progress ----------------------------------------------------
 
 def test_a_diverged_run_writes_strict_json_with_a_nonfinite_field(tmp_path):
