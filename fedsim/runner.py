@@ -213,13 +213,25 @@ def enable_compilation_cache(setting: str) -> str | None:
       other string: that folder (created if missing).
 
   Returns:
-    The folder in use, or None when off.
+    The folder in use, or None when off (also when ``"auto"``'s folder cannot be
+    created, e.g. a read-only home: a warning says so and the run goes on uncached).
+
+  Raises:
+    ConfigError: (``compilation_cache``) a folder given explicitly cannot be created.
   """
   if not setting:
     return None
   import jax
   folder = DEFAULT_CACHE_DIR if setting == "auto" else os.path.expanduser(setting)
-  os.makedirs(folder, exist_ok=True)
+  try:
+    os.makedirs(folder, exist_ok=True)
+  except OSError as e:
+    if setting != "auto":
+      from fedsim.core.errors import ConfigError
+      raise ConfigError("compilation_cache", f"cannot create {folder}: {e.strerror or e}") from None
+    import warnings
+    warnings.warn(f"compilation cache off: cannot create {folder} ({e.strerror or e})", stacklevel=2)
+    return None
   jax.config.update("jax_compilation_cache_dir", folder)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

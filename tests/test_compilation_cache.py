@@ -46,3 +46,17 @@ def test_second_process_loads_the_first_ones_programs_with_identical_records(tmp
 def test_empty_setting_leaves_the_cache_off(tmp_path):
   off = _run("")
   assert off["dir"] is None and off["hits"] == 0
+
+
+def test_an_unwritable_auto_folder_turns_the_cache_off_and_an_explicit_one_raises(tmp_path, monkeypatch):
+  import pytest
+
+  from fedsim import runner
+  from fedsim.core.errors import ConfigError
+  blocker = tmp_path / "file"
+  blocker.write_text("")  # a folder cannot be made under a file
+  monkeypatch.setattr(runner, "DEFAULT_CACHE_DIR", str(blocker / "jax"))
+  with pytest.warns(UserWarning, match="compilation cache off"):
+    assert runner.enable_compilation_cache("auto") is None
+  with pytest.raises(ConfigError, match="compilation_cache"):
+    runner.enable_compilation_cache(str(blocker / "mine"))
