@@ -559,8 +559,9 @@ def check_record(config: ExperimentConfig, out_dir: str, hps: Mapping[str, tuple
   """Checks that running ``config`` in ``out_dir`` keeps the directory a true record of one run.
 
   A directory holding a run (``config.json``) with other record settings
-  (:func:`record_settings`) is refused unless ``overwrite``; ``resume`` is refused
-  unless they are equal.
+  (:func:`record_settings`), or, for a new run, another ``rounds`` / ``comm_budget``,
+  is refused unless ``overwrite``; ``resume`` is refused unless the record settings
+  are equal (it may change the rounds).
 
   Returns:
     The labels of the stored run (their folders are replaced unless resuming).
@@ -575,6 +576,10 @@ def check_record(config: ExperimentConfig, out_dir: str, hps: Mapping[str, tuple
   old = record_settings(stored.get("experiment") or {}, stored.get("algorithms") or {})
   new = record_settings(config.to_json(), {label: {"algorithm": name, **hp} for label, (name, hp) in hps.items()})
   diff = settings_diff(old, new)
+  if not config.resume:  # a new run's length is part of the record (a resume may extend it)
+    experiment = stored.get("experiment") or {}
+    diff += settings_diff({k: experiment.get(k) for k in ("rounds", "comm_budget")},
+                          {"rounds": config.rounds, "comm_budget": config.comm_budget})
   if diff and config.resume:
     raise ConfigError("resume", f"{out_dir} holds a run with other settings ({describe_diff(diff)}); "
                       "resume with its settings, or start anew with --overwrite or another --output_dir")

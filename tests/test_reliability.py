@@ -75,6 +75,13 @@ def test_a_new_run_refuses_a_directory_holding_another_run_unless_overwrite(tmp_
              output_dir=str(out))
   assert not (out / "gd-step_size=0.5").exists()               # the replaced run's folders went
   assert results.read_config(out)["algorithms"]["gd"]["step_size"] == 0.2
+  # A new run of another length is another run too (only --resume may change the rounds).
+  longer = fedsim.ExperimentConfig(**{**TINY, "hparams": {"gd": {"step_size": 0.2}},
+                                      "rounds": TINY["rounds"] + 2})
+  with monkeypatch.context() as m:
+    _no_build(m)
+    with pytest.raises(fedsim.ConfigError, match="rounds: stored"):
+      fedsim.run(longer, output_dir=str(out))
 
 
 def test_resume_with_a_changed_setting_is_refused_naming_it_and_both_values(tmp_path, monkeypatch):
