@@ -1,11 +1,12 @@
 r"""The benchmark suite (issue 8): throughput, scaling, roofline, compile time, FZooS and FFGB speed.
 
-  python -m experiments.benchmark                              # every suite
+  python -m experiments.benchmark                              # every suite but gpu_table
+  python -m experiments.benchmark --suite=gpu_table             # the accelerator table (issue 17)
   python -m experiments.benchmark --suite=vmap --algorithm=fedavg,fedzo --num_clients=100,1000
   python -m experiments.benchmark --suite=scaling,compile --scaling_clients=100,1000,10000
   python -m experiments.benchmark --quick --output_dir=/tmp/bench   # smoke test of every suite
 
-``--suite`` (comma-separated; default all) picks among (modules in
+``--suite`` (comma-separated; default all but gpu_table) picks among (modules in
 ``experiments/bench/``, whose docstrings say exactly what is timed):
 
 1. ``vmap`` (``bench/vmap.py``): the vmapped round engine against the same
@@ -31,6 +32,11 @@ r"""The benchmark suite (issue 8): throughput, scaling, roofline, compile time, 
 6. ``ffgb`` (``bench/ffgb_speed.py``): one FFGB round, N = 56, K = 2, mlp
    oracle (1000 Adam steps, batch 128) on digits homo_ratio, vmapped vs the
    112 learners trained one client at a time.
+7. ``gpu_table`` (``bench/gpu_table.py``; only when named): per algorithm
+   (fedavg, fedzo, decomfl, hiso) and N in ``--gpu_table_clients`` (10^3..10^6):
+   client steps per second, peak device memory, the fraction of the binding
+   roof (matmul FLOP/s and memory bandwidth measured in the same run) and the
+   vmapped engine against the one-client loop.
 
 Timing: calls block until their work is done; workloads compared with each
 other are timed in alternation (``time_interleaved``), ``--repeats`` times,
@@ -61,7 +67,7 @@ from collections.abc import Callable, Sequence
 
 from absl import app, flags
 
-from experiments.bench.util import SUITES, Settings, environment
+from experiments.bench.util import DEFAULT_SUITES, SUITES, Settings, environment
 from experiments.bench.vmap import ALGORITHMS, run_benchmark
 from fedsim.core.errors import ConfigError
 
@@ -143,7 +149,8 @@ def write_outputs(output_dir: str, records: Sequence[dict], env: dict, settings:
 
 def define_flags():
   """Defines the benchmark's flags (only when run as a binary, so importing is side-effect free)."""
-  flags.DEFINE_list("suite", list(SUITES), f"comma-separated suites: {', '.join(SUITES)}")
+  flags.DEFINE_list("suite", list(DEFAULT_SUITES), f"comma-separated suites: {', '.join(SUITES)} (default: all "
+                    "but gpu_table, which is sized for an accelerator)")
   flags.DEFINE_list("algorithm", ["fedavg", "fedzo", "decomfl", "hiso", "fzoos", "ffgb"],
                     f"vmap suite: comma-separated algorithms ({', '.join(ALGORITHMS)})")
   flags.DEFINE_list("num_clients", ["1000"],
@@ -159,6 +166,12 @@ def define_flags():
   flags.DEFINE_string("prng_impl", None, f"JAX PRNG implementation: {', '.join(PRNG_IMPLS)} "
                       "(default: JAX's, threefry2x32)")
   flags.DEFINE_list("scaling_clients", None, "scaling suite: client counts (default 100,1000,10000,100000)")
+  flags.DEFINE_list("scaling_algorithms", None, "scaling suite: algorithms, fedavg and/or fedzo (default fedzo)")
+  flags.DEFINE_list("gpu_table_clients", None, "gpu_table suite: client counts (default 1000,10000,100000,1000000)")
+  flags.DEFINE_list("gpu_table_algorithms", None, "gpu_table suite: algorithms among fedavg, fedzo, decomfl, hiso "
+                    "(default all four)")
+  flags.DEFINE_integer("bandwidth_bytes", None, "roofline and gpu_table suites: bytes of the array whose 2 x + 1 "
+                       "measures the memory bandwidth (default 268435456)")
   flags.DEFINE_list("compile_rounds", None, "compile suite: rounds per chunk (default 1,10,100)")
   flags.DEFINE_list("compile_clients", None, "compile suite: client counts (default 100,1000,10000)")
   flags.DEFINE_integer("roofline_clients", None, "roofline suite: N (default 1000)")
@@ -203,7 +216,8 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
              repeats=None, min_time=None, rounds_per_chunk=None, sequential_clients=None, samples_per_client=20,
              prng_impl=None, scaling_clients=None, compile_rounds=None, compile_clients=None,
              roofline_clients=None, matmul_size=None, fzoos_configs=None, fzoos_vmap=None, ffgb_clients=None,
-             ffgb_oracle_steps=None, blas_threads=1, client_block=None):
+             ffgb_oracle_steps=None, blas_threads=1, client_block=None, scaling_algorithms=None,
+             gpu_table_clients=None, gpu_table_algorithms=None, bandwidth_bytes=None):
   """Checks the flag values (arguments named as the flags) before anything is built or compiled.
 
   Returns:
@@ -225,7 +239,8 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
                            ("samples_per_client", samples_per_client, 1), ("roofline_clients", roofline_clients, 1),
                            ("matmul_size", matmul_size, 1), ("ffgb_clients", ffgb_clients, 2),
                            ("ffgb_oracle_steps", ffgb_oracle_steps, 1),
-                           ("blas_threads", blas_threads, 0), ("client_block", client_block, 0)):
+                           ("blas_threads", blas_threads, 0), ("client_block", client_block, 0),
+                           ("bandwidth_bytes", bandwidth_bytes, 4)):
     if value is not None and value < low:
       raise ConfigError(flag, f"must be >= {low}; got {value}")
   if min_time is not None and not (math.isfinite(min_time) and min_time >= 0):
@@ -234,9 +249,16 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
     raise ConfigError("prng_impl", f"unknown {prng_impl!r}; accepted: {', '.join(PRNG_IMPLS)}")
   extra = {}
   for flag, value in (("scaling_clients", scaling_clients), ("compile_rounds", compile_rounds),
-                      ("compile_clients", compile_clients)):
+                      ("compile_clients", compile_clients), ("gpu_table_clients", gpu_table_clients)):
     if value is not None:
       extra[flag] = tuple(parse_ints(value, flag))
+  for flag, value, accepted in (("scaling_algorithms", scaling_algorithms, ("fedavg", "fedzo")),
+                                ("gpu_table_algorithms", gpu_table_algorithms, ("fedavg", "fedzo", "decomfl", "hiso"))):
+    if value is None:
+      continue
+    if not value or any(v not in accepted for v in value):
+      raise ConfigError(flag, f"must be comma-separated among {', '.join(accepted)}; got {','.join(value)!r}")
+    extra[flag] = tuple(value)
   if fzoos_configs is not None:
     extra["fzoos_configs"] = tuple(parse_ints(fzoos_configs, "fzoos_configs", pairs=True))
   if fzoos_vmap is not None:

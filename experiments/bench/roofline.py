@@ -28,6 +28,14 @@ forward + weight-gradient einsums over N clients with their own W; HiSo: the
 two is the engine's overhead (sampling, gathers, the H-step scan, RNG).
 ``fraction`` = achieved / peak (issue 8: >= 30% for FLOP-bound kernels).
 
+Which roof binds (issue 17): the memory bandwidth is measured in the same run
+(:func:`bandwidth_peak`, a float32 ``2 x + 1`` over ``bandwidth_bytes``), the
+bytes a round must at least move are counted analytically
+(:func:`round_counts`), and :func:`binding_roof` takes the roof with the larger
+time bound: ``bound`` (flops or memory), the arithmetic intensity against the
+machine's ridge (peak FLOP/s / bandwidth), and ``roof_fraction`` = that time
+bound / the measured seconds per round.
+
 * ``fedzo`` (per-client-direction ZO): Gaussian (sphere) directions generated
   per second in the engine, N H b2 d numbers per round / s, against the raw
   ``jax.random.normal`` rate on the same count (issue 8: >= 70%).
@@ -56,7 +64,66 @@ def matmul_peak(n: int, repeats: int, min_time: float) -> dict:
           "flops_per_s_median": flops / t["median"], "cpu_per_wall": t["cpu_per_wall"]}
 
 
-def _softmax_dims(task):
+def bandwidth_peak(nbytes: int, repeats: int, min_time: float) -> dict:
+  """Memory bandwidth: ``y = 2 x + 1`` over a float32 array of ``nbytes`` (reads and writes it:
+  2 nbytes moved per call, the STREAM "scale" kernel), jitted, best of ``repeats``."""
+  import jax
+  import jax.numpy as jnp
+  x = jnp.ones((max(1, nbytes // 4),), jnp.float32)
+  f = jax.jit(lambda x: 2.0 * x + 1.0)
+  t = time_interleaved({"scale": (lambda: jax.block_until_ready(f(x)), True)}, repeats, min_time)["scale"]
+  moved = 2.0 * x.size * 4
+  return {"array_bytes": x.size * 4, "bytes_moved": moved, "seconds": t["best"],
+          "bytes_per_s": moved / t["best"], "bytes_per_s_median": moved / t["median"],
+          "cpu_per_wall": t["cpu_per_wall"]}
+
+
+def round_counts(name: str, cfg, num_clients: int, d_in: int, c: int) -> dict:
+  """Analytic FLOPs and bytes of one full-participation round on the digits softmax (lower bounds).
+
+  FLOPs as in the module docstring (FedZO: its (b2 + 1) forward evaluations of a
+  b1 batch per step, 2 d_in C b1 each; direction generation is not counted).
+  Bytes: what a client step must at least read from memory, float32: its batch's
+  inputs (B d_in 4) and, for the per-client models of FedAvg / FedZO, the model
+  read and written (2 d 4, d = (d_in + 1) C); DeComFL / HiSo share one model and
+  one direction draw across clients, so only the batch counts. Intermediates
+  that a fused kernel keeps on chip are not counted.
+
+  Returns:
+    {"flops_per_round", "bytes_per_round", "flop_count", "byte_count"}.
+  """
+  n, d = num_clients, (d_in + 1) * c
+  if name == "fedavg":
+    h, b = cfg.local_steps, cfg.batch_size
+    return {"flops_per_round": n * h * b * 4 * d_in * c, "bytes_per_round": n * h * (b * d_in + 2 * d) * 4,
+            "flop_count": "N H B 4 d_in C", "byte_count": "N H (B d_in + 2 d) 4"}
+  if name == "fedzo":
+    h, b1, b2 = cfg.local_steps, cfg.batch_size, cfg.fd_directions
+    return {"flops_per_round": n * h * (b2 + 1) * b1 * 2 * d_in * c,
+            "bytes_per_round": n * h * (b1 * d_in + 2 * d) * 4,
+            "flop_count": "N H (b2 + 1) b1 2 d_in C", "byte_count": "N H (b1 d_in + 2 d) 4"}
+  if name in ("decomfl", "hiso"):
+    tau, b, evals = cfg.local_steps, cfg.batch_size, cfg.num_perturbations + 1
+    return {"flops_per_round": n * tau * evals * b * 2 * d_in * c, "bytes_per_round": n * tau * b * d_in * 4,
+            "flop_count": "m tau (P + 1) b 2 d_in C", "byte_count": "m tau b d_in 4"}
+  raise ValueError(f"no analytic counts for {name!r}; accepted: fedavg, fedzo, decomfl, hiso")
+
+
+def binding_roof(flops: float, nbytes: float, seconds: float, flops_per_s: float, bytes_per_s: float) -> dict:
+  """The roofline verdict of a kernel that did ``flops`` and moved ``nbytes`` in ``seconds``.
+
+  The binding roof is the one whose lower bound on the time is larger: FLOPs
+  (flops / peak FLOP/s) or memory (nbytes / peak bandwidth); ``roof_fraction`` =
+  that bound / seconds (1 = at the roof).
+  """
+  t_flop, t_mem = flops / flops_per_s, nbytes / bytes_per_s
+  bound = "flops" if t_flop >= t_mem else "memory"
+  return {"bound": bound, "arithmetic_intensity": flops / nbytes if nbytes else None,
+          "ridge_intensity": flops_per_s / bytes_per_s, "roof_fraction": max(t_flop, t_mem) / seconds,
+          "achieved_flops_per_s": flops / seconds, "achieved_bytes_per_s": nbytes / seconds}
+
+
+def softmax_dims(task):
   import math as _m
   d_in = int(_m.prod(task.client_data["x"].shape[2:]))
   return d_in, int(task.info.get("num_classes", 10))
@@ -96,15 +163,16 @@ def _hiso_kernel(n, b, d_in, c, evals, seed):
 
 
 def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
-  """Runs the suite; returns ``{"peak": ..., "records": [...]}``."""
+  """Runs the suite; returns ``{"peak": ..., "bandwidth": ..., "records": [...]}``."""
   from experiments.bench import vmap
   from fedsim import algorithms
   n = settings.roofline_clients
   peak = matmul_peak(settings.matmul_size, settings.repeats, settings.min_time)
+  bw = bandwidth_peak(settings.bandwidth_bytes, settings.repeats, settings.min_time)
   log(f"[roofline] float32 {peak['n']}x{peak['n']} matmul: {peak['flops_per_s'] / 1e9:,.1f} GFLOP/s "
-      f"(cpu/wall {peak['cpu_per_wall']:.2f})")
+      f"(cpu/wall {peak['cpu_per_wall']:.2f}); memory bandwidth {bw['bytes_per_s'] / 1e9:,.1f} GB/s")
   task = make_benchmark_task(n, settings.samples_per_client, settings.seed)
-  d_in, c = _softmax_dims(task)
+  d_in, c = softmax_dims(task)
   records = []
   for name in ("fedavg", "decomfl", "hiso"):
     hp = vmap.benchmark_hparams(name)
@@ -113,27 +181,28 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
     cfg = alg.hparams
     length = settings.rounds_per_chunk
     run, _ = compile_chunk(alg, task, length, settings.seed)
+    counts = round_counts(name, cfg, n, d_in, c)
+    flops = counts["flops_per_round"]
     if name == "fedavg":
-      steps, b = cfg.local_steps, cfg.batch_size
-      flops = n * steps * b * 4 * d_in * c
+      b = cfg.batch_size
       kernel, kflops = _fedavg_kernel(n, b, d_in, c, settings.seed), n * b * 4 * d_in * c
-      count = "N H B 4 d_in C (forward + weight gradient)"
     else:
-      steps, b, evals = cfg.local_steps, cfg.batch_size, cfg.num_perturbations + 1
-      flops = n * steps * evals * b * 2 * d_in * c
+      b, evals = cfg.batch_size, cfg.num_perturbations + 1
       kernel, kflops = _hiso_kernel(n, b, d_in, c, evals, settings.seed), n * evals * b * 2 * d_in * c
-      count = "m tau (P + 1) b 2 d_in C (forward evaluations)"
     t = time_interleaved({"engine": (run, True), "kernel": (kernel, True)}, settings.repeats, settings.min_time)
     spr = t["engine"]["best"] / length
     eng, ker = flops / spr, kflops / t["kernel"]["best"]
-    rec = {"algorithm": name, "num_clients": n, "flop_count": count, "flops_per_round": flops,
+    roof = binding_roof(flops, counts["bytes_per_round"], spr, peak["flops_per_s"], bw["bytes_per_s"])
+    rec = {"algorithm": name, "num_clients": n, **counts,
            "seconds_per_round": spr, "engine_flops_per_s": eng, "engine_fraction": eng / peak["flops_per_s"],
            "kernel_flops": kflops, "kernel_seconds": t["kernel"]["best"], "kernel_flops_per_s": ker,
            "kernel_fraction": ker / peak["flops_per_s"], "engine_cpu_per_wall": t["engine"]["cpu_per_wall"],
-           "kernel_cpu_per_wall": t["kernel"]["cpu_per_wall"]}
+           "kernel_cpu_per_wall": t["kernel"]["cpu_per_wall"], **roof}
     records.append(rec)
     log(f"[roofline {name} N={n}] engine {eng / 1e9:,.2f} GFLOP/s ({100 * rec['engine_fraction']:.1f}% of "
-        f"peak), kernel alone {ker / 1e9:,.2f} GFLOP/s ({100 * rec['kernel_fraction']:.1f}%); cpu/wall "
+        f"peak), kernel alone {ker / 1e9:,.2f} GFLOP/s ({100 * rec['kernel_fraction']:.1f}%); "
+        f"{roof['bound']}-bound (intensity {roof['arithmetic_intensity']:.1f} FLOP/B, ridge "
+        f"{roof['ridge_intensity']:.1f}): {100 * roof['roof_fraction']:.1f}% of its roof; cpu/wall "
         f"{t['engine']['cpu_per_wall']:.2f}")
 
   # Per-client-direction ZO: the generator bound.
@@ -158,22 +227,27 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
                   "engine_cpu_per_wall": t["engine"]["cpu_per_wall"], "raw_cpu_per_wall": t["raw"]["cpu_per_wall"]})
   log(f"[roofline fedzo N={n}] directions {eng / 1e6:,.1f} M normals/s in the engine vs raw "
       f"jax.random.normal {rawr / 1e6:,.1f} M/s: {100 * ratio:.0f}%")
-  return {"peak": peak, "records": records}
+  return {"peak": peak, "bandwidth": bw, "records": records}
 
 
 def markdown(result: dict) -> str:
   """The suite's markdown table."""
   p = result["peak"]
+  bw = result.get("bandwidth")
   rows = [f"float32 {p['n']}x{p['n']} matmul: {p['flops_per_s'] / 1e9:,.1f} GFLOP/s (cpu/wall "
-          f"{p['cpu_per_wall']:.2f})\n",
+          f"{p['cpu_per_wall']:.2f})" + (f"; memory bandwidth {bw['bytes_per_s'] / 1e9:,.1f} GB/s "
+                                         f"(2 x {bw['array_bytes'] / 2**20:,.0f} MiB scale)" if bw else "") + "\n",
           "| algorithm | N | FLOPs counted | s/round | engine GFLOP/s | % of matmul | kernel alone GFLOP/s "
-          "| % of matmul |", "|" + "---|" * 8]
+          "| % of matmul | bound (FLOP/B vs ridge) | % of binding roof |", "|" + "---|" * 10]
   for r in result["records"]:
     if r["algorithm"] == "fedzo":
       continue
+    bound = (f"{r['bound']} ({r['arithmetic_intensity']:.1f} vs {r['ridge_intensity']:.1f})"
+             if "bound" in r else "n/a")
+    frac = f"{100 * r['roof_fraction']:.1f}" if "roof_fraction" in r else "n/a"
     rows.append(f"| {r['algorithm']} | {r['num_clients']} | {r['flop_count']} | {r['seconds_per_round']:.4g} "
                 f"| {r['engine_flops_per_s'] / 1e9:,.2f} | {100 * r['engine_fraction']:.1f} "
-                f"| {r['kernel_flops_per_s'] / 1e9:,.2f} | {100 * r['kernel_fraction']:.1f} |")
+                f"| {r['kernel_flops_per_s'] / 1e9:,.2f} | {100 * r['kernel_fraction']:.1f} | {bound} | {frac} |")
   for r in result["records"]:
     if r["algorithm"] == "fedzo":
       rows.append(f"\nfedzo N={r['num_clients']} ({r['direction']} directions): engine "

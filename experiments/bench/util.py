@@ -20,7 +20,9 @@ import sys
 import time
 from collections.abc import Sequence
 
-SUITES = ("vmap", "scaling", "roofline", "compile", "fzoos", "ffgb")
+SUITES = ("vmap", "scaling", "roofline", "compile", "fzoos", "ffgb", "gpu_table")
+# What runs without --suite: gpu_table is sized for an accelerator (N up to 10^6).
+DEFAULT_SUITES = SUITES[:-1]
 QUICK_MAX_NORMALS = 1 << 20
 
 
@@ -52,6 +54,14 @@ class Settings:
     ffgb_vmap_oracle_steps: the mlp oracle's Adam steps in the vmap suite.
     client_block: the delta-averaging algorithms' ``client_block`` in the vmap
       suite (None = the backend default, fedsim.core.client_map).
+    scaling_algorithms: the algorithms of the scaling suite (fedavg, fedzo).
+    bandwidth_bytes: size of the array whose ``2 x + 1`` measures the memory
+      bandwidth (roofline and gpu_table suites).
+    gpu_table_algorithms, gpu_table_clients: the gpu_table suite's algorithms and N.
+    gpu_table_max_block: in the gpu_table suite, N above this runs in client
+      blocks of this many clients (fedsim.core.client_map), so one step's
+      per-client temporaries stay bounded; N at or below it is one vmap.
+    gpu_table_sequential: clients timed one at a time in the gpu_table suite.
   """
   rounds_per_chunk: int = 5
   repeats: int = 3
@@ -77,6 +87,12 @@ class Settings:
   ffgb_batch: int = 128
   ffgb_vmap_oracle_steps: int = 100
   client_block: int | None = None
+  scaling_algorithms: tuple = ("fedzo",)
+  bandwidth_bytes: int = 1 << 28
+  gpu_table_algorithms: tuple = ("fedavg", "fedzo", "decomfl", "hiso")
+  gpu_table_clients: tuple = (1000, 10000, 100000, 1000000)
+  gpu_table_max_block: int = 100000
+  gpu_table_sequential: int = 200
 
   @classmethod
   def make(cls, quick: bool = False, **overrides) -> Settings:
@@ -92,7 +108,8 @@ class Settings:
           compile_rounds=(1, 4), compile_clients=(8, 16), compile_main_job_rounds=2, roofline_clients=8,
           matmul_size=256,
           fzoos_dim=8, fzoos_steps=2, fzoos_configs=((2, 64),), fzoos_vmap=(2, 64),
-          ffgb_clients=4, ffgb_oracle_steps=4, ffgb_batch=8, ffgb_vmap_oracle_steps=4)
+          ffgb_clients=4, ffgb_oracle_steps=4, ffgb_batch=8, ffgb_vmap_oracle_steps=4,
+          bandwidth_bytes=1 << 22, gpu_table_clients=(4, 16), gpu_table_max_block=8, gpu_table_sequential=4)
     given = {k: v for k, v in overrides.items() if v is not None}
     return dataclasses.replace(base, **given)
 

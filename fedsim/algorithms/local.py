@@ -142,9 +142,14 @@ def make_delta_averaging(name: str, task: Task, oracle: Oracle, *, local_opt: op
   def round_fn(state: ServerState, key, data):
     k_sample, k_clients, k_server = rng.round_subkeys(key)
     idx = sample_clients(k_sample, N, M)
-    clients = jax.tree_util.tree_map(lambda a: jnp.take(a, idx, axis=0), data["clients"])
     keys = rng.client_keys(k_clients, idx)
-    deltas = map_clients(local_update, (None, 0, 0), state.x, clients, keys,
+
+    def client_update(x, i, k):
+      # Gathers client i's rows inside the mapped function, so a block of B clients
+      # gathers only its B rows: no (M, ...) copy of the sampled clients' data.
+      return local_update(x, jax.tree_util.tree_map(lambda a: a[i], data["clients"]), k)
+
+    deltas = map_clients(client_update, (None, 0, 0), state.x, idx, keys,
                          client_block=client_block)  # (M, d)
     if weighting == "uniform":
       w = jnp.full((M,), 1.0 / M, deltas.dtype)

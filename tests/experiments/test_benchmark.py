@@ -1,5 +1,6 @@
 """The experiments.benchmark binary: quick measurement, outputs, bad flags."""
 
+import dataclasses
 import json
 import math
 import os
@@ -226,12 +227,16 @@ def test_quick_looped_algorithms():
 def test_quick_scaling_compile_roofline(tmp_path):
   from experiments.bench import compile_time, roofline, scaling
   settings = benchmark.Settings.make(quick=True)
-  sc = scaling.run(settings, log=lambda _: None)
-  assert [r["num_clients"] for r in sc["records"]] == [16, 64]
-  assert sc["slope"] == pytest.approx(scaling.loglog_slope(
-      [16, 64], [r["seconds_per_round"] for r in sc["records"]]))
-  assert sc["slope_cpu"] == pytest.approx(scaling.loglog_slope(
-      [16, 64], [r["cpu_seconds_per_round"] for r in sc["records"]]))
+  sc = scaling.run(dataclasses.replace(settings, scaling_algorithms=("fedavg", "fedzo")), log=lambda _: None)
+  assert [(r["algorithm"], r["num_clients"]) for r in sc["records"]] == [
+      ("fedavg", 16), ("fedavg", 64), ("fedzo", 16), ("fedzo", 64)]
+  for name in ("fedavg", "fedzo"):
+    mine = [r for r in sc["records"] if r["algorithm"] == name]
+    assert sc["slopes"][name]["slope"] == pytest.approx(scaling.loglog_slope(
+        [16, 64], [r["seconds_per_round"] for r in mine]))
+    assert sc["slopes"][name]["slope_cpu"] == pytest.approx(scaling.loglog_slope(
+        [16, 64], [r["cpu_seconds_per_round"] for r in mine]))
+    assert sc["slopes"][name]["slope_range"] == [16, 64]
   assert all(r["fits_24gib"] and r["memory"]["temp_bytes"] > 0 for r in sc["records"])
   # More clients, more compiled argument bytes (the client data).
   assert sc["records"][1]["memory"]["argument_bytes"] > sc["records"][0]["memory"]["argument_bytes"]
@@ -254,6 +259,8 @@ def test_quick_scaling_compile_roofline(tmp_path):
   assert byname["fedzo"]["normals_per_round"] == 8 * 5 * 20 * 650
   for r in ro["records"][:3]:
     assert r["engine_fraction"] == pytest.approx(r["engine_flops_per_s"] / ro["peak"]["flops_per_s"])
+    assert r["bound"] in ("flops", "memory") and 0 < r["roof_fraction"]
+  assert ro["bandwidth"]["bytes_moved"] == 2 * (1 << 22) and _positive(ro["bandwidth"]["bytes_per_s"])
 
   env = benchmark.environment()
   benchmark.write_outputs(str(tmp_path), [], env, settings, "cmd",
@@ -284,3 +291,63 @@ def test_quick_fzoos_and_ffgb_suites():
   assert g["learners_per_round"] == 8 and g["oracle_steps"] == 4 and g["state_finite"]
   assert g["ratio"] == pytest.approx(g["loop_seconds"] / g["seconds_per_round"])
   assert g["ratio_cpu"] == pytest.approx(g["loop_cpu_seconds"] / g["cpu_seconds_per_round"])
+
+
+def test_round_counts_are_the_documented_formulas():
+  from experiments.bench import roofline
+  from fedsim.algorithms.fedavg import FedAvgConfig
+  from fedsim.algorithms.fedzo import FedZOConfig
+  from fedsim.algorithms.hiso import DeComFLConfig
+  d_in, c = 64, 10
+  d = 650
+  fa = roofline.round_counts("fedavg", FedAvgConfig(lr=0.1, local_steps=5, batch_size=20), 1000, d_in, c)
+  assert fa["flops_per_round"] == 1000 * 5 * 20 * 4 * 64 * 10
+  assert fa["bytes_per_round"] == 1000 * 5 * (20 * 64 + 2 * d) * 4
+  zo = roofline.round_counts("fedzo", FedZOConfig(), 10, d_in, c)
+  assert zo["flops_per_round"] == 10 * 5 * 21 * 25 * 2 * 64 * 10
+  assert zo["bytes_per_round"] == 10 * 5 * (25 * 64 + 2 * d) * 4
+  hs = roofline.round_counts("hiso", DeComFLConfig(), 8, d_in, c)
+  assert hs["flops_per_round"] == 8 * 1 * 6 * 32 * 2 * 64 * 10 and hs["bytes_per_round"] == 8 * 32 * 64 * 4
+  with pytest.raises(ValueError, match="accepted"):
+    roofline.round_counts("fzoos", None, 1, d_in, c)
+
+
+def test_binding_roof_picks_the_larger_time_bound():
+  from experiments.bench.roofline import binding_roof
+  # 10 GFLOP at 100 GFLOP/s = 0.1 s; 1 GB at 20 GB/s = 0.05 s: FLOP-bound; 0.4 s measured -> 25%.
+  r = binding_roof(10e9, 1e9, 0.4, 100e9, 20e9)
+  assert r["bound"] == "flops" and r["roof_fraction"] == pytest.approx(0.25)
+  assert r["arithmetic_intensity"] == pytest.approx(10) and r["ridge_intensity"] == pytest.approx(5)
+  # The same work with 4 GB moved: 0.2 s of memory > 0.1 s of FLOPs -> memory-bound, 50%.
+  r = binding_roof(10e9, 4e9, 0.4, 100e9, 20e9)
+  assert r["bound"] == "memory" and r["roof_fraction"] == pytest.approx(0.5)
+  assert r["achieved_bytes_per_s"] == pytest.approx(1e10)
+
+
+@pytest.mark.slow
+def test_quick_gpu_table_rows_and_markdown():
+  from experiments.bench import gpu_table
+  settings = benchmark.Settings.make(quick=True)
+  assert settings.gpu_table_clients == (4, 16) and settings.gpu_table_max_block == 8
+  res = gpu_table.run(settings, log=lambda _: None)
+  rows = res["records"]
+  assert [(r["algorithm"], r["num_clients"]) for r in rows] == [
+      (a, n) for n in (4, 16) for a in ("fedavg", "fedzo", "decomfl", "hiso")]
+  for r in rows:
+    assert "error" not in r and r["state_finite"], r
+    assert r["client_block"] == (0 if r["num_clients"] <= 8 else 8)
+    assert r["client_steps_per_s"] == pytest.approx(r["num_clients"] * 5 / r["seconds_per_round"]
+                                                    if r["algorithm"] in ("fedavg", "fedzo")
+                                                    else r["num_clients"] / r["seconds_per_round"])
+    assert r["bound"] in ("flops", "memory") and _positive(r["roof_fraction"]) and _positive(r["speedup_vs_loop"])
+    assert r["compiled_bytes"] > 0 and r["sequential_clients_timed"] == 4
+  assert "generator_fraction" in rows[1] and "generator_fraction" not in rows[0]
+  md = gpu_table.markdown(res)
+  assert md.count("| fedzo |") == 2 and "TFLOP/s" in md
+  # A failed configuration is a row with its error, and the table goes on.
+  res["records"].append({"algorithm": "fedzo", "num_clients": 10 ** 6, "error": "XlaRuntimeError: out of memory"})
+  assert "failed: XlaRuntimeError" in gpu_table.markdown(res)
+
+
+def test_gpu_table_is_not_a_default_suite():
+  assert "gpu_table" in util.SUITES and "gpu_table" not in util.DEFAULT_SUITES

@@ -1,0 +1,116 @@
+r"""Suite ``gpu_table``: the accelerator table of issue 17, one command.
+
+  python -m experiments.benchmark --suite=gpu_table --output_dir=runs/gpu_table
+
+For each algorithm of ``gpu_table_algorithms`` (default FedAvg, FedZO, DeComFL,
+HiSo) at each N of ``gpu_table_clients`` (default 10^3, 10^4, 10^5, 10^6), on
+the digits softmax with full participation (the vmap suite's workloads and
+hyperparameters, :mod:`experiments.bench.vmap`):
+
+* **client steps per second** of the vmapped engine (N x local steps / seconds
+  per round; one-round chunks from N = 10^5 on);
+* **peak device memory**: the compiled round's footprint (arguments + temporaries
+  + outputs - aliased, ``memory_analysis``) and, where the device reports it,
+  the process's peak bytes in use so far (N runs in increasing order, so it is
+  the peak of the largest run so far);
+* **roofline**: the float32 matmul FLOP/s and the memory bandwidth of this
+  device measured in the same run (:mod:`experiments.bench.roofline`), the
+  round's analytic FLOPs and bytes (``roofline.round_counts``), the binding roof
+  and the fraction of it reached; FedZO also against the raw
+  ``jax.random.normal`` rate (its direction generator);
+* **vmapped vs one client at a time**: the same client update jitted for one
+  client and looped over ``gpu_table_sequential`` clients (the vmap suite's
+  baselines), as a ratio of client steps per second.
+
+N above ``gpu_table_max_block`` (default 10^5) runs in client blocks of that many
+clients (``client_block``, fedsim.core.client_map): one vmap over 10^6 FedZO
+clients would hold 10^6 x b2 x d = 52 GB of directions per step. DeComFL / HiSo
+vmap their clients directly. A configuration that fails (e.g. out of device
+memory) is recorded with its error and the table goes on.
+
+On CPU the same command runs (slowly); ``--quick`` shrinks it to N = 4, 16 for
+the test suite, so the command cannot rot while no accelerator is at hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from experiments.bench.util import Settings, make_benchmark_task, mib
+
+TITLE = "accelerator table: client steps/s, peak memory, roofline, vmapped vs loop"
+
+
+def measure(name: str, n: int, settings: Settings, peak: dict, bw: dict, log: Callable[[str], None]) -> dict:
+  """One row: the vmap suite's record of (name, N) plus its roofline verdict."""
+  from experiments.bench import roofline, vmap
+  from fedsim import algorithms
+
+  s = dataclasses.replace(settings, sequential_clients=settings.gpu_table_sequential,
+                          client_block=0 if n <= settings.gpu_table_max_block else settings.gpu_table_max_block,
+                          rounds_per_chunk=1 if n >= 100000 else settings.rounds_per_chunk)
+  rec = (vmap.benchmark_hiso(name, n, s, log) if name in ("decomfl", "hiso")
+         else vmap.benchmark_one(name, n, s, log))
+  task = make_benchmark_task(1, settings.samples_per_client, settings.seed)   # only its shapes
+  d_in, c = roofline.softmax_dims(task)
+  hp = vmap.benchmark_hparams(name)
+  cfg = algorithms.build(name, task, **hp).hparams
+  counts = roofline.round_counts(name, cfg, n, d_in, c)
+  roof = roofline.binding_roof(counts["flops_per_round"], counts["bytes_per_round"], rec["seconds_per_round"],
+                               peak["flops_per_s"], bw["bytes_per_s"])
+  mem = rec["memory"]
+  row = {"algorithm": name, "num_clients": n, "client_block": s.client_block,
+         "seconds_per_round": rec["seconds_per_round"], "client_steps_per_s": rec["vmapped_steps_per_s"],
+         "compiled_bytes": mem["total_bytes"], "device_peak_bytes": mem["device_peak_bytes"],
+         "peak_rss_bytes": mem["peak_rss_bytes"], "compile_s": rec["compile_s"],
+         "sequential_clients_timed": rec["sequential_clients_timed"],
+         "sequential_steps_per_s": rec["sequential_steps_per_s"], "speedup_vs_loop": rec["speedup"],
+         "state_finite": rec["state_finite"], "cpu_per_wall": rec["vmapped_cpu_per_wall"], **counts, **roof}
+  if rec.get("directions"):
+    row["generator_fraction"] = rec["directions"]["ratio"]
+  log(f"[gpu_table {name} N={n}] {row['client_steps_per_s']:,.0f} client steps/s; {roof['bound']}-bound, "
+      f"{100 * roof['roof_fraction']:.1f}% of the roof; compiled {mib(row['compiled_bytes'])} MiB; "
+      f"{row['speedup_vs_loop']:.1f}x the one-client loop")
+  return row
+
+
+def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
+  """Runs the suite; returns ``{"peak", "bandwidth", "records"}`` (failed rows carry ``error``)."""
+  from experiments.bench import roofline
+  peak = roofline.matmul_peak(settings.matmul_size, settings.repeats, settings.min_time)
+  bw = roofline.bandwidth_peak(settings.bandwidth_bytes, settings.repeats, settings.min_time)
+  log(f"[gpu_table] float32 {peak['n']}^2 matmul {peak['flops_per_s'] / 1e12:,.3f} TFLOP/s; memory bandwidth "
+      f"{bw['bytes_per_s'] / 1e9:,.1f} GB/s")
+  records = []
+  for n in sorted(settings.gpu_table_clients):
+    for name in settings.gpu_table_algorithms:
+      try:
+        records.append(measure(name, n, settings, peak, bw, log))
+      except Exception as e:  # pylint: disable=broad-except  # e.g. out of device memory: keep the rest
+        msg = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        log(f"[gpu_table {name} N={n}] failed: {msg}")
+        records.append({"algorithm": name, "num_clients": n, "error": msg})
+  return {"peak": peak, "bandwidth": bw, "records": records}
+
+
+def markdown(result: dict) -> str:
+  """The table: one row per (algorithm, N)."""
+  p, bw = result["peak"], result["bandwidth"]
+  rows = [f"float32 {p['n']}x{p['n']} matmul: {p['flops_per_s'] / 1e12:,.3f} TFLOP/s; memory bandwidth "
+          f"{bw['bytes_per_s'] / 1e9:,.1f} GB/s (ridge {p['flops_per_s'] / bw['bytes_per_s']:.1f} FLOP/B)\n",
+          "| algorithm | N | client steps/s | s/round | peak memory MiB (compiled; device peak) | bound "
+          "| % of binding roof | vmapped vs loop (clients looped) |", "|" + "---|" * 8]
+  for r in result["records"]:
+    if "error" in r:
+      rows.append(f"| {r['algorithm']} | {r['num_clients']} | failed: {r['error']} | | | | | |")
+      continue
+    dev = f"; {mib(r['device_peak_bytes'])}" if r.get("device_peak_bytes") else ""
+    gen = (f"; generator {100 * r['generator_fraction']:.0f}%" if r.get("generator_fraction") is not None
+           else "")
+    rows.append(f"| {r['algorithm']} | {r['num_clients']:,} | {r['client_steps_per_s']:,.0f} "
+                f"| {r['seconds_per_round']:.4g} | {mib(r['compiled_bytes'])}{dev} "
+                f"| {r['bound']} ({r['arithmetic_intensity']:.1f} FLOP/B) "
+                f"| {100 * r['roof_fraction']:.1f}{gen} "
+                f"| {r['speedup_vs_loop']:.1f}x ({r['sequential_clients_timed']}) |")
+  return "\n".join(rows) + "\n"
