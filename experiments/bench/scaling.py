@@ -38,6 +38,11 @@ def loglog_slope(ns, seconds) -> float | None:
   return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else None
 
 
+def fmt(v) -> str:
+  """A slope with 3 decimals, or n/a."""
+  return "n/a" if v is None else format(v, ".3f")
+
+
 def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
   """Runs the suite; returns ``{"records": [...], "slopes": {algorithm: {...}}}``."""
   from experiments.bench import vmap
@@ -75,7 +80,6 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
     # The same fit on CPU seconds of the process (less sensitive to other processes' load).
     slope_cpu = loglog_slope([r["num_clients"] for r in sel], [r["cpu_seconds_per_round"] for r in sel])
     slopes[name] = {"slope": slope, "slope_cpu": slope_cpu, "slope_range": [lo, hi]}
-    fmt = lambda v: "n/a" if v is None else format(v, ".3f")
     log(f"[scaling {name}] log-log slope of s/round on N over [{lo}, {hi}]: {fmt(slope)} "
         f"(CPU s: {fmt(slope_cpu)})")
   return {"task": "digits softmax (d = 650)", "participation": "full", "records": records, "slopes": slopes}
@@ -91,7 +95,6 @@ def markdown(result: dict) -> str:
                 f"| {r['cpu_seconds_per_round']:.4g} | {r['client_steps_per_s']:,.0f} "
                 f"| {r['cpu_per_wall']:.2f} | {r['compile_s']:.2f} | {mib(m['total_bytes'])} "
                 f"| {mib(m['peak_rss_bytes'])} | {'yes' if r['fits_24gib'] else 'no'} |")
-  fmt = lambda v: "n/a" if v is None else format(v, ".3f")
   for name, sl in result["slopes"].items():
     lo, hi = sl["slope_range"]
     rows.append(f"\n{name}: log-log slope of s/round on N over [{lo}, {hi}]: {fmt(sl['slope'])}; of CPU "
