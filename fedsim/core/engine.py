@@ -13,6 +13,7 @@ count) is cut back to the real N inside every compiled chunk and evaluation
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -44,6 +45,19 @@ def make_chunk(algorithm: FederatedAlgorithm):
   # Donating the state saves a copy on accelerators; CPU cannot use donations.
   donate = (0,) if jax.default_backend() != "cpu" else ()
   return jax.jit(chunk, static_argnums=4, donate_argnums=donate)
+
+
+@functools.lru_cache(maxsize=32)
+def task_evaluator(evaluate: Callable) -> Callable:
+  """``(params, data) -> metrics``, jitted once per task ``evaluate`` function.
+
+  Shared by every algorithm and every :func:`simulate` call on the same task:
+  algorithms whose solutions have the same shapes (FedAvg and FedZO on one
+  model) evaluate with one compiled program instead of one each.
+  """
+  def evaluate_task(params, data):
+    return evaluate(params, sharding_lib.unpad(data))
+  return jax.jit(evaluate_task)
 
 
 def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_every: int,
@@ -119,14 +133,15 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     state = init(*init_keys)
   rounds_key = rng.stream(key, "rounds")
   chunk = make_chunk(algorithm)
-  def evaluate_fn(s, data):
-    data = sharding_lib.unpad(data)
-    out = dict(task.evaluate(algorithm.solution(s), data))
-    if algorithm.metrics is not None:
-      out.update(algorithm.metrics(s))
-    return out
+  evaluate_task = task_evaluator(task.evaluate)     # one program per task, not per algorithm
+  # The algorithm's part: its solution and its own metrics, one small program.
+  def solve(s):
+    return algorithm.solution(s), (algorithm.metrics(s) if algorithm.metrics is not None else {})
+  solve = jax.jit(solve)
 
-  evaluate = jax.jit(evaluate_fn)
+  def evaluate(s, data):
+    params, own = solve(s)
+    return {**evaluate_task(params, data), **own}
   totals = dict(totals or {"queries": 0, "bytes_up": 0, "bytes_down": 0, "participants": 0,
                            "empty_rounds": 0})
   records = []

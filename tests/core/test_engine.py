@@ -163,11 +163,15 @@ def test_chunks_and_evaluations_compile_once_on_a_sharded_task(digits10):
 
   handler, logger = Catch(), logging.getLogger("jax")
   logger.addHandler(handler)
+  zo = algorithms.build("fedzo", task, clients_per_round=3, local_steps=2)
   try:
     with jax.log_compiles(True):
       simulate(alg, task, 8, 2, jax.random.key(0))
+      # A second algorithm with the same solution shapes reuses the task's evaluation program.
+      simulate(zo, task, 2, 2, jax.random.key(0))
   finally:
     logger.removeHandler(handler)
   done = [m for m in compiled if m.startswith("Finished XLA compilation")]
-  assert sum("jit(chunk)" in m for m in done) == 1, done
-  assert sum("jit(evaluate_fn)" in m for m in done) == 1, done
+  assert sum("jit(chunk)" in m for m in done) == 2, done               # one per algorithm
+  assert sum("jit(evaluate_task)" in m for m in done) == 1, done       # one for both
+  assert sum("jit(solve)" in m for m in done) == 2, done
