@@ -174,6 +174,10 @@ def define_flags():
                        "measures the memory bandwidth (default 268435456)")
   flags.DEFINE_list("compile_rounds", None, "compile suite: rounds per chunk (default 1,10,100)")
   flags.DEFINE_list("compile_clients", None, "compile suite: client counts (default 100,1000,10000)")
+  flags.DEFINE_integer("compile_main_job_rounds", None, "compile suite: rounds of the main-job runs (default 300; "
+                       "0 = skipped)")
+  flags.DEFINE_integer("compile_sweep_rounds", None, "compile suite: rounds of the sweep_fedzo_alpha.cfg runs, seeds "
+                       "batched and one after another (default 300; 0 = skipped)")
   flags.DEFINE_integer("roofline_clients", None, "roofline suite: N (default 1000)")
   flags.DEFINE_integer("matmul_size", None, "roofline suite: n of the n x n float32 matmul (default 2048)")
   flags.DEFINE_list("fzoos_configs", None, "fzoos suite: N:M pairs, M random features "
@@ -217,7 +221,8 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
              prng_impl=None, scaling_clients=None, compile_rounds=None, compile_clients=None,
              roofline_clients=None, matmul_size=None, fzoos_configs=None, fzoos_vmap=None, ffgb_clients=None,
              ffgb_oracle_steps=None, blas_threads=1, client_block=None, scaling_algorithms=None,
-             gpu_table_clients=None, gpu_table_algorithms=None, bandwidth_bytes=None):
+             gpu_table_clients=None, gpu_table_algorithms=None, bandwidth_bytes=None, compile_main_job_rounds=None,
+             compile_sweep_rounds=None):
   """Checks the flag values (arguments named as the flags) before anything is built or compiled.
 
   Returns:
@@ -240,7 +245,9 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
                            ("matmul_size", matmul_size, 1), ("ffgb_clients", ffgb_clients, 2),
                            ("ffgb_oracle_steps", ffgb_oracle_steps, 1),
                            ("blas_threads", blas_threads, 0), ("client_block", client_block, 0),
-                           ("bandwidth_bytes", bandwidth_bytes, 4)):
+                           ("bandwidth_bytes", bandwidth_bytes, 4),
+                           ("compile_main_job_rounds", compile_main_job_rounds, 0),
+                           ("compile_sweep_rounds", compile_sweep_rounds, 0)):
     if value is not None and value < low:
       raise ConfigError(flag, f"must be >= {low}; got {value}")
   if min_time is not None and not (math.isfinite(min_time) and min_time >= 0):

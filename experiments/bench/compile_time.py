@@ -20,6 +20,12 @@ twice in fresh processes with one new persistent compilation cache
 (``compilation_cache``): ``cold`` (empty cache) then ``warm``. Per run: the
 seconds XLA spent compiling (``jax.monitoring``'s backend-compile events, summed),
 the persistent-cache hits, and the process's wall and CPU seconds.
+
+``sweep``: ``experiments/flagfiles/sweep_fedzo_alpha.cfg`` (FedZO, 3 Dirichlet
+alphas x ``compile_sweep_seeds`` seeds, ``compile_sweep_rounds`` rounds; 0 =
+skipped) with the seeds batched and one after another, each in a fresh process
+with an empty persistent cache (:func:`sweep_job`; issue 17: batched >= 2x
+faster, wall and CPU).
 """
 
 from __future__ import annotations
@@ -75,6 +81,47 @@ def main_job(rounds: int, log: Callable[[str], None] = print) -> list[dict]:
   return out
 
 
+SWEEP_FLAGFILE = "experiments/flagfiles/sweep_fedzo_alpha.cfg"
+
+
+def sweep_job(rounds: int, seeds: int, log: Callable[[str], None] = print) -> list[dict]:
+  """The 3 x ``seeds`` sweep of ``SWEEP_FLAGFILE`` at ``rounds`` rounds, seeds batched and one after another.
+
+  Each mode runs ``python -m experiments.sweep`` in a fresh process from the
+  repository root with its own empty persistent compilation cache and output
+  folder; wall seconds and the child's CPU seconds (user + sys) are measured.
+  ``speedup`` (on the batched record) = one-after-another / batched, wall and CPU.
+  """
+  import os
+  import resource
+  import time
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  out = []
+  for batched in (True, False):
+    with tempfile.TemporaryDirectory() as tmp:
+      cmd = [sys.executable, "-m", "experiments.sweep", f"--flagfile={SWEEP_FLAGFILE}", f"--rounds={rounds}",
+             f"--seeds={seeds}", f"--batch_seeds={str(batched).lower()}", f"--output_dir={tmp}/out",
+             f"--compilation_cache={tmp}/cache"]
+      before = resource.getrusage(resource.RUSAGE_CHILDREN)
+      t = time.perf_counter()
+      proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
+      wall = time.perf_counter() - t
+      after = resource.getrusage(resource.RUSAGE_CHILDREN)
+      if proc.returncode != 0:
+        raise RuntimeError(f"sweep failed: {proc.stderr[-2000:]}")
+      cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+      rec = {"mode": "batched" if batched else "one after another", "rounds": rounds, "seeds": seeds,
+             "wall_s": wall, "cpu_s": cpu, "command": " ".join(cmd[1:])}
+      log(f"[compile sweep, seeds {rec['mode']}] {rounds} rounds x 3 alphas x {seeds} seeds: {wall:.1f} s wall, "
+          f"{cpu:.1f} s CPU")
+      out.append(rec)
+  out[0]["speedup_wall"] = out[1]["wall_s"] / out[0]["wall_s"]
+  out[0]["speedup_cpu"] = out[1]["cpu_s"] / max(out[0]["cpu_s"], 1e-9)
+  log(f"[compile sweep] batched seeds {out[0]['speedup_wall']:.2f}x faster wall, {out[0]['speedup_cpu']:.2f}x CPU "
+      "(target >= 2x)")
+  return out
+
+
 def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
   """Runs the suite; returns ``{"records": [...], "rounds_ratio": {alg: ratio}, "main_job": [...]}``."""
   from experiments.bench.vmap import benchmark_hparams
@@ -104,7 +151,10 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
     ratio_cpu[name] = max(cc) / max(min(cc), 1e-12)
     log(f"[compile {name}] compile time max/min over rounds per chunk {rounds}: {ratio[name]:.2f}")
   jobs = main_job(settings.compile_main_job_rounds, log) if settings.compile_main_job_rounds > 0 else []
-  return {"records": records, "rounds_ratio": ratio, "rounds_ratio_cpu": ratio_cpu, "main_job": jobs}
+  sweeps = (sweep_job(settings.compile_sweep_rounds, settings.compile_sweep_seeds, log)
+            if settings.compile_sweep_rounds > 0 else [])
+  return {"records": records, "rounds_ratio": ratio, "rounds_ratio_cpu": ratio_cpu, "main_job": jobs,
+          "sweep": sweeps}
 
 
 def markdown(result: dict) -> str:
@@ -121,4 +171,11 @@ def markdown(result: dict) -> str:
              "| run CPU s |", "|" + "---|" * 7]
     rows += [f"| {r['cache']} cache | {r['rounds']} | {r['compile_s']:.2f} | {r['compiles']} | {r['cache_hits']} "
              f"| {r['wall_s']:.1f} | {r['cpu_s']:.1f} |" for r in result["main_job"]]
+  if result.get("sweep"):
+    rows += ["", f"| `{SWEEP_FLAGFILE}` | rounds | seeds | wall s | CPU s |", "|" + "---|" * 5]
+    rows += [f"| seeds {r['mode']} | {r['rounds']} | {r['seeds']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} |"
+             for r in result["sweep"]]
+    b = result["sweep"][0]
+    rows.append(f"\nbatched seeds: {b['speedup_wall']:.2f}x faster (wall), {b['speedup_cpu']:.2f}x (CPU); "
+                "target >= 2x")
   return "\n".join(rows) + "\n"
