@@ -24,6 +24,14 @@ Per round r, every client i (all N take part, as in the paper):
    (eq. 6; [code] y min-max normalised, weights scaled back by ymax - ymin);
    the server averages them, w_r = (1/N) sum_i w_{r,T}^(i) (eq. 7).
 
+Speed (issue 17; mathematically the same rules): ``rff_cache = 1`` (default) keeps each
+client's last RFF window's features phi(x) and Gram, keyed by the queries' write
+stamps (History.stamp), so a fit computes them only for the ~107 rows new to its
+window (rffm.fit_weights_cached; w agrees with rffm.fit_weights to ~1e-15 relative on
+one window, tests pin 1e-9); the nearest-point windows take float32 top-k candidates
+and an exact float64 top_k on them, certified or redone in full (:func:`_nearest`,
+the same slots as ``lax.top_k``).
+
 gamma_t: the paper's 1/t runs over t = 1..T (first local step gamma = 1). The
 authors' code writes ``gamma_t = gamma / (t+1)`` (optimizers.py ``fzoos_opt.update``,
 l. 519-520) inside ``for t in range(iters)``, a zero-based t = 0..T-1: the same
@@ -120,6 +128,12 @@ class FZooSConfig:
     gp_window: history points nearest to x in the local GP = 150 ([code]).
     rff_window: points nearest to x_r in the RFF fit = 500 ([code]).
     rff_ridge: sigma^2 of the RFF fit (code: 0, min-norm; 1e-8 numerically).
+    rff_cache: 1 (default): each client keeps its last RFF window's features and
+      Gram (state: N x rff_window x (num_rff + rff_window) reals) and the eq. 6 fit
+      computes them only for the rows that are new to the window (about the 107
+      queries of a round at T = 10; rffm.fit_weights_cached), the clients one after
+      another (``lax.map``); the same weights up to round-off. 0: every fit computes
+      the window's features and Gram afresh (rffm.fit_weights, all clients vmapped).
     history_size: per-client history slots; 0 (default): the whole run,
       init_queries + rounds x queries_per_client_round (at least the windows);
       H > 0: a ring of the last H queries (module docstring, "History").
@@ -161,6 +175,10 @@ class FZooSConfig:
   gp_window: int = hparam(150, help="FZooS local GP window (nearest history points)", low=1, source="[code]")
   rff_window: int = hparam(500, help="FZooS RFF fit window (points nearest x_r)", low=1, source="[code]")
   rff_ridge: float = hparam(1e-8, help="FZooS RFF fit ridge sigma^2 (code: 0, min-norm)", low=0, finite=True)
+  rff_cache: int = hparam(1, help="1 keeps each client's last RFF window's features and Gram (state N x "
+                          "rff_window x (num_rff + rff_window) reals) so eq. 6 computes them only for new rows "
+                          "(same weights up to round-off); 0 recomputes them every round", choices=(0, 1),
+                          source="implementation (issue 17)")
   history_size: int = hparam(0, help="FZooS per-client history slots: 0 = the whole run (from rounds), "
                              "H > 0 = ring of the last H queries", low=0, source="seed 000 Alg. 2")
   rounds: int = hparam(0, help="rounds of the run (set by the run; sizes the history when history_size = 0)",
@@ -277,16 +295,22 @@ def with_accept_if_improves(alg: FederatedAlgorithm, task: Task) -> FederatedAlg
 
 
 class History(NamedTuple):
-  """One client's ring buffer: X (H, d), y (H,), valid (H,) bool, ptr () int32."""
+  """One client's ring buffer: X (H, d), y (H,), valid (H,) bool, ptr () int32; stamp (H,)
+  int32 the write index of each slot's query (0, 1, ... over the run; -1 empty), written ()
+  int32 the queries written so far (the RFF fit cache's row ids, rffm.fit_weights_cached)."""
   X: jax.Array
   y: jax.Array
   valid: jax.Array
   ptr: jax.Array
+  stamp: jax.Array
+  written: jax.Array
 
 
 class FZooSState(NamedTuple):
   """x (d,); round () int32; hist (History with leading N); w_local (N, M);
-  w_global (M,); rff (shared draw); cosine (T,) last round's mean cos(ghat, grad F)."""
+  w_global (M,); rff (shared draw); cosine (T,) last round's mean cos(ghat, grad F);
+  fit_cache (rffm.FitCache with leading N: each client's last RFF window, rff_window
+  rows, or 0 rows with ``rff_cache = 0``)."""
   x: jax.Array
   round: jax.Array
   hist: History
@@ -294,6 +318,7 @@ class FZooSState(NamedTuple):
   w_global: jax.Array
   rff: rffm.RFF
   cosine: jax.Array
+  fit_cache: rffm.FitCache
 
 
 def _write(h: History, X, y, do=True) -> History:
@@ -305,14 +330,54 @@ def _write(h: History, X, y, do=True) -> History:
   return History(X=h.X.at[idx].set(jnp.where(do, X, h.X[idx])),
                  y=h.y.at[idx].set(jnp.where(do, y, h.y[idx])),
                  valid=h.valid.at[idx].set(jnp.where(do, True, h.valid[idx])),
-                 ptr=(h.ptr + k * do.astype(jnp.int32)) % H)
+                 ptr=(h.ptr + k * do.astype(jnp.int32)) % H,
+                 stamp=h.stamp.at[idx].set(jnp.where(do, h.written + jnp.arange(k, dtype=jnp.int32), h.stamp[idx])),
+                 written=h.written + k * do.astype(jnp.int32))
+
+
+def _nearest(dist, n):
+  """``lax.top_k(-dist, n)`` (the same slots in the same order, ties to the lower index)
+  for float64 ``dist`` (H,), faster on CPU: XLA has a fast top-k for float32 only.
+
+  The K = min(H, 2n) smallest of fl32(dist) are the candidates; the exact top_k runs
+  on their float64 distances. Exact when every other slot is farther than the n-th
+  chosen distance d_n: the others have fl32(dist) >= v = fl32(the candidates' largest
+  dist), so dist >= v (1 - 2^-24) (round to nearest, v normal), and v (1 - 2^-22) > d_n
+  (or v = inf: the rest are empty slots) certifies it. Otherwise (near-ties at the
+  boundary) the full float64 top_k runs (a loop of 0 or 1 steps, so a ``vmap`` pays
+  it only when some client needs it). tests/algorithms/test_fzoos_rules.py pins both paths.
+  """
+  H = dist.shape[0]
+  K = min(H, 2 * n)
+  if K == H:
+    return jax.lax.top_k(-dist, n)
+  # Only the index output of this top_k is used (so XLA's float32 top-k applies).
+  _, cand = jax.lax.top_k(-dist.astype(jnp.float32), K)
+  dc = dist[cand]
+  neg, sub = jax.lax.top_k(-dc, n)
+  v = jnp.max(dc).astype(jnp.float32)
+  ok = jnp.isposinf(v) | ((v >= jnp.finfo(jnp.float32).tiny)
+                          & (v.astype(dist.dtype) * (1.0 - 2.0 ** -22) > -neg[n - 1]))
+
+  def full(carry):
+    d, _ = jax.lax.optimization_barrier((dist, carry))   # not hoisted out of the loop
+    return (*jax.lax.top_k(-d, n), jnp.bool_(True))
+
+  neg, idx, _ = jax.lax.while_loop(lambda c: ~c[2], full, (neg, cand[sub], ok))
+  return neg, idx
+
+
+def _window_slots(h: History, p, n):
+  """The slots of the n valid points nearest to p, nearest first: (idx (n,), mask (n,))."""
+  dist = jnp.where(h.valid, jnp.sum((h.X - p) ** 2, axis=1), jnp.inf)
+  neg, idx = _nearest(dist, n)
+  return idx, jnp.isfinite(neg) & h.valid[idx]
 
 
 def _window(h: History, p, n):
   """The n valid points nearest to p: (X (n, d), y (n,), mask (n,))."""
-  dist = jnp.where(h.valid, jnp.sum((h.X - p) ** 2, axis=1), jnp.inf)
-  neg, idx = jax.lax.top_k(-dist, n)
-  return h.X[idx], h.y[idx], jnp.isfinite(neg) & h.valid[idx]
+  idx, mask = _window_slots(h, p, n)
+  return h.X[idx], h.y[idx], mask
 
 
 def _minmax(y, mask):
@@ -351,7 +416,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       raise ValueError(f"unknown {field} {value!r}; accepted: {', '.join(accepted)}")
   if max(cfg.gp_window, cfg.rff_window) > cfg.history_size:
     raise ValueError(f"history_size={cfg.history_size} must be >= gp_window and rff_window")
-  for field in ("accept_if_improves", "track_cosine"):
+  for field in ("accept_if_improves", "track_cosine", "rff_cache"):
     if getattr(cfg, field) not in (0, 1):
       raise ValueError(f"{field} must be 0 or 1; got {getattr(cfg, field)!r}")
   if cfg.local_steps < 1 or cfg.num_rff < 1:
@@ -362,6 +427,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
   unravel = flat_solution(task)
   opt = local_optimizer(cfg.local_optimizer, cfg.lr)
   H = cfg.history_size
+  q_round = queries_per_client_round(cfg)
 
   def f_client(x, client):
     with jax.default_matmul_precision("highest"):
@@ -374,9 +440,13 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     dt = x0.dtype
     shared = rffm.draw(shared_key, M, d, cfg.lengthscale, dt)   # the run's shared stream
     hist = History(X=jnp.zeros((N, H, d), dt), y=jnp.zeros((N, H), dt),
-                   valid=jnp.zeros((N, H), bool), ptr=jnp.zeros((N,), jnp.int32))
+                   valid=jnp.zeros((N, H), bool), ptr=jnp.zeros((N,), jnp.int32),
+                   stamp=jnp.full((N, H), -1, jnp.int32), written=jnp.zeros((N,), jnp.int32))
+    cache = rffm.empty_cache(cfg.rff_window if cfg.rff_cache else 0, M, dt)
+    cache = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (N,) + a.shape), cache)
     return FZooSState(x=x0, round=jnp.int32(0), hist=hist, w_local=jnp.zeros((N, M), dt),
-                      w_global=jnp.zeros((M,), dt), rff=shared, cosine=jnp.zeros((T,), dt))
+                      w_global=jnp.zeros((M,), dt), rff=shared, cosine=jnp.zeros((T,), dt),
+                      fit_cache=cache)
 
   def local_gp(h: History, x):
     """The normalised GP on the gp_window points nearest to x; (post, span)."""
@@ -434,15 +504,28 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
                                   jnp.arange(1, T + 1, dtype=jnp.int32))
     return x, h, cos
 
-  def server_side(x_r, x_T, h: History, rff, client, key):
-    """Active queries around x_r and the RFF fit (specs §2.4.5, client side after aggregation)."""
+  def server_side(x_r, x_T, h: History, client, key):
+    """Active queries around x_r and the window of the RFF fit (specs §2.4.5, client side
+    after aggregation): (h, (X, y min-max normalised [code], mask, ids, span))."""
     h = _write(h, x_r[None], f_client(x_r, client)[None])
     rad = jnp.mean(jnp.abs(x_r - x_T)) / 2.0
     h = active(h, client, x_r, rad, cfg.server_candidates, cfg.server_active, key)
-    Xw, yw, mw = _window(h, x_r, cfg.rff_window)
+    idx, mw = _window_slots(h, x_r, cfg.rff_window)
+    yw = h.y[idx]
     lo, span = _minmax(yw, mw)
-    w = rffm.fit_weights(rff, Xw, (yw - lo) / span, mw, cfg.rff_ridge)  # eq. (6)
-    return h, span * w
+    return h, (h.X[idx], (yw - lo) / span, mw, h.stamp[idx], span)
+
+  # New rows per fit: about one round's queries (module docstring, "rff_cache" in FZooSConfig).
+  fit_chunk = min(cfg.rff_window, -(-q_round // 8) * 8)
+
+  def rff_fit(rff, window, cache):
+    """One client's RFF weights on its window (eq. 6; [code] weights scaled back by ymax - ymin)."""
+    Xw, yt, mw, ids, span = window
+    if cfg.rff_cache:
+      w, cache = rffm.fit_weights_cached(rff, Xw, yt, mw, ids, cache, cfg.rff_ridge, fit_chunk)  # eq. (6)
+    else:
+      w = rffm.fit_weights(rff, Xw, yt, mw, cfg.rff_ridge)                                        # eq. (6)
+    return span * w, cache
 
   def round_fn(state: FZooSState, key, data):
     _, k_clients, k_server = rng.round_subkeys(key)
@@ -458,17 +541,18 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     if cfg.accept_if_improves:                                            # [code] settings.py l. 79-80
       x_new = accept_if_improves(lambda z: F_true(z, clients), state.x, x_new)
     skeys = rng.client_keys(k_server, ids)
-    hist, w_loc = jax.vmap(server_side, in_axes=(None, 0, 0, None, 0, 0))(
-        x_new, x_T, hist, state.rff, clients, skeys)
+    hist, window = jax.vmap(server_side, in_axes=(None, 0, 0, 0, 0))(x_new, x_T, hist, clients, skeys)
+    if cfg.rff_cache:   # one client at a time: the cached fit's loop runs to each client's own new rows
+      w_loc, fit_cache = jax.lax.map(lambda a: rff_fit(state.rff, *a), (window, state.fit_cache))
+    else:
+      w_loc, fit_cache = jax.vmap(rff_fit, in_axes=(None, 0, 0))(state.rff, window, state.fit_cache)
     w_glob = pairwise_sum(w_loc) / N                                      # eq. (7)
     q = N * queries_per_client_round(cfg) + N * cfg.init_queries * first.astype(jnp.int32)
     stats = make_stats(queries=q, bytes_up=N * (d + M) * BYTES_PER_REAL,
                        bytes_down=N * (d + M) * BYTES_PER_REAL, participants=N)
     new = FZooSState(x=x_new, round=state.round + 1, hist=hist, w_local=w_loc, w_global=w_glob,
-                     rff=state.rff, cosine=jnp.mean(cos, axis=0))
+                     rff=state.rff, cosine=jnp.mean(cos, axis=0), fit_cache=fit_cache)
     return new, stats
-
-  q_round = queries_per_client_round(cfg)
 
   def metrics(state: FZooSState):
     # Queries written so far minus the slots: > 0 only once the ring wrapped (module docstring).

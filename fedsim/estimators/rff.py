@@ -17,6 +17,7 @@ derivation that every client and the server reproduce (the authors'
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -93,7 +94,14 @@ def fit_weights(rff: RFF, X, y, mask, ridge=1e-8):
   """
   m = mask.astype(rff.V.dtype)
   Phi = features(rff, X) * m[:, None]                          # (n, M)
-  A = Phi @ Phi.T + jnp.diag(ridge * m + (1.0 - m))            # Khat + sigma^2 I (eq. 6)
+  return _weights_from_gram(Phi, Phi @ Phi.T, y, mask, ridge)
+
+
+def _weights_from_gram(Phi, G, y, mask, ridge):
+  """w = Phi^T (G + sigma^2 I)^{-1} y (eq. 6) from the masked features Phi (n, M) and
+  their Gram G = Phi Phi^T (n, n); invalid rows: phi = 0, unit diagonal, y = 0."""
+  m = mask.astype(Phi.dtype)
+  A = G + jnp.diag(ridge * m + (1.0 - m))                      # Khat + sigma^2 I (eq. 6)
   # A is PD for ridge > 0; only where its factor is not finite (round-off), redo with
   # extra jitter (sequential, see fedsim.estimators.gp._cholesky_retry).
   eye = jnp.eye(A.shape[0], dtype=A.dtype)
@@ -102,6 +110,91 @@ def fit_weights(rff: RFF, X, y, mask, ridge=1e-8):
   L = jnp.linalg.cholesky(A + extra * eye)
   beta = jax.scipy.linalg.cho_solve((L, True), jnp.where(mask, y, 0.0).astype(A.dtype))
   return Phi.T @ beta
+
+
+class FitCache(NamedTuple):
+  """The features and Gram of the last window :func:`fit_weights_cached` fitted.
+
+  Attributes:
+    ids: (n,) int32 identity of each row's point (the caller's unique id of a
+      query, e.g. its write index in a history); -1 for a masked row or none.
+    Phi: (n, M) features phi(x) of those rows (0 where ids = -1).
+    G: (n, n) their Gram Phi Phi^T (0 in rows / columns where ids = -1).
+  """
+  ids: jax.Array
+  Phi: jax.Array
+  G: jax.Array
+
+
+def empty_cache(n: int, num_features: int, dtype=jnp.float32) -> FitCache:
+  """A :class:`FitCache` of n rows that matches nothing (every id -1)."""
+  return FitCache(ids=jnp.full((n,), -1, jnp.int32), Phi=jnp.zeros((n, num_features), dtype),
+                  G=jnp.zeros((n, n), dtype))
+
+
+def fit_weights_cached(rff: RFF, X, y, mask, ids, cache: FitCache, ridge=1e-8, chunk=None):
+  """:func:`fit_weights` (eq. 6) reusing the features and Gram of the rows it shares with the
+  previously fitted window: w = Phi^T (Phi Phi^T + sigma^2 I)^{-1} y.
+
+  A row whose id is in ``cache.ids`` takes its phi(x) and its Gram entries with the
+  other cached rows from the cache; only the m new rows get features phi(x) (m d M)
+  and Gram rows against the whole window (m n M), in chunks of ``chunk`` rows (a
+  loop of ceil(m / chunk) steps). The ids must identify the points: equal ids, equal
+  x (a history's write index does; a slot index does not once a ring wraps).
+  Mathematically the same w as :func:`fit_weights` on (X, y, mask); the Gram entries
+  and features come from products of other shapes, so they may differ in the last
+  bits (tests/estimators/test_rff.py pins the agreement).
+
+  Args:
+    rff: the shared draw.
+    X: (n, d) inputs; y: (n,) targets; mask: (n,) bool valid rows.
+    ids: (n,) int32 ids of the rows (ignored where ``mask`` is False).
+    cache: the previous call's cache (:func:`empty_cache` at first), n' rows.
+    ridge: sigma^2.
+    chunk: rows per step of the new-row loop (static); default n.
+
+  Returns:
+    ((M,) weights, the :class:`FitCache` of this window). Cost O(m (d + n) M + n^3)
+    plus O(n M) copies. Not for ``vmap``: a batched loop bound runs every client to
+    the largest m and selects the (n, M) features at every step (use ``lax.map``).
+  """
+  n = X.shape[0]
+  c = n if chunk is None else max(1, min(int(chunk), n))
+  dt = rff.V.dtype
+  ids = jnp.where(mask, ids, -1).astype(jnp.int32)
+  eq = (ids[:, None] == cache.ids[None, :]) & (ids[:, None] >= 0)  # (n, n')
+  hit = jnp.any(eq, axis=1)
+  pos = jnp.argmax(eq, axis=1)
+  both = hit[:, None] & hit[None, :]
+  Phi = jnp.where(hit[:, None], cache.Phi[pos], 0.0).astype(dt)   # (n, M) cached phi(x)
+  G = jnp.where(both, cache.G[pos][:, pos], 0.0).astype(dt)       # cached Phi Phi^T entries
+  new = mask & ~hit
+  num_new = jnp.sum(new.astype(jnp.int32))
+  steps = (num_new + c - 1) // c
+  pad = (-n) % c
+  # The new rows first (stable), then the rest; padded to whole chunks with n (dropped).
+  order = jnp.concatenate([jnp.argsort(~new, stable=True).astype(jnp.int32),
+                           jnp.full((pad,), n, jnp.int32)])
+
+  def rows(k):
+    r = jax.lax.dynamic_slice(order, (k * c,), (c,))
+    live = k * c + jnp.arange(c) < num_new
+    return jnp.minimum(r, n - 1), jnp.where(live, r, n)          # gather index, scatter index
+
+  def add_features(k, Phi):
+    get, put = rows(k)
+    return Phi.at[put].set(features(rff, X[get]), mode="drop")  # phi(x) of the new rows
+
+  def add_gram(Phi, k, G):
+    get, put = rows(k)
+    block = Phi[get] @ Phi.T                                     # (c, n) new rows of Phi Phi^T
+    return G.at[put].set(block, mode="drop").at[:, put].set(block.T, mode="drop")
+
+  Phi = jax.lax.fori_loop(0, steps, add_features, Phi)
+  G = jax.lax.fori_loop(0, steps, functools.partial(add_gram, Phi), G)
+  # Masked rows are exactly 0 in Phi and G already (never cached, never computed), as in fit_weights.
+  w = _weights_from_gram(Phi, G, y, mask, ridge)               # eq. (6)
+  return w, FitCache(ids=ids, Phi=Phi, G=G)
 
 
 def kernel_se(x, xp, lengthscale=1.0):

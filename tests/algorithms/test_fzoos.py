@@ -8,6 +8,7 @@ import pytest
 from fedsim import algorithms
 from fedsim.algorithms import fzoos, zo_baselines
 from fedsim.core import rng
+from fedsim.estimators import rff
 from fedsim.tasks import make_task
 from fedsim.tasks import synthetic
 
@@ -182,3 +183,71 @@ def test_true_gradient_oracle_local_step_is_exact_gradient_and_reaches_the_optim
   gap = float(task.evaluate(state.x, task.data)["optimality_gap"])
   assert gap < 0.01, gap
   assert sum(int(s.queries) for s in stats) == 0
+
+
+def test_nearest_is_top_k_exactly_on_both_of_its_paths():
+  """fzoos._nearest (float32 candidates, float64 top_k on them, certificate) returns
+  lax.top_k(-dist, n)'s slots and values exactly: on distinct distances (certified), with
+  empty slots (inf, fewer valid than n), with exact ties, and on float64 distances that
+  float32 cannot tell apart and whose order is the reverse of the slots' (the candidates
+  are wrong there, the certificate fails and the full top_k runs); also under vmap."""
+  with jax.enable_x64(True):
+    H, n = 400, 30
+    rs = np.random.default_rng(0)
+    cases = [rs.uniform(1.0, 9.0, H),
+             np.where(np.arange(H) < 20, rs.uniform(0.0, 1.0, H), np.inf),       # 20 valid < n
+             np.where(np.arange(H) < 45, rs.uniform(0.0, 1.0, H), np.inf),       # n < 45 valid < 2n
+             np.round(rs.uniform(0.0, 3.0, H), 1),                               # exact ties
+             1.0 + (H - np.arange(H)) * 1e-12]                                   # the fallback
+    near = jax.jit(lambda d: fzoos._nearest(d, n))
+    for dist in cases:
+      want = jax.lax.top_k(-jnp.asarray(dist), n)
+      got = near(jnp.asarray(dist))
+      np.testing.assert_array_equal(got[1], want[1])
+      np.testing.assert_array_equal(got[0], want[0])
+    # The last case really needs the fallback: its float32 candidates miss the nearest slots.
+    _, cand = jax.lax.top_k(-jnp.asarray(cases[-1]).astype(jnp.float32), 2 * n)
+    assert not np.isin(np.asarray(want[1]), np.asarray(cand)).all()
+    batch = jnp.asarray(np.stack(cases))
+    got = jax.jit(jax.vmap(lambda d: fzoos._nearest(d, n)))(batch)
+    np.testing.assert_array_equal(got[1], jax.vmap(lambda d: jax.lax.top_k(-d, n))(batch)[1])
+
+
+def test_cached_rff_fit_is_the_plain_fit_on_every_round_window_through_ring_wraps():
+  """rff_cache=1 (fedsim.estimators.rff.fit_weights_cached): every round's w_local^(i) is
+  span * fit_weights on the client's window of the round (the rff_window history points
+  nearest x_r, min-max normalised, eq. 6) within 1e-9 x max|w|, over 6 rounds of a 40-slot
+  ring that wraps (19 queries a round), so slots are overwritten by new points while the
+  cache holds their old features (the write stamps tell them apart). 1e-9: the plain fit
+  agrees with itself on the same window in another row order to ~1e-11 at the Fig. 1
+  setting (BUILD.md, fzoos)."""
+  with jax.enable_x64(True):
+    task = make_task("quadratic", num_clients=2, dim=8, heterogeneity=5.0, seed=0)
+    hp = dict(num_rff=300, history_size=40, gp_window=10, rff_window=24, local_steps=3,
+              local_candidates=10, local_active=2, server_candidates=20, server_active=10)
+    alg = algorithms.build("fzoos", task, **hp)
+    assert alg.hparams.rff_cache == 1 and fzoos.queries_per_client_round(alg.hparams) == 19
+    state = jax.jit(alg.init)(*rng.init_keys(ROOT))
+    step = jax.jit(alg.round)
+    cfg = alg.hparams
+
+    @jax.jit
+    def plain(st):
+      def one(h):
+        idx, m = fzoos._window_slots(h, st.x, cfg.rff_window)
+        lo, span = fzoos._minmax(h.y[idx], m)
+        return span * rff.fit_weights(st.rff, h.X[idx], (h.y[idx] - lo) / span, m, cfg.rff_ridge)
+      return jax.vmap(one)(st.hist)
+
+    reused = []
+    for r in range(6):
+      prev = np.asarray(state.fit_cache.ids)
+      state, _ = step(state, rng.round_key(rng.stream(ROOT, "rounds"), r), task.data)
+      ref = plain(state)
+      np.testing.assert_allclose(state.w_local, ref, rtol=0, atol=1e-9 * float(jnp.max(jnp.abs(ref))))
+      ids = np.asarray(state.fit_cache.ids)
+      reused.append(min(np.isin(ids[i][ids[i] >= 0], prev[i]).sum() for i in range(2)))
+    assert int(alg.metrics(state)["history_overwritten"]) > 40          # the ring wrapped
+    assert reused[0] == 0 and min(reused[2:]) > 0                      # the cache was used
+    off = algorithms.build("fzoos", task, rff_cache=0, **hp)
+    assert jax.jit(off.init)(*rng.init_keys(ROOT)).fit_cache.Phi.size == 0

@@ -165,3 +165,42 @@ def test_fit_weights_singular_window_retries_with_jitter_and_stays_finite():
   w = rff.fit_weights(r, X, y, jnp.ones(8, bool), ridge=0.0)
   assert np.all(np.isfinite(np.asarray(w)))
   np.testing.assert_allclose(np.asarray(phi @ w), np.asarray(y), atol=1e-2)
+
+
+def test_cached_fit_equals_fit_weights_over_a_sequence_of_windows():
+  """fit_weights_cached (eq. 6 reusing the previous window's phi(x) and Gram) gives
+  fit_weights's w on the same window, over windows that share rows, reorder them, mask
+  some, and reuse a row position for a new point under a new id (a ring slot overwritten);
+  chunks of 16 < the new rows (60 at first, then 15-40), so the new-row loop takes several steps. Tolerance
+  1e-12 x max|w|: the two differ only in the round-off of products of other shapes."""
+  with jax.enable_x64(True):
+    M, d, n, H = 2000, 12, 60, 150
+    feats = rff.draw(jax.random.key(30), M, d, 1.0, jnp.float64)
+    rs = np.random.default_rng(4)
+    HX, Hy, ids = rs.normal(size=(H, d)) * 0.3, rs.normal(size=H), np.arange(H)
+    cache = rff.empty_cache(n, M, jnp.float64)
+    cached = jax.jit(lambda X, y, m, i, c: rff.fit_weights_cached(feats, X, y, m, i, c, 1e-8, chunk=16))
+    plain = jax.jit(lambda X, y, m: rff.fit_weights(feats, X, y, m, 1e-8))
+    hits, rows = [], np.arange(n)
+    for it in range(8):
+      new = rs.choice(H, 10, replace=False)          # overwritten points: new x, new y, new id
+      HX[new], Hy[new] = rs.normal(size=(10, d)) * 0.3, rs.normal(size=10)
+      ids[new] = ids.max() + 1 + np.arange(10)
+      if it % 3 == 0:                                # a shuffled window: 20 of its rows swapped
+        rows = rs.permutation(np.concatenate([rows[20:], rs.choice(np.setdiff1d(np.arange(H), rows), 20)]))
+      else:                                          # the nearest-first order of a drifting centre
+        rows = np.concatenate([rs.choice(np.setdiff1d(np.arange(H), rows), 15), rows[:n - 15]])
+      mask = np.arange(n) < (n - 3 * (it % 2))
+      prev = np.asarray(cache.ids)
+      w, cache = cached(HX[rows], Hy[rows], mask, ids[rows].astype(np.int32), cache)
+      hits.append(int(np.isin(np.where(mask, ids[rows], -2), prev).sum()))
+      ref = plain(HX[rows], Hy[rows], mask)
+      np.testing.assert_allclose(w, ref, rtol=0, atol=1e-12 * float(jnp.max(jnp.abs(ref))))
+      np.testing.assert_array_equal(cache.ids, np.where(mask, ids[rows], -1))
+    assert hits[0] == 0 and min(hits[1:]) >= 20 and max(hits[1:]) < n   # rows reused and new rows
+    # An id that stays but whose point changed is not detected (ids must identify points):
+    # the cached fit then differs, which is what the test above would catch.
+    X2 = HX[rows].copy()
+    X2[0] += 1.0
+    w_stale, _ = cached(X2, Hy[rows], mask, ids[rows].astype(np.int32), cache)
+    assert float(jnp.max(jnp.abs(w_stale - plain(X2, Hy[rows], mask)))) > 1e-6
