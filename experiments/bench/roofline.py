@@ -123,6 +123,54 @@ def binding_roof(flops: float, nbytes: float, seconds: float, flops_per_s: float
           "achieved_flops_per_s": flops / seconds, "achieved_bytes_per_s": nbytes / seconds}
 
 
+def step_flops(task, batch_size: int, seed: int = 0) -> float:
+  """FLOPs of one client's local SGD step (forward and gradient on a batch of ``batch_size``),
+  counted by XLA's cost analysis of that step compiled alone."""
+  import jax
+
+  from fedsim.algorithms.local import flat_problem
+  x0, loss_flat = flat_problem(task, jax.random.key(seed))
+  client = jax.tree_util.tree_map(lambda a: a[0], task.client_data)
+  batch = task.sample_batch(client, jax.random.key(seed), batch_size)
+  step = jax.jit(lambda x, b: x - 0.1 * jax.grad(loss_flat)(x, b))
+  cost = step.lower(x0, batch).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost["flops"]) if cost and cost.get("flops") else float("nan")
+
+
+def fedavg_model_record(model: str, n: int, settings: Settings, peak: dict, bw: dict,
+                        log: Callable[[str], None] = print) -> dict:
+  """FedAvg (lr 0.1, H = 5, B = 20) on the digits ``model`` benchmark task at N clients: the engine's
+  achieved FLOP/s (XLA-counted step FLOPs x N H) and its binding roof (bytes: N H (B inputs + 2 d) 4)."""
+  import math as _m
+
+  from experiments.bench import vmap
+  from fedsim import algorithms
+  task = make_benchmark_task(n, settings.samples_per_client, settings.seed, model=model)
+  hp = vmap.benchmark_hparams("fedavg")
+  hp["clients_per_round"] = n
+  alg = algorithms.build("fedavg", task, **hp)
+  cfg = alg.hparams
+  length = settings.rounds_per_chunk
+  run, _ = compile_chunk(alg, task, length, settings.seed)
+  h, b = cfg.local_steps, cfg.batch_size
+  flops = n * h * step_flops(task, b, settings.seed)
+  inputs = int(_m.prod(task.client_data["x"].shape[2:]))
+  nbytes = n * h * (b * inputs + 2 * task.dim) * 4
+  t = time_interleaved({"engine": (run, True)}, settings.repeats, settings.min_time)["engine"]
+  spr = t["best"] / length
+  roof = binding_roof(flops, nbytes, spr, peak["flops_per_s"], bw["bytes_per_s"])
+  rec = {"algorithm": f"fedavg ({model})", "num_clients": n, "dim": task.dim,
+         "flop_count": "N H x XLA cost analysis of one client step", "byte_count": "N H (B inputs + 2 d) 4",
+         "flops_per_round": flops, "bytes_per_round": nbytes, "seconds_per_round": spr,
+         "engine_flops_per_s": flops / spr, "engine_fraction": flops / spr / peak["flops_per_s"],
+         "engine_cpu_per_wall": t["cpu_per_wall"], **roof}
+  log(f"[roofline fedavg {model} N={n} d={task.dim}] engine {flops / spr / 1e9:,.2f} GFLOP/s "
+      f"({100 * rec['engine_fraction']:.1f}% of peak); {roof['bound']}-bound (intensity "
+      f"{roof['arithmetic_intensity']:.1f} FLOP/B): {100 * roof['roof_fraction']:.1f}% of its roof")
+  return rec
+
+
 def softmax_dims(task):
   import math as _m
   d_in = int(_m.prod(task.client_data["x"].shape[2:]))
@@ -205,6 +253,10 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
         f"{roof['ridge_intensity']:.1f}): {100 * roof['roof_fraction']:.1f}% of its roof; cpu/wall "
         f"{t['engine']['cpu_per_wall']:.2f}")
 
+  # FedAvg on the MLP and CNN (issue 17): FLOPs of a client step from XLA's cost analysis.
+  for model in ("mlp", "cnn"):
+    records.append(fedavg_model_record(model, n, settings, peak, bw, log))
+
   # Per-client-direction ZO: the generator bound.
   hp = vmap.benchmark_hparams("fedzo")
   hp["clients_per_round"] = n
@@ -245,9 +297,11 @@ def markdown(result: dict) -> str:
     bound = (f"{r['bound']} ({r['arithmetic_intensity']:.1f} vs {r['ridge_intensity']:.1f})"
              if "bound" in r else "n/a")
     frac = f"{100 * r['roof_fraction']:.1f}" if "roof_fraction" in r else "n/a"
+    kernel = (f"{r['kernel_flops_per_s'] / 1e9:,.2f} | {100 * r['kernel_fraction']:.1f}" if "kernel_flops_per_s" in r
+              else "n/a | n/a")
     rows.append(f"| {r['algorithm']} | {r['num_clients']} | {r['flop_count']} | {r['seconds_per_round']:.4g} "
                 f"| {r['engine_flops_per_s'] / 1e9:,.2f} | {100 * r['engine_fraction']:.1f} "
-                f"| {r['kernel_flops_per_s'] / 1e9:,.2f} | {100 * r['kernel_fraction']:.1f} | {bound} | {frac} |")
+                f"| {kernel} | {bound} | {frac} |")
   for r in result["records"]:
     if r["algorithm"] == "fedzo":
       rows.append(f"\nfedzo N={r['num_clients']} ({r['direction']} directions): engine "

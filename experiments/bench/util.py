@@ -119,12 +119,15 @@ class Settings:
     return dataclasses.replace(base, **given)
 
 
-def make_benchmark_task(num_clients: int, samples_per_client: int = 20, seed: int = 0):
-  """Digits softmax with every client holding ``samples_per_client`` samples drawn with replacement.
+def make_benchmark_task(num_clients: int, samples_per_client: int = 20, seed: int = 0, model: str = "softmax"):
+  """Digits ``model`` (softmax, mlp, cnn) with every client holding ``samples_per_client`` samples
+  drawn with replacement.
 
   Not a partition (a benchmark needs more clients than digits has samples):
   client k's samples are row k of ``default_rng(seed).integers(0, n_train,
-  (N, samples_per_client))``. d = 650 (64 inputs x 10 classes + 10 biases).
+  (N, samples_per_client))``. Softmax: d = 650 (64 inputs x 10 classes + 10
+  biases); mlp: one hidden layer of 64 ReLU units; cnn: fedsim.models.cnn.CNN
+  (d = 14,538 on the 8 x 8 images).
   """
   import numpy as np
 
@@ -136,7 +139,11 @@ def make_benchmark_task(num_clients: int, samples_per_client: int = 20, seed: in
   clients = to_client_arrays(ds.x_train, ds.y_train, list(idx))
   info = {"dataset": "digits", "partition": f"benchmark: {samples_per_client} samples per client "
                                             "drawn with replacement", "seed": seed}
-  return make_classification_task("softmax", ds, clients, info=info)
+  if model == "cnn":
+    from fedsim.models.cnn import CNN
+    from fedsim.tasks.classification import make_model_task
+    return make_model_task("cnn", CNN(ds.num_classes), ds, clients, info=info)
+  return make_classification_task(model, ds, clients, info=info)
 
 
 def compile_chunk(alg, task, length: int, seed: int = 0):

@@ -24,11 +24,12 @@ Per round r, every client i (all N take part, as in the paper):
    (eq. 6; [code] y min-max normalised, weights scaled back by ymax - ymin);
    the server averages them, w_r = (1/N) sum_i w_{r,T}^(i) (eq. 7).
 
-Speed (issue 17; mathematically the same rules): ``rff_cache = 1`` (default) keeps each
+Speed (issue 17; mathematically the same rules): ``rff_cache = 1`` (opt-in) keeps each
 client's last RFF window's features phi(x) and Gram, keyed by the queries' write
 stamps (History.stamp), so a fit computes them only for the ~107 rows new to its
 window (rffm.fit_weights_cached; w agrees with rffm.fit_weights to ~1e-15 relative on
-one window, tests pin 1e-9); the nearest-point windows take float32 top-k candidates
+one window, tests pin 1e-9; FZooSConfig.rff_cache says why it is not the default); the
+nearest-point windows (always) take float32 top-k candidates
 and an exact float64 top_k on them, certified or redone in full (:func:`_nearest`,
 the same slots as ``lax.top_k``).
 
@@ -128,12 +129,16 @@ class FZooSConfig:
     gp_window: history points nearest to x in the local GP = 150 ([code]).
     rff_window: points nearest to x_r in the RFF fit = 500 ([code]).
     rff_ridge: sigma^2 of the RFF fit (code: 0, min-norm; 1e-8 numerically).
-    rff_cache: 1 (default): each client keeps its last RFF window's features and
-      Gram (state: N x rff_window x (num_rff + rff_window) reals) and the eq. 6 fit
+    rff_cache: 0 (default): every eq. 6 fit computes its window's features and
+      Gram afresh (rffm.fit_weights, all clients vmapped): the curves of earlier
+      fedsim versions. 1: each client keeps its last RFF window's features and
+      Gram (state: N x rff_window x (num_rff + rff_window) reals) and the fit
       computes them only for the rows that are new to the window (about the 107
       queries of a round at T = 10; rffm.fit_weights_cached), the clients one after
-      another (``lax.map``); the same weights up to round-off. 0: every fit computes
-      the window's features and Gram afresh (rffm.fit_weights, all clients vmapped).
+      another (``lax.map``): the same weights up to round-off (1e-14 relative in a
+      round), about 1.9x faster per round at the Fig. 1 setting. FZooS amplifies
+      round-off about 3x per round (its active queries are discrete choices), so
+      the two curves agree to ~1e-7 for 10 rounds and then part like two seeds'.
     history_size: per-client history slots; 0 (default): the whole run,
       init_queries + rounds x queries_per_client_round (at least the windows);
       H > 0: a ring of the last H queries (module docstring, "History").
@@ -175,9 +180,10 @@ class FZooSConfig:
   gp_window: int = hparam(150, help="FZooS local GP window (nearest history points)", low=1, source="[code]")
   rff_window: int = hparam(500, help="FZooS RFF fit window (points nearest x_r)", low=1, source="[code]")
   rff_ridge: float = hparam(1e-8, help="FZooS RFF fit ridge sigma^2 (code: 0, min-norm)", low=0, finite=True)
-  rff_cache: int = hparam(1, help="1 keeps each client's last RFF window's features and Gram (state N x "
+  rff_cache: int = hparam(0, help="1 keeps each client's last RFF window's features and Gram (state N x "
                           "rff_window x (num_rff + rff_window) reals) so eq. 6 computes them only for new rows "
-                          "(same weights up to round-off); 0 recomputes them every round", choices=(0, 1),
+                          "(~1.9x faster; same weights up to round-off, which FZooS amplifies after ~10 rounds); "
+                          "0 recomputes them every round (earlier versions' curves)", choices=(0, 1),
                           source="implementation (issue 17)")
   history_size: int = hparam(0, help="FZooS per-client history slots: 0 = the whole run (from rounds), "
                              "H > 0 = ring of the last H queries", low=0, source="seed 000 Alg. 2")

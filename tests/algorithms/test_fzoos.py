@@ -225,7 +225,7 @@ def test_cached_rff_fit_is_the_plain_fit_on_every_round_window_through_ring_wrap
     task = make_task("quadratic", num_clients=2, dim=8, heterogeneity=5.0, seed=0)
     hp = dict(num_rff=300, history_size=40, gp_window=10, rff_window=24, local_steps=3,
               local_candidates=10, local_active=2, server_candidates=20, server_active=10)
-    alg = algorithms.build("fzoos", task, **hp)
+    alg = algorithms.build("fzoos", task, rff_cache=1, **hp)
     assert alg.hparams.rff_cache == 1 and fzoos.queries_per_client_round(alg.hparams) == 19
     state = jax.jit(alg.init)(*rng.init_keys(ROOT))
     step = jax.jit(alg.round)

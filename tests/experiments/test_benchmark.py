@@ -261,6 +261,12 @@ def test_quick_scaling_compile_roofline(tmp_path):
     assert r["engine_fraction"] == pytest.approx(r["engine_flops_per_s"] / ro["peak"]["flops_per_s"])
     assert r["bound"] in ("flops", "memory") and 0 < r["roof_fraction"]
   assert ro["bandwidth"]["bytes_moved"] == 2 * (1 << 22) and _positive(ro["bandwidth"]["bytes_per_s"])
+  # FedAvg on the MLP and CNN: XLA-counted step FLOPs x N H; the CNN does more per step than the MLP.
+  mlp, cnn = byname["fedavg (mlp)"], byname["fedavg (cnn)"]
+  assert cnn["dim"] == 14538 and mlp["dim"] == 64 * 64 + 64 + 64 * 10 + 10
+  assert mlp["bytes_per_round"] == 8 * 5 * (20 * 64 + 2 * mlp["dim"]) * 4
+  assert cnn["flops_per_round"] > mlp["flops_per_round"] > byname["fedavg"]["flops_per_round"] > 0
+  assert all(_positive(r["roof_fraction"]) for r in (mlp, cnn))
 
   env = benchmark.environment()
   benchmark.write_outputs(str(tmp_path), [], env, settings, "cmd",
