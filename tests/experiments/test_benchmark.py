@@ -291,6 +291,8 @@ def test_quick_fzoos_and_ffgb_suites():
   assert prof["gp_fit"]["count_per_round"] == 4 and prof["rff_fit_weights"]["count_per_round"] == 1
   assert prof["gp_window_top_k"]["count_per_round"] == 4 and prof["grad_cov_trace_local"]["count_per_round"] == 1
   assert r["profile_estimate_s"] == pytest.approx(2 * prof["estimate_per_client_s"])
+  assert _positive(r["rff_cache"]["seconds_per_round"]) and _positive(r["rff_cache"]["speedup"])
+  assert "rff_cache = 1" in fzoos_speed.markdown(fz)
 
   fg = ffgb_speed.run(settings, log=lambda _: None)
   (g,) = fg["records"]
