@@ -103,11 +103,11 @@ def run_suites(suites: Sequence[str], algorithm_names: Sequence[str], num_client
     if name not in suites:
       continue
     if name == "vmap":
-      def on_record(recs):
-        records[:] = recs
+      def on_record(recs, out=records):
+        out[:] = recs
         results["vmap"] = {"records": list(recs)}
         update()
-      records = run_benchmark(algorithm_names, num_clients, settings, log=log, on_record=on_record)
+      records[:] = run_benchmark(algorithm_names, num_clients, settings, log=log, on_record=on_record)
       results["vmap"] = {"records": records}
     else:
       results[name] = suite(name).run(settings, log)
@@ -305,8 +305,12 @@ def main(argv):
         f"PRNG {env['prng_impl']}, load average {env['load_average']}): suites {', '.join(suites)}; "
         f"vmap algorithms {', '.join(FLAGS.algorithm)}, N = {', '.join(map(str, ns))}; "
         f"output {FLAGS.output_dir}", flush=True)
-  log = lambda line: print(line, flush=True)
-  write = lambda recs, res: write_outputs(FLAGS.output_dir, recs, env, settings, command, res)
+  def log(line):
+    print(line, flush=True)
+
+  def write(recs, res):
+    write_outputs(FLAGS.output_dir, recs, env, settings, command, res)
+
   records, results = run_suites(suites, FLAGS.algorithm, ns, settings, log=log, on_update=write)
   env["load_average_end"] = environment()["load_average"]
   write_outputs(FLAGS.output_dir, records, env, settings, command, results)

@@ -43,21 +43,21 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
   loop = ffgb_loop(task, client, cfg, run.initial_state, run.rounds_key, n)
   reps = min(settings.repeats, 2)
   t = time_interleaved({"vmapped": (run, True), "loop": (loop, True)}, reps, 0.0)
-  v, l = t["vmapped"], t["loop"]
-  ratio = paired_median(l["seconds"], v["seconds"])
+  v, lp = t["vmapped"], t["loop"]
+  ratio = paired_median(lp["seconds"], v["seconds"])
   mem = dict(info["memory"], **process_memory())
   rec = {"num_clients": n, "local_steps": k, "learners_per_round": n * k, "oracle": cfg.weak_learner,
          "oracle_steps": cfg.oracle_steps, "oracle_batch": cfg.oracle_batch,
          "max_client_size": int(task.client_data["x"].shape[1]),
          "seconds_per_round": v["best"], "seconds_per_round_all": v["seconds"],
          "cpu_seconds_per_round": min(v["cpu_seconds"]), "vmapped_cpu_per_wall": v["cpu_per_wall"],
-         "loop_seconds": l["best"], "loop_seconds_all": l["seconds"], "loop_cpu_per_wall": l["cpu_per_wall"],
-         "loop_cpu_seconds": min(l["cpu_seconds"]), "ratio": ratio, "ratio_of_best": l["best"] / v["best"],
-         "ratio_cpu": paired_median(l["cpu_seconds"], v["cpu_seconds"]),
+         "loop_seconds": lp["best"], "loop_seconds_all": lp["seconds"], "loop_cpu_per_wall": lp["cpu_per_wall"],
+         "loop_cpu_seconds": min(lp["cpu_seconds"]), "ratio": ratio, "ratio_of_best": lp["best"] / v["best"],
+         "ratio_cpu": paired_median(lp["cpu_seconds"], v["cpu_seconds"]),
          "compile_s": info["compile_s"], "memory": mem, "state_finite": state_finite(run.state())}
   log(f"[ffgb N={n} K={k} mlp {cfg.oracle_steps} steps, batch {cfg.oracle_batch}] vmapped {v['best']:.4g} s/round "
-      f"({n * k} trainings; cpu/wall {v['cpu_per_wall']:.2f}); one client at a time {l['best']:.4g} s "
-      f"(cpu/wall {l['cpu_per_wall']:.2f}); ratio {ratio:.2f}x; compile {info['compile_s']:.1f} s; "
+      f"({n * k} trainings; cpu/wall {v['cpu_per_wall']:.2f}); one client at a time {lp['best']:.4g} s "
+      f"(cpu/wall {lp['cpu_per_wall']:.2f}); ratio {ratio:.2f}x; compile {info['compile_s']:.1f} s; "
       f"compiled {mib(mem['total_bytes'])} MiB")
   return {"records": [rec]}
 

@@ -196,8 +196,8 @@ def state_finite(state) -> bool:
   import jax
   import jax.numpy as jnp
   leaves = jax.tree_util.tree_leaves(state)
-  return bool(all(jnp.all(jnp.isfinite(l)) for l in leaves
-                  if hasattr(l, "dtype") and jnp.issubdtype(l.dtype, jnp.floating)))
+  return bool(all(jnp.all(jnp.isfinite(leaf)) for leaf in leaves
+                  if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.floating)))
 
 
 def time_interleaved(fns: dict, repeats: int, min_time: float) -> dict:
@@ -261,7 +261,8 @@ def compiled_memory(compiled) -> dict:
     ma = None
   if ma is None:
     return out
-  get = lambda name: int(getattr(ma, name, 0) or 0)
+  def get(name):
+    return int(getattr(ma, name, 0) or 0)
   out.update(temp_bytes=get("temp_size_in_bytes"), argument_bytes=get("argument_size_in_bytes"),
              output_bytes=get("output_size_in_bytes"), alias_bytes=get("alias_size_in_bytes"))
   out["total_bytes"] = out["temp_bytes"] + out["argument_bytes"] + out["output_bytes"] - out["alias_bytes"]

@@ -142,7 +142,7 @@ def prepare_sequential(alg, task, settings: Settings):
   def one_round_inloop():
     total = jnp.zeros_like(x0)
     for i in range(s):
-      row = jax.tree_util.tree_map(lambda a: a[i], task.client_data)
+      row = jax.tree_util.tree_map(lambda a, i=i: a[i], task.client_data)
       total = total + update(x0, row, rng.client_key(k_clients, i))
     jax.block_until_ready(x0 + total / s)
 
@@ -339,9 +339,9 @@ def run_benchmark(algorithm_names: Sequence[str], num_clients: Sequence[int], se
   records = []
   for name in algorithm_names:
     if name in DELTA_AVERAGING:
-      todo = [lambda n=n: benchmark_one(name, n, settings, log) for n in num_clients]
+      todo = [lambda n=n, name=name: benchmark_one(name, n, settings, log) for n in num_clients]
     elif name in ("decomfl", "hiso"):
-      todo = [lambda n=n: benchmark_hiso(name, n, settings, log) for n in num_clients]
+      todo = [lambda n=n, name=name: benchmark_hiso(name, n, settings, log) for n in num_clients]
     elif name == "fzoos":
       todo = [lambda: benchmark_fzoos_loop(settings, log)]
     elif name == "ffgb":
