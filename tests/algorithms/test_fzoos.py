@@ -213,6 +213,7 @@ def test_nearest_is_top_k_exactly_on_both_of_its_paths():
     np.testing.assert_array_equal(got[1], jax.vmap(lambda d: jax.lax.top_k(-d, n))(batch)[1])
 
 
+@pytest.mark.slow  # ~20-40 s; the cached fit is opt-in (FZooSConfig.rff_cache)
 def test_cached_rff_fit_is_the_plain_fit_on_every_round_window_through_ring_wraps():
   """rff_cache=1 (fedsim.estimators.rff.fit_weights_cached): every round's w_local^(i) is
   span * fit_weights on the client's window of the round (the rff_window history points
