@@ -35,6 +35,7 @@ the test suite, so the command cannot rot while no accelerator is at hand.
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Callable
 
 from experiments.bench.util import Settings, make_benchmark_task, mib
@@ -45,18 +46,15 @@ TITLE = "accelerator table: client steps/s, peak memory, roofline, vmapped vs lo
 def measure(name: str, n: int, settings: Settings, peak: dict, bw: dict, log: Callable[[str], None]) -> dict:
   """One row: the vmap suite's record of (name, N) plus its roofline verdict."""
   from experiments.bench import roofline, vmap
-  from fedsim import algorithms
 
   s = dataclasses.replace(settings, sequential_clients=settings.gpu_table_sequential,
                           client_block=0 if n <= settings.gpu_table_max_block else settings.gpu_table_max_block,
                           rounds_per_chunk=1 if n >= 100000 else settings.rounds_per_chunk)
   rec = (vmap.benchmark_hiso(name, n, s, log) if name in ("decomfl", "hiso")
          else vmap.benchmark_one(name, n, s, log))
-  task = make_benchmark_task(1, settings.samples_per_client, settings.seed)   # only its shapes
-  d_in, c = roofline.softmax_dims(task)
-  hp = vmap.benchmark_hparams(name)
-  cfg = algorithms.build(name, task, **hp).hparams
-  counts = roofline.round_counts(name, cfg, n, d_in, c)
+  d_in, c = roofline.softmax_dims(make_benchmark_task(1, settings.samples_per_client, settings.seed))
+  # The hyperparameters the record ran with (not a second build).
+  counts = roofline.round_counts(name, types.SimpleNamespace(**rec["hparams"]), n, d_in, c)
   roof = roofline.binding_roof(counts["flops_per_round"], counts["bytes_per_round"], rec["seconds_per_round"],
                                peak["flops_per_s"], bw["bytes_per_s"])
   mem = rec["memory"]
