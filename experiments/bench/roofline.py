@@ -36,6 +36,12 @@ time bound: ``bound`` (flops or memory), the arithmetic intensity against the
 machine's ridge (peak FLOP/s / bandwidth), and ``roof_fraction`` = that time
 bound / the measured seconds per round.
 
+Layouts (issue 17: try layouts that give XLA larger GEMMs before concluding): the CNN
+runs both as the patches GEMM that is fedsim's default (``fedsim.models.cnn``,
+``impl=gemm``) and as flax's ``nn.Conv`` (``impl=xla``, grouped convolutions under
+vmap), side by side; the softmax client step is timed in three layouts
+(:func:`softmax_layouts`).
+
 * ``fedzo`` (per-client-direction ZO): Gaussian (sphere) directions generated
   per second in the engine, N H b2 d numbers per round / s, against the raw
   ``jax.random.normal`` rate on the same count (issue 8: >= 70%).
@@ -139,14 +145,20 @@ def step_flops(task, batch_size: int, seed: int = 0) -> float:
 
 
 def fedavg_model_record(model: str, n: int, settings: Settings, peak: dict, bw: dict,
-                        log: Callable[[str], None] = print) -> dict:
+                        log: Callable[[str], None] = print, cnn_impl: str = "gemm") -> dict:
   """FedAvg (lr 0.1, H = 5, B = 20) on the digits ``model`` benchmark task at N clients: the engine's
-  achieved FLOP/s (XLA-counted step FLOPs x N H) and its binding roof (bytes: N H (B inputs + 2 d) 4)."""
+  achieved FLOP/s (XLA-counted step FLOPs x N H) and its binding roof (bytes: N H (B inputs + 2 d) 4).
+
+  The CNN's FLOPs are counted on its ``xla`` form (a convolution's multiply-adds as XLA counts
+  them) whatever ``cnn_impl`` runs, so both implementations are judged on the same count.
+  """
   import math as _m
 
   from experiments.bench import vmap
   from fedsim import algorithms
-  task = make_benchmark_task(n, settings.samples_per_client, settings.seed, model=model)
+  task = make_benchmark_task(n, settings.samples_per_client, settings.seed, model=model, cnn_impl=cnn_impl)
+  counted = (make_benchmark_task(1, settings.samples_per_client, settings.seed, model=model, cnn_impl="xla")
+             if model == "cnn" else task)
   hp = vmap.benchmark_hparams("fedavg")
   hp["clients_per_round"] = n
   alg = algorithms.build("fedavg", task, **hp)
@@ -154,18 +166,19 @@ def fedavg_model_record(model: str, n: int, settings: Settings, peak: dict, bw: 
   length = settings.rounds_per_chunk
   run, _ = compile_chunk(alg, task, length, settings.seed)
   h, b = cfg.local_steps, cfg.batch_size
-  flops = n * h * step_flops(task, b, settings.seed)
+  flops = n * h * step_flops(counted, b, settings.seed)
   inputs = int(_m.prod(task.client_data["x"].shape[2:]))
   nbytes = n * h * (b * inputs + 2 * task.dim) * 4
   t = time_interleaved({"engine": (run, True)}, settings.repeats, settings.min_time)["engine"]
   spr = t["best"] / length
   roof = binding_roof(flops, nbytes, spr, peak["flops_per_s"], bw["bytes_per_s"])
-  rec = {"algorithm": f"fedavg ({model})", "num_clients": n, "dim": task.dim,
+  label = f"fedavg ({model}{', impl=' + cnn_impl if model == 'cnn' and cnn_impl != 'gemm' else ''})"
+  rec = {"algorithm": label, "num_clients": n, "dim": task.dim,
          "flop_count": "N H x XLA cost analysis of one client step", "byte_count": "N H (B inputs + 2 d) 4",
          "flops_per_round": flops, "bytes_per_round": nbytes, "seconds_per_round": spr,
          "engine_flops_per_s": flops / spr, "engine_fraction": flops / spr / peak["flops_per_s"],
          "engine_cpu_per_wall": t["cpu_per_wall"], **roof}
-  log(f"[roofline fedavg {model} N={n} d={task.dim}] engine {flops / spr / 1e9:,.2f} GFLOP/s "
+  log(f"[roofline {label} N={n} d={task.dim}] engine {flops / spr / 1e9:,.2f} GFLOP/s "
       f"({100 * rec['engine_fraction']:.1f}% of peak); {roof['bound']}-bound (intensity "
       f"{roof['arithmetic_intensity']:.1f} FLOP/B): {100 * roof['roof_fraction']:.1f}% of its roof")
   return rec
@@ -193,6 +206,53 @@ def _fedavg_kernel(n, b, d_in, c, seed):
     return w - 0.1 * g
 
   return lambda: jax.block_until_ready(step(w, x, y))
+
+
+SOFTMAX_LAYOUTS = ("batched GEMM", "broadcast-reduce", "clients minor")
+
+
+def softmax_layouts(n, b, d_in, c, settings: Settings) -> dict:
+  """The FedAvg softmax client step (forward and weight gradient, N clients with their own W)
+  written in three layouts, timed side by side (issue 17: layouts before concluding).
+
+  ``batched GEMM``: ``einsum("nbd,ndc->nbc")``, the engine's layout (vmap of a matmul);
+  ``broadcast-reduce``: the products broadcast to (N, B, d_in, C) and summed, which XLA fuses
+  into one loop; ``clients minor``: the same with the client axis last, so the vector lanes
+  run across clients. All three agree to float32 rounding (``max_abs_diff``).
+
+  Returns:
+    ``{layout: {"seconds", "flops_per_s"}, "max_abs_diff": float}`` (5 steps per call).
+  """
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  rng = np.random.default_rng(settings.seed)
+  x = jnp.asarray(rng.uniform(size=(n, b, d_in)), jnp.float32)
+  y = jax.nn.one_hot(rng.integers(0, c, (n, b)), c)
+  w = jnp.asarray(0.01 * rng.standard_normal((n, d_in, c)), jnp.float32)
+
+  def gemm(w):
+    g = jnp.einsum("nbd,nbc->ndc", x, jax.nn.softmax(jnp.einsum("nbd,ndc->nbc", x, w)) - y) / b
+    return w - 0.1 * g
+
+  def bcast(w):
+    p = jax.nn.softmax(jnp.sum(x[:, :, :, None] * w[:, None], axis=2)) - y
+    return w - 0.1 * jnp.sum(x[:, :, :, None] * p[:, :, None, :], axis=1) / b
+
+  def minor(w):
+    xt, yt, wt = jnp.moveaxis(x, 0, -1), jnp.moveaxis(y, 0, -1), jnp.moveaxis(w, 0, -1)
+    p = jax.nn.softmax(jnp.sum(xt[:, :, None, :] * wt[None], axis=1), axis=1) - yt   # (B, C, N)
+    return jnp.moveaxis(wt - 0.1 * jnp.sum(xt[:, :, None, :] * p[:, None], axis=0) / b, -1, 0)
+
+  fns = {name: jax.jit(lambda w, f=f: jax.lax.fori_loop(0, 5, lambda _, w: f(w), w))
+         for name, f in zip(SOFTMAX_LAYOUTS, (gemm, bcast, minor))}
+  outs = [fns[name](w) for name in SOFTMAX_LAYOUTS]
+  t = time_interleaved({name: (lambda f=f: jax.block_until_ready(f(w)), True) for name, f in fns.items()},
+                       settings.repeats, settings.min_time)
+  flops = 5 * n * b * 4 * d_in * c
+  out = {name: {"seconds": t[name]["best"], "flops_per_s": flops / t[name]["best"]} for name in SOFTMAX_LAYOUTS}
+  out["max_abs_diff"] = max(float(jnp.max(jnp.abs(o - outs[0]))) for o in outs[1:])
+  return out
 
 
 def _hiso_kernel(n, b, d_in, c, evals, seed):
@@ -256,6 +316,11 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
   # FedAvg on the MLP and CNN (issue 17): FLOPs of a client step from XLA's cost analysis.
   for model in ("mlp", "cnn"):
     records.append(fedavg_model_record(model, n, settings, peak, bw, log))
+  # The CNN's flax nn.Conv form, the engine's layout before the patches GEMM (fedsim.models.cnn).
+  records.append(fedavg_model_record("cnn", n, settings, peak, bw, log, cnn_impl="xla"))
+  layouts = softmax_layouts(n, vmap.benchmark_hparams("fedavg")["batch_size"], d_in, c, settings)
+  log(f"[roofline softmax layouts N={n}] " + ", ".join(
+      f"{k} {layouts[k]['flops_per_s'] / 1e9:,.2f} GFLOP/s" for k in SOFTMAX_LAYOUTS))
 
   # Per-client-direction ZO: the generator bound.
   hp = vmap.benchmark_hparams("fedzo")
@@ -279,7 +344,7 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
                   "engine_cpu_per_wall": t["engine"]["cpu_per_wall"], "raw_cpu_per_wall": t["raw"]["cpu_per_wall"]})
   log(f"[roofline fedzo N={n}] directions {eng / 1e6:,.1f} M normals/s in the engine vs raw "
       f"jax.random.normal {rawr / 1e6:,.1f} M/s: {100 * ratio:.0f}%")
-  return {"peak": peak, "bandwidth": bw, "records": records}
+  return {"peak": peak, "bandwidth": bw, "records": records, "softmax_layouts": layouts}
 
 
 def markdown(result: dict) -> str:
@@ -307,4 +372,9 @@ def markdown(result: dict) -> str:
       rows.append(f"\nfedzo N={r['num_clients']} ({r['direction']} directions): engine "
                   f"{r['engine_normals_per_s'] / 1e6:,.1f} M normals/s, raw jax.random.normal "
                   f"{r['raw_normals_per_s'] / 1e6:,.1f} M/s: {100 * r['fraction']:.0f}% (target >= 70%)")
+  lay = result.get("softmax_layouts")
+  if lay:
+    rows.append("\nFedAvg softmax client step (forward + weight gradient) in three layouts: " + ", ".join(
+        f"{k} {lay[k]['flops_per_s'] / 1e9:,.2f} GFLOP/s" for k in SOFTMAX_LAYOUTS)
+        + f" (max |difference| {lay['max_abs_diff']:.1e})")
   return "\n".join(rows) + "\n"

@@ -119,9 +119,10 @@ class Settings:
     return dataclasses.replace(base, **given)
 
 
-def make_benchmark_task(num_clients: int, samples_per_client: int = 20, seed: int = 0, model: str = "softmax"):
+def make_benchmark_task(num_clients: int, samples_per_client: int = 20, seed: int = 0, model: str = "softmax",
+                        cnn_impl: str = "gemm"):
   """Digits ``model`` (softmax, mlp, cnn) with every client holding ``samples_per_client`` samples
-  drawn with replacement.
+  drawn with replacement; ``cnn_impl``: the CNN's ``impl`` (fedsim.models.cnn).
 
   Not a partition (a benchmark needs more clients than digits has samples):
   client k's samples are row k of ``default_rng(seed).integers(0, n_train,
@@ -142,7 +143,7 @@ def make_benchmark_task(num_clients: int, samples_per_client: int = 20, seed: in
   if model == "cnn":
     from fedsim.models.cnn import CNN
     from fedsim.tasks.classification import make_model_task
-    return make_model_task("cnn", CNN(ds.num_classes), ds, clients, info=info)
+    return make_model_task("cnn", CNN(ds.num_classes, impl=cnn_impl), ds, clients, info=info)
   return make_classification_task(model, ds, clients, info=info)
 
 

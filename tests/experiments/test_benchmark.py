@@ -267,6 +267,12 @@ def test_quick_scaling_compile_roofline(tmp_path):
   assert mlp["bytes_per_round"] == 8 * 5 * (20 * 64 + 2 * mlp["dim"]) * 4
   assert cnn["flops_per_round"] > mlp["flops_per_round"] > byname["fedavg"]["flops_per_round"] > 0
   assert all(_positive(r["roof_fraction"]) for r in (mlp, cnn))
+  # The CNN's nn.Conv form is judged on the same FLOP and byte counts as the patches GEMM.
+  xla = byname["fedavg (cnn, impl=xla)"]
+  assert (xla["flops_per_round"], xla["bytes_per_round"]) == (cnn["flops_per_round"], cnn["bytes_per_round"])
+  lay = ro["softmax_layouts"]
+  assert set(lay) == {*roofline.SOFTMAX_LAYOUTS, "max_abs_diff"} and lay["max_abs_diff"] < 1e-5
+  assert all(_positive(lay[k]["flops_per_s"]) for k in roofline.SOFTMAX_LAYOUTS)
 
   env = benchmark.environment()
   benchmark.write_outputs(str(tmp_path), [], env, settings, "cmd",
