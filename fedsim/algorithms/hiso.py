@@ -122,6 +122,7 @@ is stochastic.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple, cast
 
@@ -296,7 +297,9 @@ class HiSoParts(NamedTuple):
   Attributes:
     dim: d.
     scale: ``h -> (d,) H^{-1/2}`` as used by the directions.
-    client_scalars: ``(x, h, r, shared_key, client, key) -> (G (tau, P), x_tau (d,))``:
+    client_scalars: ``(x, h, r, shared_key, client, key, shared_start=False) -> (G (tau, P),
+      x_tau (d,))`` (``shared_start``: x is the same for every client of a vmap, so step 0 runs
+      outside the step scan as one GEMM over the clients; same results):
       one client's local steps from x (Alg. 2b); G is its uplink payload, x_tau
       its local model before the reset.
     apply_round: ``(x, h, r, shared_key, gbar (tau, P)) -> (x, h)``: the round
@@ -390,7 +393,7 @@ def hiso_parts(task: Task, cfg: DeComFLConfig, preconditioned: bool = True) -> H
       h = jnp.clip(h, hcfg.clip_lo, hcfg.clip_hi)
     return h
 
-  def client_scalars(x, h, r, shared_key, client, key):
+  def client_scalars(x, h, r, shared_key, client, key, shared_start=False):
     s = scale(h)
 
     def step(xk, k):
@@ -400,8 +403,17 @@ def hiso_parts(task: Task, cfg: DeComFLConfig, preconditioned: bool = True) -> H
                                              s, cfg.fd_scheme)                 # Alg. 2b line 4
       return model_step(xk, dx), g                                            # Alg. 2b lines 5-6
 
-    x_tau, G = jax.lax.scan(step, x, jnp.arange(tau, dtype=jnp.int32))
-    return G, x_tau                                     # reset (Alg. 2b line 8): x_tau is discarded
+    if not shared_start:
+      x_tau, G = jax.lax.scan(step, x, jnp.arange(tau, dtype=jnp.int32))
+      return G, x_tau                                   # reset (Alg. 2b line 8): x_tau is discarded
+    # Every client starts from the same x (the round's vmap leaves x unbatched): step 0 runs
+    # outside the scan, so its P + 1 evaluations see one model and XLA runs them as one GEMM
+    # over all clients' batches (a scan carry would hold a copy of x per client). Same bits.
+    x1, g0 = step(x, jnp.int32(0))
+    if tau == 1:
+      return g0[None], x1
+    x_tau, G = jax.lax.scan(step, x1, jnp.arange(1, tau, dtype=jnp.int32))
+    return jnp.concatenate([g0[None], G]), x_tau
 
   def apply_round(x, h, r, shared_key, gbar):
     s = scale(h)
@@ -516,7 +528,8 @@ def make_hiso(task: Task, cfg: DeComFLConfig, name: str = "hiso",
       gaps = jnp.where(ok, r - last, 0)
       bytes_down = pairwise_sum(gaps) * scalar_bytes + jnp.sum(~ok) * full_state_bytes
     else:
-      G, _ = jax.vmap(parts.client_scalars, in_axes=(None, None, None, None, 0, 0))(
+      G, _ = jax.vmap(functools.partial(parts.client_scalars, shared_start=True),
+                      in_axes=(None, None, None, None, 0, 0))(
           state.x, state.h, r, state.shared_key, clients, keys)
       bytes_down = m * scalar_bytes
     gbar = pairwise_sum(G) / m                                               # Alg. 2 line 13

@@ -16,6 +16,7 @@
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -366,6 +367,26 @@ def test_byte_ledger_reproduces_paper_tables():
     alg = algorithms.build(name, task, lr=1e-3, clients_per_round=2)
     _, stats = _run(alg, task, 1)
     assert int(stats.bytes_up[0]) + int(stats.bytes_down[0]) == 2 * 2 * 40 * 4
+
+
+@pytest.mark.parametrize("tau", [1, 3])
+def test_shared_start_gives_the_same_scalars(tau):
+  # The round's fast path (step 0 outside the step scan when every client starts from the
+  # same x) returns the same G and x_tau, bit for bit, as the scan over all tau steps.
+  task = make_illcond_quadratic_task(16, 4, 1.0)
+  parts = hiso.hiso_parts(task, hiso.HiSoConfig(num_perturbations=3, lr=1e-2, local_steps=tau,
+                                                clients_per_round=4))
+  x, h, key = jnp.linspace(-1.0, 1.0, 16), jnp.linspace(0.5, 2.0, 16), jax.random.key(3)
+  keys = jax.random.split(jax.random.key(4), 4)
+
+  def scalars(shared_start):
+    f = functools.partial(parts.client_scalars, shared_start=shared_start)
+    return jax.jit(jax.vmap(f, in_axes=(None, None, None, None, 0, 0)))(x, h, 5, key, task.client_data, keys)
+
+  (g_scan, x_scan), (g_fast, x_fast) = scalars(False), scalars(True)
+  assert g_scan.shape == (4, tau, 3)
+  np.testing.assert_array_equal(np.asarray(g_fast), np.asarray(g_scan))
+  np.testing.assert_array_equal(np.asarray(x_fast), np.asarray(x_scan))
 
 
 # --- 6. Direction streams ------------------------------------------------------------------
