@@ -176,6 +176,10 @@ def define_flags():
   flags.DEFINE_list("compile_clients", None, "compile suite: client counts (default 100,1000,10000)")
   flags.DEFINE_integer("compile_main_job_rounds", None, "compile suite: rounds of the main-job runs (default 300; "
                        "0 = skipped)")
+  flags.DEFINE_integer("compile_emitters_clients", None, "compile suite: N of the classic-vs-fusion XLA CPU "
+                       "emitters comparison, the CNN at N / 5 (default 1000; 0 = skipped)")
+  flags.DEFINE_enum("xla_cpu_emitters", "classic", ["classic", "fusion"], "XLA's CPU code emitters of the timed "
+                    "programs (fedsim.core.compile_options; the engine's default: classic)")
   flags.DEFINE_integer("compile_sweep_rounds", None, "compile suite: rounds of the sweep_fedzo_alpha.cfg runs, seeds "
                        "batched and one after another (default 300; 0 = skipped)")
   flags.DEFINE_integer("roofline_clients", None, "roofline suite: N (default 1000)")
@@ -222,7 +226,7 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
              roofline_clients=None, matmul_size=None, fzoos_configs=None, fzoos_vmap=None, ffgb_clients=None,
              ffgb_oracle_steps=None, blas_threads=1, client_block=None, scaling_algorithms=None,
              gpu_table_clients=None, gpu_table_algorithms=None, bandwidth_bytes=None, compile_main_job_rounds=None,
-             compile_sweep_rounds=None):
+             compile_sweep_rounds=None, compile_emitters_clients=None):
   """Checks the flag values (arguments named as the flags) before anything is built or compiled.
 
   Returns:
@@ -247,7 +251,8 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
                            ("blas_threads", blas_threads, 0), ("client_block", client_block, 0),
                            ("bandwidth_bytes", bandwidth_bytes, 4),
                            ("compile_main_job_rounds", compile_main_job_rounds, 0),
-                           ("compile_sweep_rounds", compile_sweep_rounds, 0)):
+                           ("compile_sweep_rounds", compile_sweep_rounds, 0),
+                           ("compile_emitters_clients", compile_emitters_clients, 0)):
     if value is not None and value < low:
       raise ConfigError(flag, f"must be >= {low}; got {value}")
   if min_time is not None and not (math.isfinite(min_time) and min_time >= 0):
@@ -282,7 +287,9 @@ def main(argv):
     sys.exit(2)
   import jax
 
+  from fedsim.core import compile_options
   from fedsim.runner import set_blas_threads
+  compile_options.set_cpu_emitters(FLAGS.xla_cpu_emitters)
   if FLAGS.prng_impl:
     try:
       jax.config.update("jax_default_prng_impl", FLAGS.prng_impl)
@@ -299,6 +306,7 @@ def main(argv):
   settings = Settings.make(FLAGS.quick, **{**given, **extra})
   env = environment()
   env["blas_threads"] = blas
+  env["xla_cpu_emitters"] = FLAGS.xla_cpu_emitters
   command = "python -m experiments.benchmark " + " ".join(sys.argv[1:])
   suites = [s for s in SUITES if s in FLAGS.suite]
   print(f"benchmark on {env['device']} ({env['backend']}, jax {env['jax_version']}, {env['cpu_count']} CPUs, "

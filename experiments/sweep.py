@@ -54,6 +54,7 @@ from absl import app, flags, logging
 
 from experiments import common
 from fedsim import api
+from fedsim.core import compile_options
 from fedsim.core.errors import ConfigError
 from fedsim.files import atomic_open, atomic_write
 from fedsim.runner import enable_compilation_cache, set_blas_threads
@@ -617,6 +618,7 @@ def main(argv):
   if not os.path.exists(cfg_path):
     atomic_write(cfg_path, json.dumps(config, indent=2, sort_keys=True))
   enable_compilation_cache(sweep.base.compilation_cache)
+  compile_options.set_cpu_emitters(sweep.base.xla_cpu_emitters)
   set_blas_threads(sweep.base.blas_threads)
   stop = os.environ.get("FEDSIM_SWEEP_STOP_AFTER")  # test hook: simulate a kill
   rows = sweep.run(out_dir, done, int(stop) if stop else None)

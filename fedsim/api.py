@@ -252,6 +252,10 @@ class ExperimentConfig:
     compilation_cache: JAX's persistent compilation cache (process-wide):
       ``"auto"`` = ``~/.cache/fedsim/jax`` (``$XDG_CACHE_HOME/fedsim/jax``),
       ``""`` = off, else a folder; see :func:`fedsim.runner.enable_compilation_cache`.
+    xla_cpu_emitters: XLA's CPU code emitters for the engine's programs
+      (process-wide; :mod:`fedsim.core.compile_options`): ``"classic"`` (LLVM IR;
+      compiles 1.3x-1.9x faster) or ``"fusion"`` (XLA's default; FedAvg on the
+      MLP / CNN runs about 9% faster). Results are the same bits.
     output_dir: where outputs go (None: nothing written); ``run``'s argument wins.
     progress: print one line per evaluation (and per divergence) to stdout/stderr.
     flags: the command-line flags this config was made from (recorded in
@@ -291,6 +295,7 @@ class ExperimentConfig:
   num_devices: int = 0
   blas_threads: int = 1
   compilation_cache: str = "auto"
+  xla_cpu_emitters: str = "classic"
   output_dir: str | None = None
   progress: bool = True
   flags: Mapping[str, Any] | None = None
@@ -348,6 +353,9 @@ class ExperimentConfig:
     at_least("checkpoint_every", 0, " (0 = off)")
     at_least("num_devices", 0, " (0 = all)")
     at_least("blas_threads", 0, " (0 = the libraries' default)")
+    from fedsim.core.compile_options import EMITTERS
+    if self.xla_cpu_emitters not in EMITTERS:
+      raise ConfigError("xla_cpu_emitters", f"accepted: {', '.join(EMITTERS)}; got {self.xla_cpu_emitters!r}")
     at_least("shards_per_client", 1)
     if not self.dirichlet_alpha > 0:
       raise ConfigError("dirichlet_alpha", f"must be > 0; got {self.dirichlet_alpha}")
@@ -469,8 +477,8 @@ class ExperimentConfig:
 # ``rounds``, is compared with the algorithms'). ``hparams``/``algorithms`` are compared
 # as each label's resolved hyperparameters.
 RECORD_EXEMPT = ("rounds", "comm_budget", "checkpoint_every", "resume", "overwrite", "save_learners",
-                 "num_devices", "blas_threads", "compilation_cache", "output_dir", "progress", "flags",
-                 "source_names", "hparams", "algorithms")
+                 "num_devices", "blas_threads", "compilation_cache", "xla_cpu_emitters", "output_dir", "progress",
+                 "flags", "source_names", "hparams", "algorithms")
 _TASK_OPTIONS_EXEMPT = ("cache_dir",)
 
 
@@ -657,7 +665,7 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
   import jax
 
   from fedsim import algorithms
-  from fedsim.core import distributed
+  from fedsim.core import compile_options, distributed
   from fedsim.core.engine import simulate
   from fedsim.core.sharding import client_mesh, shard_task
   from fedsim.runner import ProgressWriter, enable_compilation_cache, plot_curves, provenance_line, set_blas_threads
@@ -677,6 +685,7 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
     check_output_dir(out_dir)
     stale = check_record(config, out_dir, hps)
   enable_compilation_cache(config.compilation_cache)  # before the first compilation (task models)
+  compile_options.set_cpu_emitters(config.xla_cpu_emitters)  # before the engine builds its programs
   if echo and config.task in SLOW_TASKS:
     print(f"building task {config.task} (trains or loads cached models) ...", flush=True)
   task = build_task(config)

@@ -251,7 +251,7 @@ def set_blas_threads(n: int) -> list:
   import jax
   import jax.numpy as jnp
   from threadpoolctl import threadpool_info, threadpool_limits
-  jax.block_until_ready(jnp.linalg.cholesky(jnp.eye(2)))
+  jax.block_until_ready(jax.jit(lambda: jnp.linalg.cholesky(jnp.eye(2)))())  # one program, not one per eager op
   if n > 0:
     threadpool_limits(limits=n, user_api="blas")
   return [[i["filepath"], i["num_threads"]] for i in threadpool_info() if i.get("user_api") == "blas"]

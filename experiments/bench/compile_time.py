@@ -21,6 +21,13 @@ twice in fresh processes with one new persistent compilation cache
 seconds XLA spent compiling (``jax.monitoring``'s backend-compile events, summed),
 the persistent-cache hits, and the process's wall and CPU seconds.
 
+``emitters``: XLA's classic CPU emitters (the engine's default) against its
+fusion emitters (``fedsim.core.compile_options``) for FedAvg, FedZO, DeComFL and
+HiSo on the softmax and FedAvg on the MLP at N = ``compile_emitters_clients``,
+and FedAvg on the CNN at N / 5: each chunk (``rounds_per_chunk`` rounds) is
+compiled under both (``compile_cpu_s``), run once from the same state (``same_bits``:
+the states agree bit for bit), then timed in alternation (``time_interleaved``).
+
 ``sweep``: ``experiments/flagfiles/sweep_fedzo_alpha.cfg`` (FedZO, 3 Dirichlet
 alphas x ``compile_sweep_seeds`` seeds, ``compile_sweep_rounds`` rounds; 0 =
 skipped) with the seeds batched and one after another, each in a fresh process
@@ -78,6 +85,54 @@ def main_job(rounds: int, log: Callable[[str], None] = print) -> list[dict]:
           f"programs compiled or loaded), {rec['cache_hits']} cache hits; run {rec['wall_s']:.1f} s wall, "
           f"{rec['cpu_s']:.1f} s CPU")
       out.append(rec)
+  return out
+
+
+EMITTER_CASES = (("fedavg", "softmax"), ("fedzo", "softmax"), ("decomfl", "softmax"), ("hiso", "softmax"),
+                 ("fedavg", "mlp"), ("fedavg", "cnn"))
+
+
+def emitters(settings: Settings, log: Callable[[str], None] = print) -> list[dict]:
+  """Classic against fusion XLA CPU emitters, per case of ``EMITTER_CASES`` (module docstring)."""
+  import jax
+  import numpy as np
+
+  from experiments.bench.util import time_interleaved
+  from experiments.bench.vmap import benchmark_hparams
+  from fedsim import algorithms
+  from fedsim.core import compile_options
+
+  def bits(tree):
+    return [np.asarray(jax.random.key_data(a) if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key) else a)
+            for a in jax.tree_util.tree_leaves(tree)]
+
+  before, out = compile_options.cpu_emitters(), []
+  try:
+    for name, model in EMITTER_CASES:
+      n = max(1, settings.compile_emitters_clients // (5 if model == "cnn" else 1))
+      task = make_benchmark_task(n, settings.samples_per_client, settings.seed, model=model)
+      hp = benchmark_hparams(name)
+      hp["clients_per_round"] = n
+      runs, rec = {}, {"algorithm": name, "model": model, "num_clients": n}
+      for mode in ("classic", "fusion"):
+        compile_options.set_cpu_emitters(mode)
+        run, info = compile_chunk(algorithms.build(name, task, **hp), task, settings.rounds_per_chunk, settings.seed)
+        run()
+        runs[mode], rec[f"{mode}_compile_cpu_s"] = run, info["compile_cpu_s"]
+      rec["same_bits"] = all(np.array_equal(a, b) for a, b in zip(bits(runs["classic"].state()),
+                                                                  bits(runs["fusion"].state())))
+      t = time_interleaved({m: (r, True) for m, r in runs.items()}, settings.repeats, settings.min_time)
+      for mode in runs:
+        rec[f"{mode}_s_per_round"] = t[mode]["best"] / settings.rounds_per_chunk
+      rec["compile_ratio"] = rec["fusion_compile_cpu_s"] / max(rec["classic_compile_cpu_s"], 1e-9)
+      rec["run_ratio"] = rec["fusion_s_per_round"] / rec["classic_s_per_round"]
+      log(f"[compile emitters {name} ({model}) N={n}] compile CPU classic {rec['classic_compile_cpu_s']:.2f} s, "
+          f"fusion {rec['fusion_compile_cpu_s']:.2f} s ({rec['compile_ratio']:.2f}x); s/round classic "
+          f"{rec['classic_s_per_round']:.4f}, fusion {rec['fusion_s_per_round']:.4f} (fusion/classic "
+          f"{rec['run_ratio']:.2f}); same bits: {rec['same_bits']}")
+      out.append(rec)
+  finally:
+    compile_options.set_cpu_emitters(before)
   return out
 
 
@@ -151,10 +206,11 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
     ratio_cpu[name] = max(cc) / max(min(cc), 1e-12)
     log(f"[compile {name}] compile time max/min over rounds per chunk {rounds}: {ratio[name]:.2f}")
   jobs = main_job(settings.compile_main_job_rounds, log) if settings.compile_main_job_rounds > 0 else []
+  emit = emitters(settings, log) if settings.compile_emitters_clients > 0 else []
   sweeps = (sweep_job(settings.compile_sweep_rounds, settings.compile_sweep_seeds, log)
             if settings.compile_sweep_rounds > 0 else [])
   return {"records": records, "rounds_ratio": ratio, "rounds_ratio_cpu": ratio_cpu, "main_job": jobs,
-          "sweep": sweeps}
+          "emitters": emit, "sweep": sweeps}
 
 
 def markdown(result: dict) -> str:
@@ -171,6 +227,12 @@ def markdown(result: dict) -> str:
              "| run CPU s |", "|" + "---|" * 7]
     rows += [f"| {r['cache']} cache | {r['rounds']} | {r['compile_s']:.2f} | {r['compiles']} | {r['cache_hits']} "
              f"| {r['wall_s']:.1f} | {r['cpu_s']:.1f} |" for r in result["main_job"]]
+  if result.get("emitters"):
+    rows += ["", "| XLA CPU emitters | N | compile CPU s classic | fusion | s/round classic | fusion "
+             "| fusion / classic run time | same bits |", "|" + "---|" * 8]
+    rows += [f"| {r['algorithm']} ({r['model']}) | {r['num_clients']} | {r['classic_compile_cpu_s']:.2f} "
+             f"| {r['fusion_compile_cpu_s']:.2f} | {r['classic_s_per_round']:.4f} | {r['fusion_s_per_round']:.4f} "
+             f"| {r['run_ratio']:.2f} | {r['same_bits']} |" for r in result["emitters"]]
   if result.get("sweep"):
     rows += ["", f"| `{SWEEP_FLAGFILE}` | rounds | seeds | wall s | CPU s |", "|" + "---|" * 5]
     rows += [f"| seeds {r['mode']} | {r['rounds']} | {r['seeds']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} |"

@@ -44,6 +44,8 @@ class Settings:
     compile_rounds: chunk lengths of the compile suite (at N = compile_clients[1]).
     compile_clients: client counts of the compile suite (at compile_rounds[1]).
     compile_main_job_rounds: rounds of the compile suite's main-job runs (0 = skipped).
+    compile_emitters_clients: N of the compile suite's classic-vs-fusion XLA CPU
+      emitters comparison (the CNN runs at N / 5; 0 = skipped).
     compile_sweep_rounds, compile_sweep_seeds: the compile suite's sweep_fedzo_alpha.cfg
       runs (rounds 0 = skipped).
     roofline_clients: N of the roofline suite.
@@ -77,6 +79,7 @@ class Settings:
   compile_rounds: tuple = (1, 10, 100)
   compile_clients: tuple = (100, 1000, 10000)
   compile_main_job_rounds: int = 300
+  compile_emitters_clients: int = 1000
   compile_sweep_rounds: int = 300
   compile_sweep_seeds: int = 5
   roofline_clients: int = 1000
@@ -110,6 +113,7 @@ class Settings:
           base, rounds_per_chunk=2, repeats=1, min_time=0.0, sequential_clients=16,
           max_normals=QUICK_MAX_NORMALS, scaling_clients=(16, 64), scaling_repeats=1,
           compile_rounds=(1, 4), compile_clients=(8, 16), compile_main_job_rounds=2, roofline_clients=8,
+          compile_emitters_clients=5,
           compile_sweep_rounds=2, compile_sweep_seeds=2,
           matmul_size=256,
           fzoos_dim=8, fzoos_steps=2, fzoos_configs=((2, 64),), fzoos_vmap=(2, 64),

@@ -240,7 +240,7 @@ def make_dzopa(task: Task, cfg: DZOPAConfig, name: str = "dzopa") -> FederatedAl
   n = task.num_clients
   h = resolve_local_steps(cfg.local_steps, cfg.variant, paper=1, code=5)
   validate(cfg.variant, cfg.direction, h, cfg.batch_size, cfg.fd_directions)
-  d = jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0]
+  d = task.dim
   unravel = flat_solution(task)
   mean_estimate = make_mean_estimate(
       task, lambda x, b: task.loss(unravel(x), b), num_estimates=h, batch_size=cfg.batch_size,

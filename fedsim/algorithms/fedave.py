@@ -176,7 +176,7 @@ def make_fedave(task: Task, cfg: FedAveConfig, name: str = "fedave") -> Federate
       return cfg.lr + 0.0 * t
 
   unravel = flat_solution(task)
-  p = int(jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0])
+  p = task.dim
   def loss(x, batch):
     return task.loss(unravel(x), batch)
   up_bytes = qsgd_bytes(p, cfg.qsgd_levels) if cfg.quantizer == "qsgd" else p * BYTES_PER_REAL
@@ -277,7 +277,7 @@ def make_gd(task: Task, cfg: GDConfig, name: str = "gd") -> FederatedAlgorithm:
   m = task.num_clients
   clients = task.data["clients"]
   s_max = int(clients["mask"].shape[1]) if isinstance(clients, dict) and "mask" in clients else 1
-  p = int(jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0])
+  p = task.dim
 
   def init(key, shared_key):
     del shared_key  # no draws shared by all parties (rng.init_keys)

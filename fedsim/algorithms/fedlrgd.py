@@ -280,7 +280,7 @@ def flat_grad_fn(task: Task):
   per_example_loss = task.per_example_loss
   if per_example_loss is None:
     raise ValueError(f"task {task.name!r} has no per_example_loss; FedLRGD needs per-sample gradients")
-  params = jax.eval_shape(task.init_params, jax.random.key(0))
+  params = jax.eval_shape(lambda: task.init_params(jax.random.key(0)))
   zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), params)
   _, unravel = ravel_pytree(zeros)
   def f(theta, ex):
@@ -614,7 +614,7 @@ def make_fedlrgd(task: Task, cfg: FedLRGDConfig, name: str = "fedlrgd") -> Feder
   R = int(task.data["server"]["mask"].shape[0])
   m = task.num_clients
   s_max = int(task.data["clients"]["mask"].shape[1])
-  p = int(jax.eval_shape(lambda k: ravel_pytree(task.init_params(k))[0], jax.random.key(0)).shape[0])
+  p = task.dim
   if m * (R * p + p * R * R) * BYTES_PER_REAL > _INT32_MAX or m * R * p * BYTES_PER_REAL > _INT32_MAX:
     raise ValueError(f"the set-up round's byte ledger (m={m}, R={R}, p={p}) exceeds int32; "
                      "use fewer clients or a smaller max_rank")

@@ -429,7 +429,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     raise ValueError("local_steps and num_rff must be >= 1")
   N, T, M, kind = task.num_clients, cfg.local_steps, cfg.num_rff, cfg.kernel
   assert kind is not None  # filled by resolve_config and checked against gpm.KERNELS above
-  d = jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0]
+  d = task.dim
   unravel = flat_solution(task)
   opt = local_optimizer(cfg.local_optimizer, cfg.lr)
   H = cfg.history_size

@@ -368,7 +368,7 @@ def hiso_parts(task: Task, cfg: DeComFLConfig, preconditioned: bool = True) -> H
   """
   _check(cfg, preconditioned)
   hcfg = _hiso_view(cfg)  # HiSo's fields, read only where `preconditioned`
-  d = jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0]
+  d = task.dim
   unravel = flat_solution(task)
   def loss(x, batch):
     return task.loss(unravel(x), batch)

@@ -42,10 +42,19 @@ def flat_problem(task: Task, key: jax.Array):
 
 
 def flat_solution(task: Task):
-  """``x -> params``: the unravel function of the task's parameter pytree."""
-  params = jax.eval_shape(task.init_params, jax.random.key(0))
-  _, unravel = ravel_pytree(jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), params))
-  return unravel
+  """``x -> params``: the unravel function of the task's parameter pytree.
+
+  Built while tracing (``jax.eval_shape``), so nothing runs or compiles eagerly;
+  the unravel function depends only on the leaves' shapes and dtypes.
+  """
+  found = []
+
+  def trace():
+    x, unravel = ravel_pytree(task.init_params(jax.random.key(0)))
+    found.append(unravel)
+    return x
+  jax.eval_shape(trace)
+  return found[0]
 
 
 def local_optimizer(name: str, lr) -> optax.GradientTransformation:
@@ -127,8 +136,7 @@ def make_delta_averaging(name: str, task: Task, oracle: Oracle, *, local_opt: op
   M = clients_per_round
   if weighting not in ("uniform", "size"):
     raise ValueError(f"unknown weighting {weighting!r}; accepted: uniform, size")
-  x0_shape = jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0))
-  d = x0_shape.shape[0]
+  d = task.dim
 
   def init(key, shared_key):
     del shared_key  # no draws shared by all parties (rng.init_keys)

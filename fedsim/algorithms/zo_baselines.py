@@ -171,7 +171,7 @@ def make_zo_baseline(task: Task, cfg: ZOBaselineConfig, name: str = "fedzo_fd") 
     if getattr(cfg, field) not in (0, 1):
       raise ValueError(f"{field} must be 0 or 1; got {getattr(cfg, field)!r}")
   N, T, Q = task.num_clients, cfg.local_steps, cfg.fd_directions
-  d = jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0]
+  d = task.dim
   unravel = flat_solution(task)
   opt = local_optimizer(cfg.local_optimizer, cfg.lr)
   # code normalization: (1/(lambda Q)) sum (.) u  = fedsim's estimate / direction_scale.

@@ -156,7 +156,7 @@ def make_zone_s(task: Task, cfg: ZONESConfig, name: str = "zone_s") -> Federated
     raise ConfigError("rho", f"must be positive; got {rho}")
   if not alpha > 0:
     raise ConfigError("alpha", f"must be positive; got {alpha}")
-  d = jax.eval_shape(lambda k: flat_problem(task, k)[0], jax.random.key(0)).shape[0]
+  d = task.dim
   unravel = flat_solution(task)
   mean_estimate = make_mean_estimate(
       task, lambda x, b: task.loss(unravel(x), b), num_estimates=cfg.local_steps,

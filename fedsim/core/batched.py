@@ -22,7 +22,7 @@ list, whether a hyperparameter can be a traced scalar (builders that need a
 Python value, for a shape or in Python control flow, fail to trace) and
 whether an algorithm can take its data as a traced argument at all.
 
-``ProgramCache`` compiles through ``jax.jit(f).lower(*args).compile()`` and
+``ProgramCache`` compiles through ``compile_options.jit(f).lower(*args).compile()`` and
 keys executables by the lowered program text, so two configurations whose
 programs are identical (e.g. two ``dirichlet_alpha`` values whose padded data
 happen to have the same shapes) share one compilation; it counts
@@ -41,8 +41,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedsim.core import rng
-from fedsim.core.engine import make_chunk
+from fedsim.core import compile_options, rng
+from fedsim.core.engine import round_chunk
 from fedsim.core.types import Task
 
 LEDGERS = ("queries", "bytes_up", "bytes_down", "participants", "empty_rounds")
@@ -65,9 +65,9 @@ class ProgramCache:
     self.seconds = 0.0
 
   def get(self, kind: str, fn: Callable, *args):
-    """The compiled ``jax.jit(fn)`` for ``args`` (arrays / pytrees; no static arguments)."""
+    """The compiled ``compile_options.jit(fn)`` for ``args`` (arrays / pytrees; no static arguments)."""
     t0 = time.perf_counter()
-    lowered = jax.jit(fn).lower(*args)
+    lowered = compile_options.jit(fn).lower(*args)
     # The text omits pruned (unused) arguments, whose shapes the executable still checks.
     avals = jax.tree_util.tree_map(lambda a: (jnp.shape(a), str(jnp.result_type(a))), args)
     key = (kind, hashlib.sha256(lowered.as_text().encode()).hexdigest(), str(avals))
@@ -169,7 +169,7 @@ def _member_fns(build: Callable, task: Task, static_hp: dict):
   def chunk(state, data, key, hp, first_round, length):
     alg = alg_for(data, hp)
     # The engine's own chunk (lax.scan of round(s, round_key(stream "rounds", r), data)).
-    return make_chunk(alg)(state, data, rng.stream(key, "rounds"), first_round, length)
+    return jax.jit(round_chunk(alg), static_argnums=4)(state, data, rng.stream(key, "rounds"), first_round, length)
 
   def evaluate(state, data, hp):
     alg = alg_for(data, hp)

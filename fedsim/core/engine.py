@@ -21,18 +21,19 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from fedsim.core import rng
+from fedsim.core import compile_options, rng
 from fedsim.core import sharding as sharding_lib
 from fedsim.core.distributed import fetch
 from fedsim.core.errors import DivergenceError
 from fedsim.core.types import FederatedAlgorithm, Task
 
 
-def make_chunk(algorithm: FederatedAlgorithm):
-  """``chunk(state, data, rounds_key, first_round, length) -> (state, stacked RoundStats)``, jitted.
+def round_chunk(algorithm: FederatedAlgorithm) -> Callable:
+  """``chunk(state, data, rounds_key, first_round, length) -> (state, stacked RoundStats)``, not jitted.
 
-  ``length`` is static; ``first_round`` is traced, so every chunk of the same
-  length reuses one compilation.
+  ``length`` rounds of ``algorithm`` in one ``lax.scan``; :func:`make_chunk`
+  compiles it. Programs that trace it inside their own (``fedsim.core.batched``)
+  wrap it in a plain ``jax.jit``: compiler options are top-level only.
   """
 
   def chunk(state, data, rounds_key, first_round, length):
@@ -41,10 +42,18 @@ def make_chunk(algorithm: FederatedAlgorithm):
     def body(s, r):
       return algorithm.round(s, rng.round_key(rounds_key, r), data)
     return jax.lax.scan(body, state, first_round + jnp.arange(length, dtype=jnp.int32))
+  return chunk
 
+
+def make_chunk(algorithm: FederatedAlgorithm):
+  """:func:`round_chunk`, jitted with the engine's compiler options (:mod:`fedsim.core.compile_options`).
+
+  ``length`` is static; ``first_round`` is traced, so every chunk of the same
+  length reuses one compilation. Top-level calls only (a compiled program).
+  """
   # Donating the state saves a copy on accelerators; CPU cannot use donations.
   donate = (0,) if jax.default_backend() != "cpu" else ()
-  return jax.jit(chunk, static_argnums=4, donate_argnums=donate)
+  return compile_options.jit(round_chunk(algorithm), static_argnums=4, donate_argnums=donate)
 
 
 @functools.lru_cache(maxsize=32)
@@ -57,7 +66,7 @@ def task_evaluator(evaluate: Callable) -> Callable:
   """
   def evaluate_task(params, data):
     return evaluate(params, sharding_lib.unpad(data))
-  return jax.jit(evaluate_task)
+  return compile_options.jit(evaluate_task)
 
 
 def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_every: int,
@@ -127,9 +136,9 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       # device: the sharding every chunk returns, so the second chunk (and the second
       # evaluation) reuse the first one's compilation instead of compiling again.
       from jax.sharding import NamedSharding, PartitionSpec
-      init = jax.jit(algorithm.init, out_shardings=NamedSharding(mesh, PartitionSpec()))
+      init = compile_options.jit(algorithm.init, out_shardings=NamedSharding(mesh, PartitionSpec()))
     else:
-      init = jax.jit(algorithm.init)
+      init = compile_options.jit(algorithm.init)
     state = init(*init_keys)
   rounds_key = rng.stream(key, "rounds")
   chunk = make_chunk(algorithm)
@@ -137,7 +146,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
   # The algorithm's part: its solution and its own metrics, one small program.
   def solve(s):
     return algorithm.solution(s), (algorithm.metrics(s) if algorithm.metrics is not None else {})
-  solve = jax.jit(solve)
+  solve = compile_options.jit(solve)
 
   def evaluate(s, data):
     params, own = solve(s)

@@ -208,7 +208,7 @@ class Task:
   @property
   def dim(self) -> int:
     """Number of scalar parameters d of the decision variable."""
-    params = jax.eval_shape(self.init_params, jax.random.key(0))
+    params = jax.eval_shape(lambda: self.init_params(jax.random.key(0)))  # no eager key program
     return sum(_prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(params))
 
   @property
