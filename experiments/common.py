@@ -157,8 +157,8 @@ def define_flags():
                       "the same configuration does not compile again: auto = ~/.cache/fedsim/jax "
                       "($XDG_CACHE_HOME/fedsim/jax), empty = off, else a folder")
   flags.DEFINE_enum("xla_cpu_emitters", "classic", ["classic", "fusion"], "XLA's CPU code emitters for the "
-                    "engine's programs (fedsim.core.compile_options): classic compiles 1.3x-1.9x faster, "
-                    "fusion (XLA's default) runs FedAvg on the MLP / CNN about 9% faster; same results")
+                    "engine's programs (fedsim.core.compile_options): classic compiles 1.4x-2x faster, "
+                    "fusion (XLA's default) runs FedAvg on the MLP 9-13% faster; same results")
   # Checkpoint/resume and multi-host runs (issue 8; BUILD.md "Devices and hosts").
   flags.DEFINE_integer("checkpoint_every", 0, "save the full state every K rounds (at the first chunk "
                        "end at or after each multiple; last 2 kept) under <output_dir>/<alg>/checkpoints; "

@@ -254,8 +254,8 @@ class ExperimentConfig:
       ``""`` = off, else a folder; see :func:`fedsim.runner.enable_compilation_cache`.
     xla_cpu_emitters: XLA's CPU code emitters for the engine's programs
       (process-wide; :mod:`fedsim.core.compile_options`): ``"classic"`` (LLVM IR;
-      compiles 1.3x-1.9x faster) or ``"fusion"`` (XLA's default; FedAvg on the
-      MLP / CNN runs about 9% faster). Results are the same bits.
+      compiles 1.4x-2x faster) or ``"fusion"`` (XLA's default; runs FedAvg on
+      the MLP 9-13% faster, DeComFL / HiSo 3-10% slower). Results are the same bits.
     output_dir: where outputs go (None: nothing written); ``run``'s argument wins.
     progress: print one line per evaluation (and per divergence) to stdout/stderr.
     flags: the command-line flags this config was made from (recorded in

@@ -1,13 +1,13 @@
 """XLA compiler options of the engine's programs (issue 17: compile time).
 
-On CPU, jaxlib's MLIR "fusion emitters" (XLA's default) spend 1.3x-1.9x the
+On CPU, jaxlib's MLIR "fusion emitters" (XLA's default) spend 1.4x-2x the
 compile time of XLA's classic LLVM IR emitters on fedsim's round chunks, and
-the programs they give run within +-9% of each other with bit-identical
-results (BUILD.md, "Compile time"; ``tests/core/test_compile_options.py``
+the programs they give run within about 13% of each other with bit-identical
+results (BUILD.md, "Benchmark", compile; ``tests/core/test_compile_options.py``
 checks the bits on FedAvg and FedZO chunks). The engine therefore compiles
 with the classic emitters on CPU by default (``"classic"``); ``"fusion"`` is
-XLA's default, faster at run time for FedAvg on the MLP and the CNN (about 9%
-at N = 1000 / 200), so long neural-network runs may prefer it. The choice is
+XLA's default, faster at run time for FedAvg on the MLP (9-13% at N = 1000)
+and slower for DeComFL / HiSo (3-10%), so long MLP runs may prefer it. The choice is
 ``ExperimentConfig.xla_cpu_emitters`` (``--xla_cpu_emitters``), applied
 process-wide by :func:`set_cpu_emitters` before the engine builds its
 programs. Other backends get no options.
