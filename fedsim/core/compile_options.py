@@ -77,6 +77,6 @@ def options() -> dict[str, Any] | None:
   return dict(opts)
 
 
-def jit(fn: Callable, **kwargs) -> Callable:
+def jit(fn: Callable, **kwargs) -> jax.stages.Wrapped:
   """``jax.jit(fn, **kwargs)`` compiled with :func:`options` (read now, when the program is built)."""
   return jax.jit(fn, compiler_options=options(), **kwargs)
