@@ -161,6 +161,21 @@ def test_fig6b_ablations_c5(tmp_path):
   assert ev.verdict == "partly reproduced" and "fixed vector" in ev.why
 
 
+@pytest.mark.parametrize("m1k_c5,m10k_c5,m1k_c50,m10k_c50,verdict", [
+    (1.0, 1.0, 2.0, 1.0, "reproduced"),          # M = 10,000 gains 1.0 at C = 50, 0 at C = 5
+    (1.0, 0.5, 2.0, 1.8, "partly reproduced"),   # helps at C = 50 (0.2) but gains less than at C = 5 (0.5)
+    (1.0, 1.5, 2.0, 2.2, "partly reproduced"),   # gain grows with C (-0.5 -> -0.2) but never helps
+    (1.0, 0.5, 2.0, 2.5, "not reproduced"),
+])
+def test_fig6a_m(tmp_path, m1k_c5, m10k_c5, m1k_c50, m10k_c50, verdict):
+  base = {"adaptive": 9.0, "fixed length": 9.0, "fixed vector": 9.0, "fixed both": 9.0, "none": 9.0}
+  runs = {**_paper_fig6(5, {**base, "adaptive": m1k_c5, "M=10000": m10k_c5}),
+          **_paper_fig6(50, {**base, "adaptive": m1k_c50, "M=10000": m10k_c50})}
+  ev = fz.fig6a_m(Ctx(tmp_path, runs, scale="paper"))
+  assert ev.verdict == verdict and os.path.exists(tmp_path / ev.figures[0])
+  assert ev.numbers["C=50 gain of M = 10,000 (F(x_R) M=1000 - M=10000)"] == pytest.approx(m1k_c50 - m10k_c50)
+
+
 @pytest.mark.parametrize("drift,gamma_one,c50,code_final,verdict", [
     (200.0, 0.5, 4.0, 3.0, "reproduced"),
     (200.0, 0.5, 1.0, 3.0, "partly reproduced"),   # gamma = 1/t beats the FD baselines too
