@@ -174,6 +174,15 @@ def test_fig6a_m(tmp_path, m1k_c5, m10k_c5, m1k_c50, m10k_c50, verdict):
   ev = fz.fig6a_m(Ctx(tmp_path, runs, scale="paper"))
   assert ev.verdict == verdict and os.path.exists(tmp_path / ev.figures[0])
   assert ev.numbers["C=50 gain of M = 10,000 (F(x_R) M=1000 - M=10000)"] == pytest.approx(m1k_c50 - m10k_c50)
+  assert ("ends above F(x_0)" in ev.why) == (max(m1k_c50, m10k_c50) > 3.0)  # the runs start at 3.0
+
+
+def test_fig6a_m_says_when_the_c50_runs_rise(tmp_path):
+  base = {"adaptive": 9.0, "fixed length": 9.0, "fixed vector": 9.0, "fixed both": 9.0, "none": 9.0}
+  runs = {**_paper_fig6(5, {**base, "adaptive": 1.0, "M=10000": 1.0}),
+          **_paper_fig6(50, {**base, "adaptive": 4.0, "M=10000": 5.0})}
+  ev = fz.fig6a_m(Ctx(tmp_path, runs, scale="paper"))
+  assert ev.verdict == "not reproduced" and "ends above F(x_0) = 3" in ev.why
 
 
 @pytest.mark.parametrize("drift,gamma_one,c50,code_final,verdict", [
