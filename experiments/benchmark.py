@@ -69,6 +69,7 @@ from absl import app, flags
 
 from experiments.bench.util import DEFAULT_SUITES, SUITES, Settings, environment
 from experiments.bench.vmap import ALGORITHMS, run_benchmark
+from fedsim.core import compile_options
 from fedsim.core.errors import ConfigError
 
 FLAGS = flags.FLAGS
@@ -178,8 +179,8 @@ def define_flags():
                        "0 = skipped)")
   flags.DEFINE_integer("compile_emitters_clients", None, "compile suite: N of the classic-vs-fusion XLA CPU "
                        "emitters comparison, the CNN at N / 5 (default 1000; 0 = skipped)")
-  flags.DEFINE_enum("xla_cpu_emitters", "classic", ["classic", "fusion"], "XLA's CPU code emitters of the timed "
-                    "programs (fedsim.core.compile_options; the engine's default: classic)")
+  flags.DEFINE_enum("xla_cpu_emitters", "classic", list(compile_options.EMITTERS), "XLA's CPU code emitters of "
+                    "the timed programs (fedsim.core.compile_options; the engine's default: classic)")
   flags.DEFINE_integer("compile_sweep_rounds", None, "compile suite: rounds of the sweep_fedzo_alpha.cfg runs, seeds "
                        "batched and one after another (default 300; 0 = skipped)")
   flags.DEFINE_integer("roofline_clients", None, "roofline suite: N (default 1000)")
@@ -287,7 +288,6 @@ def main(argv):
     sys.exit(2)
   import jax
 
-  from fedsim.core import compile_options
   from fedsim.runner import set_blas_threads
   compile_options.set_cpu_emitters(FLAGS.xla_cpu_emitters)
   if FLAGS.prng_impl:

@@ -24,6 +24,7 @@ import sys
 from absl import flags
 
 from fedsim import algorithms, api, config
+from fedsim.core import compile_options
 from fedsim.core.errors import ConfigError
 from fedsim.data import DATASETS
 from fedsim.data import METHODS as PARTITIONS
@@ -156,7 +157,7 @@ def define_flags():
   flags.DEFINE_string("compilation_cache", "auto", "JAX's persistent compilation cache, so a second run of "
                       "the same configuration does not compile again: auto = ~/.cache/fedsim/jax "
                       "($XDG_CACHE_HOME/fedsim/jax), empty = off, else a folder")
-  flags.DEFINE_enum("xla_cpu_emitters", "classic", ["classic", "fusion"], "XLA's CPU code emitters for the "
+  flags.DEFINE_enum("xla_cpu_emitters", "classic", list(compile_options.EMITTERS), "XLA's CPU code emitters for the "
                     "engine's programs (fedsim.core.compile_options): classic compiles 1.4x-2x faster, "
                     "fusion (XLA's default) runs FedAvg on the MLP 9-13% faster; same results")
   # Checkpoint/resume and multi-host runs (issue 8; BUILD.md "Devices and hosts").
