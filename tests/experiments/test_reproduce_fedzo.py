@@ -205,3 +205,43 @@ def test_fig1c_snr_reads_only_the_papers_four_snrs(tmp_path):
   ev = F.fedzo_fig1c_snr(Ctx(tmp_path, runs=runs))
   assert ev.verdict == "reproduced"
   assert not any("-40" in k for k in ev.numbers)
+
+
+def test_rate_entry_is_corollary_2_with_its_directions():
+  eta = (10 * 5 * 40 / (20 * 5 * 200)) ** 0.5
+  mu = (20 * 5 * 40 * 10 * 5 * 200) ** -0.25
+  assert F.rate_entry(10, 40, 200) == f"fedzo:fd_directions=40:clients_per_round=10:lr={eta:.4g}:smoothing={mu:.4g}"
+
+
+def test_log_slope_and_min_of_the_seed_mean():
+  assert F.log_slope((5, 10, 20, 40), [3.0 * b ** -0.5 for b in (5, 10, 20, 40)]) == pytest.approx(-0.5)
+  # Seed 0 is lowest at round 2, seed 1 at round 1: the minimum of the mean is at round 1, (1 + 4) / 2.
+  runs = [{"a": [{"round": 0, "grad_norm": 3.0}, {"round": 1, "grad_norm": 1.0}, {"round": 2, "grad_norm": 0.0}]},
+          {"a": [{"round": 0, "grad_norm": 3.0}, {"round": 1, "grad_norm": 2.0}, {"round": 2, "grad_norm": 3.0}]}]
+  assert F.min_mean_sq_grad(runs, "a") == 2.5
+
+
+def _rate_runs(power_b2, power_m):
+  """Two seeds (smoke scale) whose ||grad F||^2 ends at b2^power_b2 (M = 10) or M^power_m (b2 = 20)."""
+  run = {}
+  for b2 in (5, 40):
+    run[F.rate_entry(F.RATE_M0, b2, 40).replace(":", "-")] = [
+        {"round": 0, "grad_norm": 2.0}, {"round": 40, "grad_norm": (b2 ** power_b2) ** 0.5}]
+  for m in (5, 50):
+    run[F.rate_entry(m, F.RATE_B20, 40).replace(":", "-")] = [
+        {"round": 0, "grad_norm": 2.0}, {"round": 40, "grad_norm": (m ** power_m) ** 0.5}]
+  return {f"fedzo_rate_s{s}": run for s in range(2)}
+
+
+@pytest.mark.parametrize("powers,verdict", [
+    ((-0.5, -0.5), "reproduced"),
+    ((-0.5, 0.1), "partly reproduced"),
+    ((-1.0, -0.1), "not reproduced"),
+])
+def test_rate_trend_criterion(tmp_path, powers, verdict):
+  ev = F.fedzo_rate_trend(Ctx(tmp_path, runs=_rate_runs(*powers), scale="smoke"))
+  assert ev.verdict == verdict
+  assert ev.numbers["slope against log b2"] == pytest.approx(powers[0])
+  assert ev.numbers["slope against log M"] == pytest.approx(powers[1])
+  assert ev.numbers["initial mean ||grad F||^2"] == pytest.approx(4.0)
+  assert os.path.exists(tmp_path / ev.figures[0])
