@@ -37,22 +37,24 @@ def make_quadratic_task(dim: int, num_clients: int, heterogeneity: float, seed: 
 
   Returns:
     A Task whose client_data holds ``a``, ``b`` (N, d) float32 Dirichlet draws
-    (columns sum to 1); ``loss(x, row)`` is f_i; ``evaluate`` gives
+    (columns sum to 1) and ``C`` (N,) float32 (C in every row); ``loss(x, row)`` is f_i; ``evaluate`` gives
     ``objective`` = F(x) and ``optimality_gap`` = F(x) - F*.
   """
   rng = np.random.default_rng(seed)
   alpha = np.full(num_clients, 1.0 / num_clients)
   a = rng.dirichlet(alpha, size=dim).T.astype(np.float32)  # (N, d)
   b = rng.dirichlet(alpha, size=dim).T.astype(np.float32)
-  data = {"clients": {"a": jnp.asarray(a), "b": jnp.asarray(b)},
-          "sizes": jnp.ones((num_clients,), jnp.int32), "eval": {}}
   N, C, d = num_clients, float(heterogeneity), dim
+  # C travels as data (one copy per client row), not as a constant of the compiled programs, so
+  # runs that differ only in C share their compilations (persistent cache, batched sweeps).
+  data = {"clients": {"a": jnp.asarray(a), "b": jnp.asarray(b), "C": jnp.full((N,), C, jnp.float32)},
+          "sizes": jnp.ones((num_clients,), jnp.int32), "eval": {}}
   f_star = 1.0 / (10 * d) - 0.025
 
   def local(x, row):
     z = to_z(x)
-    qa = 1.0 + C * (row["a"] - 1.0 / N)
-    qb = 1.0 + C * (row["b"] - 1.0 / N)
+    qa = 1.0 + row["C"] * (row["a"] - 1.0 / N)
+    qb = 1.0 + row["C"] * (row["b"] - 1.0 / N)
     return (jnp.sum(qa * z * z + qb * z) + 1.0) / (10.0 * d)
 
   def global_f(x):

@@ -33,6 +33,20 @@ def test_quadratic_optimum_and_heterogeneity():
   assert float(jnp.std(f_i)) > 1e-3
 
 
+def test_quadratic_heterogeneity_is_data_so_every_c_shares_one_program():
+  """C is a client-data column, not a constant: the lowered loss is the same program for every C
+  (runs that differ only in C reuse their compilations), and its value moves with C."""
+  x = jax.random.uniform(jax.random.key(0), (30,))
+  lowered, values = set(), []
+  for c in (0.5, 5.0, 50.0):
+    task = make_task("quadratic", num_clients=4, dim=30, heterogeneity=c, seed=2)
+    row = jax.tree.map(lambda v: v[1], task.client_data)
+    lowered.add(jax.jit(task.loss).lower(x, row).as_text())
+    values.append(float(task.loss(x, row)))
+  assert len(lowered) == 1
+  assert len(set(values)) == 3
+
+
 def test_classification_objective_is_pooled_masked_loss(digits10):
   task = digits10
   params = jax.tree_util.tree_map(lambda p: 0.01 * jnp.ones_like(p), task.init_params(jax.random.key(0)))
