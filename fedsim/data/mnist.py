@@ -18,7 +18,6 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-import sklearn.model_selection
 
 from fedsim.core.errors import DataError
 from fedsim.data.dataset import Dataset
@@ -171,6 +170,7 @@ def load_mnist(data_dir: str | os.PathLike, seed: int = 0, *, variant: str = "mn
     n = y_all.shape[0]
     if n < 10:
       raise DataError(str(test_images), f"only {n} images; too few to split")
+    import sklearn.model_selection  # here: importing sklearn costs ~1.3 s of every start-up
     idx_train, idx_test = sklearn.model_selection.train_test_split(
         np.arange(n), test_size=n // 5, stratify=y_all, random_state=seed)
     idx_train, idx_test = np.sort(idx_train), np.sort(idx_test)
