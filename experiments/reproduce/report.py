@@ -119,9 +119,10 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
 
 
 def write_index(root: str, papers: dict[str, str]) -> None:
-  """Writes ``root/report.md``: each paper's scale(s) and verdict counts, linking its report."""
+  """Writes ``root/report.md``: each paper's claims per scale and verdict counts, linking its report."""
   lines = ["# fedsim reproduction report", "",
-           "| paper | scale | reproduced | partly | not reproduced | claims | pending |", "|---|---|---|---|---|---|---|"]
+           "| paper | claims per scale | reproduced | partly | not reproduced | claims | pending |",
+           "|---|---|---|---|---|---|---|"]
   for paper, title in papers.items():
     path = os.path.join(root, paper, "claims.json")
     if not os.path.exists(path):
@@ -131,7 +132,7 @@ def write_index(root: str, papers: dict[str, str]) -> None:
     recs = data["claims"]
     counts = [sum(r["verdict"] == v for r in recs)
               for v in ("reproduced", "partly reproduced", "not reproduced")]
-    scales = ", ".join(sorted({r["scale"] for r in recs})) or "-"
+    scales = ", ".join(f"{s} {sum(r['scale'] == s for r in recs)}" for s in sorted({r["scale"] for r in recs})) or "-"
     lines.append(f"| [{title}]({paper}/report.md) | {scales} | {counts[0]} | {counts[1]} | {counts[2]} | "
                  f"{len(recs)} | {len(data.get('pending', []))} |")
   with open(os.path.join(root, "report.md"), "w") as f:

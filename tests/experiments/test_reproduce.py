@@ -138,7 +138,11 @@ def test_reports_and_resume(tmp_path, monkeypatch):
   main_mod.reproduce("toy", "paper", str(tmp_path))  # another scale is evaluated again
   assert calls == ["good", "bad", "good", "bad"]
   report.write_index(str(tmp_path), {"toy": "Toy paper"})
-  assert "| [Toy paper](toy/report.md) | paper | 1 | 0 | 1 | 2 | 1 |" in (tmp_path / "report.md").read_text()
+  assert "| [Toy paper](toy/report.md) | paper 2 | 1 | 0 | 1 | 2 | 1 |" in (tmp_path / "report.md").read_text()
+  data["claims"][0]["scale"], data["claims"][1]["scale"] = "paper", "smoke"  # the index counts each scale
+  (tmp_path / "toy" / "claims.json").write_text(json.dumps(data))
+  report.write_index(str(tmp_path), {"toy": "Toy paper"})
+  assert "| [Toy paper](toy/report.md) | paper 1, smoke 1 | 1 | 0 | 1 | 2 | 1 |" in (tmp_path / "report.md").read_text()
 
 
 def test_cli_rejects_an_unknown_claim(tmp_path):
