@@ -213,6 +213,12 @@ def test_rate_entry_is_corollary_2_with_its_directions():
   assert F.rate_entry(10, 40, 200) == f"fedzo:fd_directions=40:clients_per_round=10:lr={eta:.4g}:smoothing={mu:.4g}"
 
 
+def test_rate_entry_at_a_fixed_schedule_keeps_its_own_m_and_b2():
+  fixed = F.rate_entry(50, 5, 200, schedule_at=(10, 20))
+  assert fixed == F.rate_entry(10, 20, 200).replace("fd_directions=20:clients_per_round=10",
+                                                    "fd_directions=5:clients_per_round=50")
+
+
 def test_log_slope_and_min_of_the_seed_mean():
   assert F.log_slope((5, 10, 20, 40), [3.0 * b ** -0.5 for b in (5, 10, 20, 40)]) == pytest.approx(-0.5)
   # Seed 0 is lowest at round 2, seed 1 at round 1: the minimum of the mean is at round 1, (1 + 4) / 2.
@@ -221,16 +227,17 @@ def test_log_slope_and_min_of_the_seed_mean():
   assert F.min_mean_sq_grad(runs, "a") == 2.5
 
 
-def _rate_runs(power_b2, power_m):
-  """Two seeds (smoke scale) whose ||grad F||^2 ends at b2^power_b2 (M = 10) or M^power_m (b2 = 20)."""
+def _rate_runs(power_b2, power_m, scale="smoke", name="fedzo_rate", schedule_at=None):
+  """The seeds' runs whose ||grad F||^2 ends at b2^power_b2 (M = 10) or M^power_m (b2 = 20)."""
+  rounds, b2s, ms, seeds = (40, (5, 40), (5, 50), 2) if scale == "smoke" else (200, F.RATE_B2, F.RATE_M, 10)
   run = {}
-  for b2 in (5, 40):
-    run[F.rate_entry(F.RATE_M0, b2, 40).replace(":", "-")] = [
-        {"round": 0, "grad_norm": 2.0}, {"round": 40, "grad_norm": (b2 ** power_b2) ** 0.5}]
-  for m in (5, 50):
-    run[F.rate_entry(m, F.RATE_B20, 40).replace(":", "-")] = [
-        {"round": 0, "grad_norm": 2.0}, {"round": 40, "grad_norm": (m ** power_m) ** 0.5}]
-  return {f"fedzo_rate_s{s}": run for s in range(2)}
+  for b2 in b2s:
+    run[F.rate_entry(F.RATE_M0, b2, rounds, schedule_at).replace(":", "-")] = [
+        {"round": 0, "grad_norm": 2.0}, {"round": rounds, "grad_norm": (b2 ** power_b2) ** 0.5}]
+  for m in ms:
+    run[F.rate_entry(m, F.RATE_B20, rounds, schedule_at).replace(":", "-")] = [
+        {"round": 0, "grad_norm": 2.0}, {"round": rounds, "grad_norm": (m ** power_m) ** 0.5}]
+  return {f"{name}_s{s}": run for s in range(seeds)}
 
 
 @pytest.mark.parametrize("powers,verdict", [
@@ -245,3 +252,14 @@ def test_rate_trend_criterion(tmp_path, powers, verdict):
   assert ev.numbers["slope against log M"] == pytest.approx(powers[1])
   assert ev.numbers["initial mean ||grad F||^2"] == pytest.approx(4.0)
   assert os.path.exists(tmp_path / ev.figures[0])
+
+
+def test_rate_trend_at_paper_scale_adds_the_fixed_step_diagnostic(tmp_path):
+  runs = {**_rate_runs(0.15, -0.7, "paper"),
+          **_rate_runs(0.0, -0.6, "paper", "fedzo_rate_fixed", schedule_at=(F.RATE_M0, F.RATE_B20))}
+  ev = F.fedzo_rate_trend(Ctx(tmp_path, runs=runs, scale="paper"))
+  assert ev.verdict == "partly reproduced"  # -0.7 is in the band, +0.15 is not
+  assert ev.numbers["slope against log M"] == pytest.approx(-0.7)
+  assert ev.numbers["fixed eta: slope against log b2"] == pytest.approx(0.0, abs=1e-12)
+  assert ev.numbers["fixed eta: slope against log M"] == pytest.approx(-0.6)
+  assert "Diagnostic, one eta and mu for every entry" in ev.why
