@@ -228,15 +228,13 @@ def test_log_slope_and_min_of_the_seed_mean():
 
 
 def _rate_runs(power_b2, power_m, scale="smoke", name="fedzo_rate", schedule_at=None):
-  """The seeds' runs whose ||grad F||^2 ends at b2^power_b2 (M = 10) or M^power_m (b2 = 20)."""
+  """The seeds' runs whose ||grad F||^2 ends at (b2 / 20)^power_b2 (M / 10)^power_m."""
   rounds, b2s, ms, seeds = (40, (5, 40), (5, 50), 2) if scale == "smoke" else (200, F.RATE_B2, F.RATE_M, 10)
   run = {}
-  for b2 in b2s:
-    run[F.rate_entry(F.RATE_M0, b2, rounds, schedule_at).replace(":", "-")] = [
-        {"round": 0, "grad_norm": 2.0}, {"round": rounds, "grad_norm": (b2 ** power_b2) ** 0.5}]
-  for m in ms:
-    run[F.rate_entry(m, F.RATE_B20, rounds, schedule_at).replace(":", "-")] = [
-        {"round": 0, "grad_norm": 2.0}, {"round": rounds, "grad_norm": (m ** power_m) ** 0.5}]
+  for m, b2 in [(F.RATE_M0, b2) for b2 in b2s] + [(m, F.RATE_B20) for m in ms]:
+    end = (b2 / 20) ** power_b2 * (m / 10) ** power_m
+    run[F.rate_entry(m, b2, rounds, schedule_at).replace(":", "-")] = [
+        {"round": 0, "grad_norm": 2.0}, {"round": rounds, "grad_norm": end ** 0.5}]
   return {f"{name}_s{s}": run for s in range(seeds)}
 
 
