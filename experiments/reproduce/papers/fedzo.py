@@ -369,7 +369,9 @@ def fedzo_rate_trend(ctx: Context) -> Evidence:
     why += (f". Diagnostic, one eta and mu for every entry (Corollary 2's at M = {RATE_M0}, b2 = {RATE_B20}): "
             f"slope against log b2 {fb2:.3g}, against log M {fm:.3g}; b2 divides only the direction "
             f"variance, while the b1 = {RATE_TASK['b1']} sample noise and the sampling of M of N = 50 "
-            "heterogeneous clients are left as they are")
+            "heterogeneous clients are left as they are; M divides the sampling variance by M and by "
+            "(N - 1) / (N - M) more (drawn without replacement: none at M = N), and Corollary 2's eta, "
+            "growing like sqrt(M b2), widens the noise ball of what remains")
   return Evidence(verdict, why, numbers=numbers, figures=[os.path.relpath(fig, ctx.root)])
 
 
