@@ -207,9 +207,19 @@ def test_fig1c_snr_reads_only_the_papers_four_snrs(tmp_path):
   assert not any("-40" in k for k in ev.numbers)
 
 
+def test_rate_task_is_the_flagfiles_and_keeps_the_linear_speed_up_condition():
+  with open("experiments/flagfiles/fedzo_rate_trend.cfg") as f:
+    flags = dict(line.strip()[2:].split("=", 1) for line in f if line.startswith("--"))
+  t = F.RATE_TASK
+  assert (int(flags["num_features"]), int(flags["batch_size"]), int(flags["local_steps"]), int(flags["rounds"])) \
+      == (t["d"], t["b1"], t["H"], t["T"])
+  assert all(t["H"] <= t["d"] / (t["b1"] * b2) for b2 in F.RATE_B2 + (F.RATE_B20,))  # Corollary 2
+  assert flags["algorithm"] == F.rate_entry(F.RATE_M0, F.RATE_B20, t["T"])
+
+
 def test_rate_entry_is_corollary_2_with_its_directions():
-  eta = (10 * 5 * 40 / (20 * 5 * 200)) ** 0.5
-  mu = (20 * 5 * 40 * 10 * 5 * 200) ** -0.25
+  eta = (10 * 1 * 40 / (100 * 2 * 200)) ** 0.5  # d = 100, b1 = 1, H = 2 (fedzo_rate_trend.cfg)
+  mu = (100 * 1 * 40 * 10 * 2 * 200) ** -0.25
   assert F.rate_entry(10, 40, 200) == f"fedzo:fd_directions=40:clients_per_round=10:lr={eta:.4g}:smoothing={mu:.4g}"
 
 
@@ -229,7 +239,7 @@ def test_log_slope_and_min_of_the_seed_mean():
 
 def _rate_runs(power_b2, power_m, scale="smoke", name="fedzo_rate", schedule_at=None):
   """The seeds' runs whose ||grad F||^2 ends at (b2 / 20)^power_b2 (M / 10)^power_m."""
-  rounds, b2s, ms, seeds = (40, (5, 40), (5, 50), 2) if scale == "smoke" else (200, F.RATE_B2, F.RATE_M, 10)
+  rounds, b2s, ms, seeds = (40, (5, 40), (5, 50), 2) if scale == "smoke" else (400, F.RATE_B2, F.RATE_M, 10)
   run = {}
   for m, b2 in [(F.RATE_M0, b2) for b2 in b2s] + [(m, F.RATE_B20) for m in ms]:
     end = (b2 / 20) ** power_b2 * (m / 10) ** power_m

@@ -285,7 +285,10 @@ def fedzo_cor2_speedup(ctx: Context) -> Evidence:
 
 # --- §7.10: the rate trend in b2 and M with Corollary 2's eta and mu -----------------------------
 
-RATE_TASK = {"d": 20, "b1": 5, "H": 5}  # fedzo_rate_trend.cfg's d (num_features), batch_size, local_steps
+# fedzo_rate_trend.cfg's d (num_features), batch_size, local_steps and rounds: H <= d / (b1 b2) at every
+# grid point, Corollary 2's condition for the linear speed-up (its second term, which grows like
+# sqrt(b1 b2 H), stays below the first).
+RATE_TASK = {"d": 100, "b1": 1, "H": 2, "T": 400}
 RATE_B2 = (5, 10, 20, 40)  # at M = RATE_M0
 RATE_M = (5, 10, 25, 50)  # at b2 = RATE_B20
 RATE_M0, RATE_B20 = 10, 20
@@ -337,7 +340,7 @@ def _rate_study(ctx: Context, name: str, rounds: int, schedule_at=None):
 
 
 def fedzo_rate_trend(ctx: Context) -> Evidence:
-  rounds = ctx.pick(40, 200)
+  rounds = ctx.pick(40, RATE_TASK["T"])
   runs, label, best_b2, best_m = _rate_study(ctx, "fedzo_rate", rounds)
   slope_b2, slope_m = log_slope(list(best_b2), list(best_b2.values())), log_slope(list(best_m), list(best_m.values()))
   numbers: dict = {f"min_t mean ||grad F||^2, b2={b} M={RATE_M0}": v for b, v in best_b2.items()}
