@@ -373,8 +373,9 @@ def fedzo_rate_trend(ctx: Context) -> Evidence:
             f"slope against log b2 {fb2:.3g}, against log M {fm:.3g}; b2 divides only the direction "
             f"variance, while the b1 = {RATE_TASK['b1']} sample noise and the sampling of M of N = 50 "
             "heterogeneous clients are left as they are; M divides the sampling variance by M and by "
-            "(N - 1) / (N - M) more (drawn without replacement: none at M = N), and Corollary 2's eta, "
-            "growing like sqrt(M b2), widens the noise ball of what remains")
+            "(N - 1) / (N - M) more (drawn without replacement: none at M = N); Corollary 2's eta grows like "
+            "sqrt(M b2), which speeds the optimisation term 4 (f(x^0) - f*) / (H T eta) of Theorem 2 and widens "
+            "the noise ball of what remains")
   return Evidence(verdict, why, numbers=numbers, figures=[os.path.relpath(fig, ctx.root)])
 
 
