@@ -271,3 +271,41 @@ def test_rate_trend_at_paper_scale_adds_the_fixed_step_diagnostic(tmp_path):
   assert ev.numbers["fixed eta: slope against log b2"] == pytest.approx(0.0, abs=1e-12)
   assert ev.numbers["fixed eta: slope against log M"] == pytest.approx(-0.6)
   assert "Diagnostic, one eta and mu for every entry" in ev.why
+
+
+def _penalty_runs(floors, scale="smoke", name="fedzo_penalty"):
+  """The seeds' runs whose ||grad F||^2 ends at floors[(M, H)]."""
+  rounds, seeds = (40, 2) if scale == "smoke" else (200, 10)
+  run = {F.penalty_entry(m, h, rounds).replace(":", "-"): [{"round": 0, "grad_norm": 2.0},
+                                                           {"round": rounds, "grad_norm": v ** 0.5}]
+         for (m, h), v in floors.items()}
+  return {f"{name}_s{s}": run for s in range(seeds)}
+
+
+def test_penalty_entry_changes_only_h_and_m_at_one_step_size():
+  a, b = F.penalty_entry(10, 1, 200), F.penalty_entry(50, 10, 200)
+  assert a.startswith("fedzo:local_steps=1:fd_directions=20:clients_per_round=10:")
+  assert b.startswith("fedzo:local_steps=10:fd_directions=20:clients_per_round=50:")
+  assert a.split(":lr=")[1] == b.split(":lr=")[1] == F.rate_entry(10, 20, 200).split(":lr=")[1]
+
+
+@pytest.mark.parametrize("gaps,verdict", [
+    ((1e-4, 3e-4), "reproduced"),
+    ((3e-4, 1e-4), "not reproduced"),
+])
+def test_sampling_penalty_criterion_at_smoke(tmp_path, gaps, verdict):
+  floors = {(50, 1): 1e-3, (50, 5): 1e-3, (10, 1): 1e-3 + gaps[0], (10, 5): 1e-3 + gaps[1]}
+  ev = F.fedzo_sampling_penalty(Ctx(tmp_path, runs=_penalty_runs(floors), scale="smoke"))
+  assert ev.verdict == verdict
+  assert ev.numbers["M=10 minus M=50, H=5"] == pytest.approx(gaps[1])
+
+
+def test_sampling_penalty_at_paper_scale_is_partly_when_not_monotone_and_runs_the_iid_ablation(tmp_path):
+  hs = F.PENALTY_H
+  het = {(50, h): 1e-3 for h in hs} | {(10, h): 1e-3 + g for h, g in zip(hs, (1e-4, 3e-4, 2e-4, 5e-4))}
+  iid = {(m, h): 1e-3 for m in F.PENALTY_M for h in hs}
+  runs = {**_penalty_runs(het, "paper"), **_penalty_runs(iid, "paper", "fedzo_penalty_iid")}
+  ev = F.fedzo_sampling_penalty(Ctx(tmp_path, runs=runs, scale="paper"))
+  assert ev.verdict == "partly reproduced"
+  assert ev.numbers["i.i.d. clients: M=10 minus M=50, H=10"] == 0.0
+  assert "Ablation with i.i.d. clients" in ev.why
