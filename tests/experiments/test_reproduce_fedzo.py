@@ -239,7 +239,7 @@ def test_log_slope_and_min_of_the_seed_mean():
 
 def _rate_runs(power_b2, power_m, scale="smoke", name="fedzo_rate", schedule_at=None):
   """The seeds' runs whose ||grad F||^2 ends at (b2 / 20)^power_b2 (M / 10)^power_m."""
-  rounds, b2s, ms, seeds = (40, (5, 40), (5, 50), 2) if scale == "smoke" else (400, F.RATE_B2, F.RATE_M, 10)
+  rounds, b2s, ms, seeds = (40, (5, 40), (5, 50), 1) if scale == "smoke" else (400, F.RATE_B2, F.RATE_M, 10)
   run = {}
   for m, b2 in [(F.RATE_M0, b2) for b2 in b2s] + [(m, F.RATE_B20) for m in ms]:
     end = (b2 / 20) ** power_b2 * (m / 10) ** power_m
@@ -275,7 +275,7 @@ def test_rate_trend_at_paper_scale_adds_the_fixed_step_diagnostic(tmp_path):
 
 def _penalty_runs(floors, scale="smoke", name="fedzo_penalty"):
   """The seeds' runs whose ||grad F||^2 ends at floors[(M, H)]."""
-  rounds, seeds = (40, 2) if scale == "smoke" else (200, 10)
+  rounds, seeds = (40, 1) if scale == "smoke" else (200, 10)
   run = {F.penalty_entry(m, h, rounds).replace(":", "-"): [{"round": 0, "grad_norm": 2.0},
                                                            {"round": rounds, "grad_norm": v ** 0.5}]
          for (m, h), v in floors.items()}
