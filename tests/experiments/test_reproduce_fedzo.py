@@ -308,4 +308,4 @@ def test_sampling_penalty_at_paper_scale_is_partly_when_not_monotone_and_runs_th
   ev = F.fedzo_sampling_penalty(Ctx(tmp_path, runs=runs, scale="paper"))
   assert ev.verdict == "partly reproduced"
   assert ev.numbers["i.i.d. clients: M=10 minus M=50, H=10"] == 0.0
-  assert "Ablation with i.i.d. clients" in ev.why
+  assert "Ablation with identically distributed clients" in ev.why
