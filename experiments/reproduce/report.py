@@ -30,7 +30,7 @@ def method_key(label: str) -> tuple:
 
 
 def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], xlabel: str,
-                ylabel: str, title: str, logy: bool = False) -> str:
+                ylabel: str, title: str, logy: bool = False, logx: bool = False) -> str:
   """One figure of mean +- std curves over seeds.
 
   Args:
@@ -38,6 +38,7 @@ def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], x
     curves: ``{label: [[(x, y), ...] per seed]}`` (seeds share their x values).
     xlabel, ylabel, title: axis labels and title.
     logy: log-scale y.
+    logx: log-scale x.
 
   Returns:
     ``path``.
@@ -68,6 +69,8 @@ def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], x
   ax.set_title(title, fontsize=9)
   if logy:
     ax.set_yscale("log")
+  if logx:
+    ax.set_xscale("log")
   ax.legend(fontsize=6)
   fig.tight_layout()
   os.makedirs(os.path.dirname(path), exist_ok=True)
