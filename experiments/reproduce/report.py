@@ -30,7 +30,7 @@ def method_key(label: str) -> tuple:
 
 
 def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], xlabel: str,
-                ylabel: str, title: str, logy: bool = False, logx: bool = False) -> str:
+                ylabel: str, title: str, logy: bool = False, logx: bool = False, show_n: bool = True) -> str:
   """One figure of mean +- std curves over seeds.
 
   Args:
@@ -39,6 +39,8 @@ def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], x
     xlabel, ylabel, title: axis labels and title.
     logy: log-scale y.
     logx: log-scale x.
+    show_n: append each curve's number of seeds to its label (off for curves that are already
+      statistics over seeds: the title then says over how many).
 
   Returns:
     ``path``.
@@ -61,7 +63,8 @@ def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], x
     idx = METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER)
     color = cmap(2 * idx if idx < 10 else (2 * (idx - 10) + 1) % 20)  # dark shades first: distinct hues
     mean, std = y.mean(0), y.std(0)
-    ax.plot(x, mean, _STYLES[k % len(_STYLES)], color=color, lw=1.4, label=f"{label} (n={len(runs)})")
+    shown = f"{label} (n={len(runs)})" if show_n else label
+    ax.plot(x, mean, _STYLES[k % len(_STYLES)], color=color, lw=1.4, label=shown)
     if len(runs) > 1:
       ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15, lw=0)
   ax.set_xlabel(xlabel)
