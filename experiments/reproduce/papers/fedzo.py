@@ -307,10 +307,9 @@ def rate_entry(m: int, b2: int, rounds: int, schedule_at: tuple[int, int] | None
 
 
 def log_slope(xs, ys) -> float:
-  """Least-squares slope of log y against log x."""
-  lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
-  mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-  return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+  """Least-squares slope of log y against log x (``numpy.polyfit``, degree 1)."""
+  import numpy as np
+  return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
 
 
 def min_mean_sq_grad(runs: list[dict[str, list[dict]]], label: str) -> float:
