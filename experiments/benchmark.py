@@ -111,7 +111,14 @@ def run_suites(suites: Sequence[str], algorithm_names: Sequence[str], num_client
       records[:] = run_benchmark(algorithm_names, num_clients, settings, log=log, on_record=on_record)
       results["vmap"] = {"records": records}
     else:
-      results[name] = suite(name).run(settings, log)
+      run = suite(name).run
+      if "on_update" in inspect.signature(run).parameters:  # a suite that reports rows as they come
+        def on_partial(partial, name=name):
+          results[name] = partial
+          update()
+        results[name] = run(settings, log, on_update=on_partial)
+      else:
+        results[name] = run(settings, log)
     update()
   return records, results
 

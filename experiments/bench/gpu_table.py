@@ -13,8 +13,9 @@ hyperparameters, :mod:`experiments.bench.vmap`):
   + outputs - aliased, ``memory_analysis``) and, where the device reports it,
   the process's peak bytes in use so far (N runs in increasing order, so it is
   the peak of the largest run so far);
-* **roofline**: the float32 matmul FLOP/s and the memory bandwidth of this
-  device measured in the same run (:mod:`experiments.bench.roofline`), the
+* **roofline**: the float32 matmul FLOP/s (at JAX's default precision: TF32 on
+  NVIDIA tensor cores) and the memory bandwidth of this device, measured in the
+  same run after the rows (:mod:`experiments.bench.roofline`), the
   round's analytic FLOPs and bytes (``roofline.round_counts``), the binding roof
   and the fraction of it reached; FedZO also against the raw
   ``jax.random.normal`` rate (its direction generator);
@@ -43,8 +44,8 @@ from experiments.bench.util import Settings, make_benchmark_task, mib
 TITLE = "accelerator table: client steps/s, peak memory, roofline, vmapped vs loop"
 
 
-def measure(name: str, n: int, settings: Settings, peak: dict, bw: dict, log: Callable[[str], None]) -> dict:
-  """One row: the vmap suite's record of (name, N) plus its roofline verdict."""
+def measure(name: str, n: int, settings: Settings, log: Callable[[str], None]) -> dict:
+  """One row: the vmap suite's record of (name, N) with the round's analytic FLOPs and bytes."""
   from experiments.bench import roofline, vmap
 
   s = dataclasses.replace(settings, sequential_clients=settings.gpu_table_sequential,
@@ -55,8 +56,6 @@ def measure(name: str, n: int, settings: Settings, peak: dict, bw: dict, log: Ca
   d_in, c = roofline.softmax_dims(make_benchmark_task(1, settings.samples_per_client, settings.seed))
   # The hyperparameters the record ran with (not a second build).
   counts = roofline.round_counts(name, types.SimpleNamespace(**rec["hparams"]), n, d_in, c)
-  roof = roofline.binding_roof(counts["flops_per_round"], counts["bytes_per_round"], rec["seconds_per_round"],
-                               peak["flops_per_s"], bw["bytes_per_s"])
   mem = rec["memory"]
   row = {"algorithm": name, "num_clients": n, "client_block": s.client_block,
          "seconds_per_round": rec["seconds_per_round"], "client_steps_per_s": rec["vmapped_steps_per_s"],
@@ -64,37 +63,60 @@ def measure(name: str, n: int, settings: Settings, peak: dict, bw: dict, log: Ca
          "peak_rss_bytes": mem["peak_rss_bytes"], "compile_s": rec["compile_s"],
          "sequential_clients_timed": rec["sequential_clients_timed"],
          "sequential_steps_per_s": rec["sequential_steps_per_s"], "speedup_vs_loop": rec["speedup"],
-         "state_finite": rec["state_finite"], "cpu_per_wall": rec["vmapped_cpu_per_wall"], **counts, **roof}
+         "state_finite": rec["state_finite"], "cpu_per_wall": rec["vmapped_cpu_per_wall"], **counts}
   if rec.get("directions"):
     row["generator_fraction"] = rec["directions"]["ratio"]
-  log(f"[gpu_table {name} N={n}] {row['client_steps_per_s']:,.0f} client steps/s; {roof['bound']}-bound, "
-      f"{100 * roof['roof_fraction']:.1f}% of the roof; compiled {mib(row['compiled_bytes'])} MiB; "
-      f"{row['speedup_vs_loop']:.1f}x the one-client loop")
+  log(f"[gpu_table {name} N={n}] {row['client_steps_per_s']:,.0f} client steps/s; compiled "
+      f"{mib(row['compiled_bytes'])} MiB; {row['speedup_vs_loop']:.1f}x the one-client loop")
   return row
 
 
-def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
-  """Runs the suite; returns ``{"peak", "bandwidth", "records"}`` (failed rows carry ``error``)."""
+def add_roof(row: dict, peak: dict, bw: dict, log: Callable[[str], None]) -> dict:
+  """``row`` with the binding roof (FLOP/s or bytes/s of this device) and the fraction of it reached."""
   from experiments.bench import roofline
-  peak = roofline.matmul_peak(settings.matmul_size, settings.repeats, settings.min_time)
-  bw = roofline.bandwidth_peak(settings.bandwidth_bytes, settings.repeats, settings.min_time)
-  log(f"[gpu_table] float32 {peak['n']}^2 matmul {peak['flops_per_s'] / 1e12:,.3f} TFLOP/s; memory bandwidth "
-      f"{bw['bytes_per_s'] / 1e9:,.1f} GB/s")
-  records = []
+  roof = roofline.binding_roof(row["flops_per_round"], row["bytes_per_round"], row["seconds_per_round"],
+                               peak["flops_per_s"], bw["bytes_per_s"])
+  log(f"[gpu_table {row['algorithm']} N={row['num_clients']}] {roof['bound']}-bound, "
+      f"{100 * roof['roof_fraction']:.1f}% of the roof")
+  return {**row, **roof}
+
+
+def run(settings: Settings, log: Callable[[str], None] = print,
+        on_update: Callable[[dict], None] | None = None) -> dict:
+  """Runs the suite; returns ``{"peak", "bandwidth", "records"}`` (failed rows carry ``error``).
+
+  The rows run first, in increasing N, and the two roofs are measured after
+  them, so that the device's peak bytes in use (a process-wide high-water mark)
+  at each row holds the rows so far and not the roofline's own arrays.
+  ``on_update`` is called with the partial result (``peak`` and ``bandwidth``
+  None until measured) after every row, so a run stopped part-way (a device
+  lease running out) keeps the rows it measured.
+  """
+  from experiments.bench import roofline
+  records: list = []
   for n in sorted(settings.gpu_table_clients):
     for name in settings.gpu_table_algorithms:
       try:
-        records.append(measure(name, n, settings, peak, bw, log))
+        records.append(measure(name, n, settings, log))
       except Exception as e:  # pylint: disable=broad-except  # e.g. out of device memory: keep the rest
         msg = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
         log(f"[gpu_table {name} N={n}] failed: {msg}")
         records.append({"algorithm": name, "num_clients": n, "error": msg})
+      if on_update:
+        on_update({"peak": None, "bandwidth": None, "records": list(records)})
+  peak = roofline.matmul_peak(settings.matmul_size, settings.repeats, settings.min_time)
+  bw = roofline.bandwidth_peak(settings.bandwidth_bytes, settings.repeats, settings.min_time)
+  log(f"[gpu_table] float32 {peak['n']}^2 matmul {peak['flops_per_s'] / 1e12:,.3f} TFLOP/s; memory bandwidth "
+      f"{bw['bytes_per_s'] / 1e9:,.1f} GB/s")
+  records = [r if "error" in r else add_roof(r, peak, bw, log) for r in records]
   return {"peak": peak, "bandwidth": bw, "records": records}
 
 
 def markdown(result: dict) -> str:
   """The table: one row per (algorithm, N)."""
   p, bw = result["peak"], result["bandwidth"]
+  if p is None or bw is None:  # a partial result: the rows so far, before the roofs are measured
+    p, bw = {"n": 0, "flops_per_s": float("nan")}, {"bytes_per_s": float("nan")}
   rows = [f"float32 {p['n']}x{p['n']} matmul: {p['flops_per_s'] / 1e12:,.3f} TFLOP/s; memory bandwidth "
           f"{bw['bytes_per_s'] / 1e9:,.1f} GB/s (ridge {p['flops_per_s'] / bw['bytes_per_s']:.1f} FLOP/B)\n",
           "| algorithm | N | client steps/s | s/round | peak memory MiB (compiled; device peak) | bound "
@@ -106,6 +128,8 @@ def markdown(result: dict) -> str:
     dev = f"; {mib(r['device_peak_bytes'])}" if r.get("device_peak_bytes") else ""
     gen = (f"; generator {100 * r['generator_fraction']:.0f}%" if r.get("generator_fraction") is not None
            else "")
+    if "bound" not in r:
+      r = {**r, "bound": "not measured yet", "arithmetic_intensity": float("nan"), "roof_fraction": float("nan")}
     rows.append(f"| {r['algorithm']} | {r['num_clients']:,} | {r['client_steps_per_s']:,.0f} "
                 f"| {r['seconds_per_round']:.4g} | {mib(r['compiled_bytes'])}{dev} "
                 f"| {r['bound']} ({r['arithmetic_intensity']:.1f} FLOP/B) "

@@ -343,8 +343,13 @@ def test_quick_gpu_table_rows_and_markdown():
   from experiments.bench import gpu_table
   settings = benchmark.Settings.make(quick=True)
   assert settings.gpu_table_clients == (4, 16) and settings.gpu_table_max_block == 8
-  res = gpu_table.run(settings, log=lambda _: None)
+  partials = []
+  res = gpu_table.run(settings, log=lambda _: None, on_update=partials.append)
   rows = res["records"]
+  # One partial result per row, before the roofs: a run stopped part-way keeps its rows.
+  assert [len(p["records"]) for p in partials] == list(range(1, 9))
+  assert all(p["peak"] is None and "bound" not in p["records"][-1] for p in partials)
+  assert "not measured yet" in gpu_table.markdown(partials[2]) and "| decomfl | 4 |" in gpu_table.markdown(partials[2])
   assert [(r["algorithm"], r["num_clients"]) for r in rows] == [
       (a, n) for n in (4, 16) for a in ("fedavg", "fedzo", "decomfl", "hiso")]
   for r in rows:
