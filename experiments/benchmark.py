@@ -179,7 +179,7 @@ def define_flags():
   flags.DEFINE_list("gpu_table_algorithms", None, "gpu_table suite: algorithms among fedavg, fedzo, decomfl, hiso "
                     "(default all four)")
   flags.DEFINE_integer("bandwidth_bytes", None, "roofline and gpu_table suites: bytes of the array whose 2 x + 1 "
-                       "measures the memory bandwidth (default 268435456)")
+                       "measures the memory bandwidth (default: roofline 268435456, gpu_table 2147483648)")
   flags.DEFINE_list("compile_rounds", None, "compile suite: rounds per chunk (default 1,10,100)")
   flags.DEFINE_list("compile_clients", None, "compile suite: client counts (default 100,1000,10000)")
   flags.DEFINE_integer("compile_main_job_rounds", None, "compile suite: rounds of the main-job runs (default 300; "
@@ -191,7 +191,8 @@ def define_flags():
   flags.DEFINE_integer("compile_sweep_rounds", None, "compile suite: rounds of the sweep_fedzo_alpha.cfg runs, seeds "
                        "batched and one after another (default 300; 0 = skipped)")
   flags.DEFINE_integer("roofline_clients", None, "roofline suite: N (default 1000)")
-  flags.DEFINE_integer("matmul_size", None, "roofline suite: n of the n x n float32 matmul (default 2048)")
+  flags.DEFINE_integer("matmul_size", None, "roofline and gpu_table suites: n of the n x n float32 matmul "
+                       "(default: roofline 2048, gpu_table 8192)")
   flags.DEFINE_list("fzoos_configs", None, "fzoos suite: N:M pairs, M random features "
                     "(default 5:10000,50:10000,500:1000)")
   flags.DEFINE_string("fzoos_vmap", None, "vmap suite: FZooS N:M (default 50:1000)")

@@ -13,9 +13,10 @@ hyperparameters, :mod:`experiments.bench.vmap`):
   + outputs - aliased, ``memory_analysis``) and, where the device reports it,
   the process's peak bytes in use so far (N runs in increasing order, so it is
   the peak of the largest run so far);
-* **roofline**: the float32 matmul FLOP/s (at JAX's default precision: TF32 on
-  NVIDIA tensor cores) and the memory bandwidth of this device, measured in the
-  same run after the rows (:mod:`experiments.bench.roofline`), the
+* **roofline**: the float32 matmul FLOP/s (8192^2 unless ``--matmul_size``; at
+  JAX's default precision: TF32 on NVIDIA tensor cores) and the memory
+  bandwidth of this device (a 2 GiB array unless ``--bandwidth_bytes``),
+  measured in the same run after the rows (:mod:`experiments.bench.roofline`), the
   round's analytic FLOPs and bytes (``roofline.round_counts``), the binding roof
   and the fraction of it reached; FedZO also against the raw
   ``jax.random.normal`` rate (its direction generator);
@@ -104,8 +105,9 @@ def run(settings: Settings, log: Callable[[str], None] = print,
         records.append({"algorithm": name, "num_clients": n, "error": msg})
       if on_update:
         on_update({"peak": None, "bandwidth": None, "records": list(records)})
-  peak = roofline.matmul_peak(settings.matmul_size, settings.repeats, settings.min_time)
-  bw = roofline.bandwidth_peak(settings.bandwidth_bytes, settings.repeats, settings.min_time)
+  n, nbytes = settings.roof_sizes("gpu_table")
+  peak = roofline.matmul_peak(n, settings.repeats, settings.min_time)
+  bw = roofline.bandwidth_peak(nbytes, settings.repeats, settings.min_time)
   log(f"[gpu_table] float32 {peak['n']}^2 matmul {peak['flops_per_s'] / 1e12:,.3f} TFLOP/s; memory bandwidth "
       f"{bw['bytes_per_s'] / 1e9:,.1f} GB/s")
   records = [r if "error" in r else add_roof(r, peak, bw, log) for r in records]

@@ -275,8 +275,9 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
   from experiments.bench import vmap
   from fedsim import algorithms
   n = settings.roofline_clients
-  peak = matmul_peak(settings.matmul_size, settings.repeats, settings.min_time)
-  bw = bandwidth_peak(settings.bandwidth_bytes, settings.repeats, settings.min_time)
+  n, nbytes = settings.roof_sizes("roofline")
+  peak = matmul_peak(n, settings.repeats, settings.min_time)
+  bw = bandwidth_peak(nbytes, settings.repeats, settings.min_time)
   log(f"[roofline] float32 {peak['n']}x{peak['n']} matmul: {peak['flops_per_s'] / 1e9:,.1f} GFLOP/s "
       f"(cpu/wall {peak['cpu_per_wall']:.2f}); memory bandwidth {bw['bytes_per_s'] / 1e9:,.1f} GB/s")
   task = make_benchmark_task(n, settings.samples_per_client, settings.seed)

@@ -26,6 +26,12 @@ DEFAULT_SUITES = SUITES[:-1]
 QUICK_MAX_NORMALS = 1 << 20
 
 
+# The roofs' default sizes per suite: (n of the n x n float32 matmul, bytes of the
+# bandwidth array). The roofline suite is sized for this CPU; gpu_table for an
+# accelerator (an 8192^2 matmul fills an H100/H200, and 2 GiB is 30x its L2).
+ROOF_SIZES = {"roofline": (2048, 1 << 28), "gpu_table": (8192, 1 << 31)}
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
   """What one benchmark run measures and how long it tries.
@@ -49,7 +55,8 @@ class Settings:
     compile_sweep_rounds, compile_sweep_seeds: the compile suite's sweep_fedzo_alpha.cfg
       runs (rounds 0 = skipped).
     roofline_clients: N of the roofline suite.
-    matmul_size: n of the n x n float32 matmul that measures the machine's peak.
+    matmul_size: n of the n x n float32 matmul that measures the machine's peak
+      (None: the suite's own, :data:`ROOF_SIZES`).
     fzoos_dim, fzoos_steps: d and T of the FZooS suite (Fig. 1: 300, 10).
     fzoos_configs: (N, M) pairs of the FZooS suite (M = random features).
     fzoos_vmap: (N, M) of FZooS in the vmap suite.
@@ -60,7 +67,8 @@ class Settings:
       suite (None = the backend default, fedsim.core.client_map).
     scaling_algorithms: the algorithms of the scaling suite (fedavg, fedzo).
     bandwidth_bytes: size of the array whose ``2 x + 1`` measures the memory
-      bandwidth (roofline and gpu_table suites).
+      bandwidth (roofline and gpu_table suites; None: the suite's own,
+      :data:`ROOF_SIZES`).
     gpu_table_algorithms, gpu_table_clients: the gpu_table suite's algorithms and N.
     gpu_table_max_block: in the gpu_table suite, N above this runs in client
       blocks of this many clients (fedsim.core.client_map), so one step's
@@ -83,7 +91,7 @@ class Settings:
   compile_sweep_rounds: int = 300
   compile_sweep_seeds: int = 5
   roofline_clients: int = 1000
-  matmul_size: int = 2048
+  matmul_size: int | None = None
   fzoos_dim: int = 300
   fzoos_steps: int = 10
   fzoos_configs: tuple = ((5, 10000), (50, 10000), (500, 1000))
@@ -95,11 +103,16 @@ class Settings:
   ffgb_vmap_oracle_steps: int = 100
   client_block: int | None = None
   scaling_algorithms: tuple = ("fedzo",)
-  bandwidth_bytes: int = 1 << 28
+  bandwidth_bytes: int | None = None
   gpu_table_algorithms: tuple = ("fedavg", "fedzo", "decomfl", "hiso")
   gpu_table_clients: tuple = (1000, 10000, 100000, 1000000)
   gpu_table_max_block: int = 100000
   gpu_table_sequential: int = 200
+
+  def roof_sizes(self, suite: str) -> tuple[int, int]:
+    """(matmul n, bandwidth array bytes) of ``suite``: the settings where given, else its :data:`ROOF_SIZES`."""
+    n, nbytes = ROOF_SIZES[suite]
+    return (self.matmul_size or n, self.bandwidth_bytes or nbytes)
 
   @classmethod
   def make(cls, quick: bool = False, **overrides) -> Settings:

@@ -368,5 +368,16 @@ def test_quick_gpu_table_rows_and_markdown():
   assert "failed: XlaRuntimeError" in gpu_table.markdown(res)
 
 
+def test_roof_sizes_per_suite():
+  # Each suite sizes its roofs for its machine unless --matmul_size / --bandwidth_bytes say otherwise.
+  default = benchmark.Settings.make()
+  assert default.roof_sizes("roofline") == (2048, 1 << 28)
+  assert default.roof_sizes("gpu_table") == (8192, 1 << 31)
+  given = benchmark.Settings.make(matmul_size=4096, bandwidth_bytes=1 << 30)
+  assert given.roof_sizes("roofline") == given.roof_sizes("gpu_table") == (4096, 1 << 30)
+  quick = benchmark.Settings.make(quick=True)
+  assert quick.roof_sizes("roofline") == quick.roof_sizes("gpu_table") == (256, 1 << 22)
+
+
 def test_gpu_table_is_not_a_default_suite():
   assert "gpu_table" in util.SUITES and "gpu_table" not in util.DEFAULT_SUITES
