@@ -1,8 +1,8 @@
 """Writes a paper's ``report.md`` / ``claims.json``, the index, and the curve figures.
 
 Colours follow :data:`METHOD_ORDER`: one hue per base algorithm in every paper's
-figures; variants of one algorithm (``fedzo-local_steps=5``, ...) share its hue
-with different line styles.
+figures; variants of one algorithm (``fedzo-local_steps=5``, ...) share its hue,
+from dark to light in label order, with different line styles.
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], x
   fig, ax = plt.subplots(figsize=(5.2, 3.4), dpi=90)
   cmap = plt.get_cmap("tab20")
   seen: dict[str, int] = {}
+  variants: dict[str, int] = {}
+  for label in curves:
+    variants[_base(label)] = variants.get(_base(label), 0) + 1
   for label in sorted(curves, key=method_key):
     runs = curves[label]
     n = min(len(r) for r in runs)
@@ -61,7 +64,9 @@ def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], x
     k = seen.setdefault(base, 0)
     seen[base] += 1
     idx = METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER)
-    color = cmap(2 * idx if idx < 10 else (2 * (idx - 10) + 1) % 20)  # dark shades first: distinct hues
+    hue = np.array(cmap(2 * idx if idx < 10 else (2 * (idx - 10) + 1) % 20)[:3])  # dark shades first
+    # The k-th of a base's variants: its hue mixed with up to 55% white, so variants differ in shade too.
+    color = tuple(hue + (1 - hue) * 0.55 * k / max(variants[base] - 1, 1))
     mean, std = y.mean(0), y.std(0)
     shown = f"{label} (n={len(runs)})" if show_n else label
     ax.plot(x, mean, _STYLES[k % len(_STYLES)], color=color, lw=1.4, label=shown)
