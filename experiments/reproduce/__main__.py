@@ -35,6 +35,9 @@ def define_flags():
   flags.DEFINE_list("claims", [], "only these claim ids (default: all of the chosen papers)")
   flags.DEFINE_integer("jobs", 2, "papers evaluated at the same time (each runs its commands one after "
                        "another; compilation is mostly single-threaded, so 2 jobs use 2 cores)", lower_bound=1)
+  flags.DEFINE_integer("run_jobs", 1, "runs of one claim (its seeds, its settings) executed at the same time, each "
+                       "its own process: 1 on this 2-core machine; more on many cores or a GPU (processes then "
+                       "allocate GPU memory as they need it, XLA_PYTHON_CLIENT_PREALLOCATE=false)", lower_bound=1)
   flags.DEFINE_bool("rerun", False, "re-evaluate claims already in claims.json (finished runs are still "
                     "reused)")
 
@@ -45,8 +48,10 @@ def _load(path: str) -> dict:
     return {r["id"]: r for r in json.load(f)["claims"]}
 
 
-def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False) -> list[dict]:
+def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, run_jobs: int = 1) -> list[dict]:
   """Evaluates ``paper``'s claims (resuming) and writes its report.
+
+  ``run_jobs``: runs of one claim executed side by side (:meth:`claims.Context.runs`).
 
   A claim whose command fails is reported and skipped (it stays unevaluated, so
   the next run tries it again); the others go on.
@@ -76,7 +81,7 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False) -
       print(f"[{paper} {i}/{len(todo)}] {claim.id}: {old['verdict']} (kept from claims.json)", flush=True)
       continue
     print(f"[{paper} {i}/{len(todo)}] {claim.id} ...", flush=True)
-    ctx = claims_lib.Context(folder, scale, batch_tests=batch)
+    ctx = claims_lib.Context(folder, scale, batch_tests=batch, run_jobs=run_jobs)
     t0 = time.perf_counter()
     try:
       ev = claim.evaluate(ctx)
@@ -119,7 +124,7 @@ def _run_papers_in_parallel(chosen: list[str], jobs: int) -> list[str]:
 
   def one(paper: str) -> bool:
     argv = [sys.executable, "-m", "experiments.reproduce", f"--paper={paper}", f"--scale={FLAGS.scale}",
-            f"--output_dir={FLAGS.output_dir}", "--jobs=1", f"--rerun={FLAGS.rerun}"]
+            f"--output_dir={FLAGS.output_dir}", "--jobs=1", f"--rerun={FLAGS.rerun}", f"--run_jobs={FLAGS.run_jobs}"]
     if FLAGS.claims:
       mine = [c for c in FLAGS.claims if c.startswith(paper + ".")]
       if not mine:
@@ -160,7 +165,7 @@ def main(argv):
     failed = []
     for paper in chosen:
       try:
-        reproduce(paper, FLAGS.scale, FLAGS.output_dir, only, FLAGS.rerun)
+        reproduce(paper, FLAGS.scale, FLAGS.output_dir, only, FLAGS.rerun, FLAGS.run_jobs)
       except ClaimsFailed as e:
         print(f"error: {e}", flush=True)
         failed.append(paper)

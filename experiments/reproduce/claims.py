@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from fedsim import results
 
@@ -110,13 +110,21 @@ class Context:
     root: the paper's output folder; runs go under ``root/runs/``.
     scale: ``smoke`` or ``paper``.
     log: a ``print``-like function for progress lines.
+    run_jobs: how many of the runs given to one :meth:`runs` call execute at the
+      same time (1: one after another). Each run is its own process, so on a
+      machine with many cores, or a GPU, independent seeds run side by side.
+
+  Raises:
+    ValueError: an unknown ``scale`` or ``run_jobs`` < 1.
   """
 
   def __init__(self, root: str, scale: str, log: Callable[[str], None] = print,
-               batch_tests: tuple[str, ...] = ()):
+               batch_tests: tuple[str, ...] = (), run_jobs: int = 1):
     if scale not in SCALES:
       raise ValueError(f"scale {scale!r}; accepted: {', '.join(SCALES)}")
-    self.root, self.scale, self.log = root, scale, log
+    if run_jobs < 1:
+      raise ValueError(f"run_jobs {run_jobs}; accepted: an integer >= 1")
+    self.root, self.scale, self.log, self.run_jobs = root, scale, log, run_jobs
     self.batch_tests = batch_tests  # every test of the paper's pending test claims, run together
     self.commands: list[str] = []
 
@@ -127,11 +135,18 @@ class Context:
   def _execute(self, argv: list[str], marker: str) -> str:
     command = shlex.join(["python", *argv[1:]] if argv[0] == sys.executable else argv)
     self.commands.append(command)
+    return self._launch(argv, marker, command)
+
+  def _launch(self, argv: list[str], marker: str, command: str) -> str:
     if os.path.exists(marker):
       return command
     self.log(f"  $ {command}")
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    env = None
+    if self.run_jobs > 1 and "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ:
+      # Side by side on one GPU, each process must not reserve 75% of its memory up front.
+      env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
       tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
       raise RuntimeError(f"command failed (exit {proc.returncode}): {command}\n{tail}")
@@ -154,7 +169,37 @@ class Context:
     Raises:
       RuntimeError: the command failed (its last lines in the message).
     """
-    out = self._run_module(name, "experiments.run", flagfile, flags)
+    return self._read_run(self._run_module(name, "experiments.run", flagfile, flags))
+
+  def runs(self, specs: Sequence[tuple[str, str | None, dict]]) -> list[dict[str, list[dict]]]:
+    """:meth:`run` for each ``(name, flagfile, flags)``, ``run_jobs`` at a time.
+
+    The claim's commands are recorded in the order of ``specs`` whatever order
+    the runs finish in, and the results come back in that order, so a claim
+    reads the same evidence with any ``run_jobs``.
+
+    Raises:
+      RuntimeError: a command failed (one after another: at once; side by side: the
+        first failure in ``specs`` order, once the runs in flight have finished).
+    """
+    plans = [self._plan(name, "experiments.run", flagfile, flags) for name, flagfile, flags in specs]
+    for _, _, _, command in plans:
+      self.commands.append(command)
+
+    def go(plan):
+      out, argv, marker, command = plan
+      self._launch(argv, marker, command)
+      return self._read_run(out)
+
+    if self.run_jobs <= 1 or len(plans) <= 1:
+      return [go(p) for p in plans]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=self.run_jobs) as pool:
+      futures = [pool.submit(go, p) for p in plans]
+    return [f.result() for f in futures]
+
+  @staticmethod
+  def _read_run(out: str) -> dict[str, list[dict]]:
     labels = sorted((d for d in os.listdir(out) if os.path.exists(os.path.join(out, d, "metrics.jsonl"))),
                     key=natural)
     return {label: results.read_metrics(os.path.join(out, label, "metrics.jsonl")) for label in labels}
@@ -184,6 +229,12 @@ class Context:
     A folder left by an interrupted run (no ``.complete`` marker) is removed
     first, so the run starts clean rather than into a half-written record.
     """
+    out, argv, marker, _ = self._plan(name, module, flagfile, flags)
+    self._execute(argv, marker)
+    return out
+
+  def _plan(self, name: str, module: str, flagfile: str | None, flags: dict) -> tuple[str, list[str], str, str]:
+    """(output folder, argv, completion marker, command) of one run; clears an interrupted run's folder."""
     out = os.path.join(self.root, "runs", name)
     argv = [sys.executable, "-m", module]
     if flagfile:
@@ -195,8 +246,8 @@ class Context:
     marker = os.path.join(out, ".complete")
     if not os.path.exists(marker) and os.path.isdir(out):
       shutil.rmtree(out)
-    self._execute(argv, marker)
-    return out
+    command = shlex.join(["python", *argv[1:]])
+    return out, argv, marker, command
 
   def pytest(self, *node_ids: str) -> dict[str, bool]:
     """Runs the tests ``node_ids`` (``path::name``, slow ones included) in one pytest process.

@@ -62,9 +62,60 @@ class FakeContext:
     self.commands.append(f"run {name}")
     return self._runs[name]
 
+  def runs(self, specs):
+    return [self.run(name, flagfile, **flags) for name, flagfile, flags in specs]
+
   def pytest(self, *node_ids):
     self.commands.append("pytest " + " ".join(node_ids))
     return self._tests
+
+
+def _fake_launch_factory(active, peak, lock):
+  import time as time_mod
+
+  def fake_launch(self, argv, marker, command):
+    out = os.path.dirname(marker)
+    seed = int(next(a for a in argv if a.startswith("--seed=")).split("=")[1])
+    with lock:
+      active[0] += 1
+      peak[0] = max(peak[0], active[0])
+    time_mod.sleep(0.15 * (3 - seed))
+    if seed == 1 and "--fail=1" in argv:
+      with lock:
+        active[0] -= 1
+      raise RuntimeError(f"command failed (exit 1): {command}")
+    os.makedirs(os.path.join(out, "alg"), exist_ok=True)
+    with open(os.path.join(out, "alg", "metrics.jsonl"), "w") as f:
+      f.write(json.dumps({"round": 0, "objective": float(seed)}) + "\n")
+    open(marker, "w").close()
+    with lock:
+      active[0] -= 1
+    return command
+  return fake_launch
+
+
+@pytest.mark.parametrize("run_jobs", [1, 3])
+def test_context_runs_keeps_the_order_of_its_specs_with_any_run_jobs(tmp_path, monkeypatch, run_jobs):
+  # The runs finish in reverse order (seed 0 sleeps longest); the results and the recorded
+  # commands still follow the specs, and with run_jobs = 3 the three runs overlap.
+  import threading
+  active, peak = [0], [0]
+  monkeypatch.setattr(C.Context, "_launch", _fake_launch_factory(active, peak, threading.Lock()))
+  ctx = C.Context(str(tmp_path), "smoke", log=lambda _: None, run_jobs=run_jobs)
+  res = ctx.runs([(f"r{s}", "toy.cfg", dict(seed=s, algorithm=["a", "b"])) for s in range(3)])
+  assert [r["alg"][0]["objective"] for r in res] == [0.0, 1.0, 2.0]
+  assert [c.split("--seed=")[1].split()[0] for c in ctx.commands] == ["0", "1", "2"]
+  assert ctx.commands[0] == ("python -m experiments.run --flagfile=experiments/flagfiles/toy.cfg --seed=0 "
+                             f"--algorithm=a,b --output_dir={tmp_path}/runs/r0")
+  assert peak[0] == min(run_jobs, 3)
+  # A failed run raises: one after another, at once; side by side, after the runs in flight finished.
+  ctx2 = C.Context(str(tmp_path), "smoke", log=lambda _: None, run_jobs=run_jobs)
+  with pytest.raises(RuntimeError, match="exit 1"):
+    ctx2.runs([(f"f{s}", None, dict(seed=s, fail=1)) for s in range(3)])
+  assert (tmp_path / "runs" / "f0" / ".complete").exists()
+  assert (tmp_path / "runs" / "f2" / ".complete").exists() == (run_jobs > 1)
+  with pytest.raises(ValueError, match="run_jobs"):
+    C.Context(str(tmp_path), "smoke", run_jobs=0)
 
 
 def test_test_claim_verdicts(tmp_path):

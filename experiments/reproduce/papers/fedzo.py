@@ -18,8 +18,8 @@ TITLE = "FedZO (seed 001): federated zeroth-order optimisation with AirComp"
 
 def _fig1a(ctx: Context) -> list[dict[str, list[dict]]]:
   seeds = ctx.pick((0,), (0, 1, 2))
-  return [ctx.run(f"fedzo_fig1a_s{s}", "fedzo_fig1a_attack_H.cfg", seed=s,
-                  rounds=ctx.pick(1, 300), eval_every=ctx.pick(1, 10)) for s in seeds]
+  return ctx.runs([(f"fedzo_fig1a_s{s}", "fedzo_fig1a_attack_H.cfg",
+                    dict(seed=s, rounds=ctx.pick(1, 300), eval_every=ctx.pick(1, 10))) for s in seeds])
 
 
 H_LABELS = ("fedzo-local_steps=5", "fedzo-local_steps=10", "fedzo-local_steps=20", "fedzo-local_steps=50")
@@ -69,8 +69,9 @@ def _fig1c(ctx: Context) -> list[dict[str, list[dict]]]:
   seeds = ctx.pick((0,), (0, 1, 2, 3, 4))
   low = ctx.pick(LOW_SNR_LABELS[-1:], LOW_SNR_LABELS)
   algs = [label.replace("-snr", ":snr") for label in SNR_LABELS + low] + [CODE_CHANNEL]
-  return [ctx.run(f"fedzo_fig1c_s{s}", "fedzo_fig1c_attack_aircomp.cfg", seed=s, algorithm=algs,
-                  rounds=ctx.pick(1, 100), eval_every=ctx.pick(1, 5)) for s in seeds]
+  return ctx.runs([(f"fedzo_fig1c_s{s}", "fedzo_fig1c_attack_aircomp.cfg",
+                    dict(seed=s, algorithm=algs, rounds=ctx.pick(1, 100), eval_every=ctx.pick(1, 5)))
+                   for s in seeds])
 
 
 def fedzo_fig1c_snr(ctx: Context) -> Evidence:
@@ -199,8 +200,9 @@ def _fig1b(ctx: Context) -> tuple[list[dict[str, list[dict]]], list[str], list[s
   fixed = [f"fedzo:clients_per_round={m}" for m in ms]
   cor2 = [cor2_entry(m, d) for m in ms]
   seeds = ctx.pick((0,), (0, 1, 2))
-  runs = [ctx.run(f"fedzo_fig1b_s{s}", "fedzo_fig1b_attack_M.cfg", seed=s, algorithm=fixed + cor2,
-                  rounds=ctx.pick(1, COR2_T), eval_every=ctx.pick(1, 10)) for s in seeds]
+  runs = ctx.runs([(f"fedzo_fig1b_s{s}", "fedzo_fig1b_attack_M.cfg",
+                    dict(seed=s, algorithm=fixed + cor2, rounds=ctx.pick(1, COR2_T), eval_every=ctx.pick(1, 10)))
+                   for s in seeds])
   return runs, [e.replace(":", "-") for e in fixed], [e.replace(":", "-") for e in cor2]
 
 
@@ -331,8 +333,8 @@ def _rate_study(ctx: Context, name: str, rounds: int, schedule_at=None):
   by_b2 = {b2: rate_entry(RATE_M0, b2, rounds, schedule_at) for b2 in b2s}
   by_m = {m: rate_entry(m, RATE_B20, rounds, schedule_at) for m in ms}
   entries = list(dict.fromkeys([*by_b2.values(), *by_m.values()]))
-  runs = [ctx.run(f"{name}_s{s}", "fedzo_rate_trend.cfg", seed=s, algorithm=entries, rounds=rounds)
-          for s in ctx.pick((0,), tuple(range(10)))]
+  runs = ctx.runs([(f"{name}_s{s}", "fedzo_rate_trend.cfg", dict(seed=s, algorithm=entries, rounds=rounds))
+                   for s in ctx.pick((0,), tuple(range(10)))])
   label = {e: e.replace(":", "-") for e in entries}
   return (runs, label, {b: min_mean_sq_grad(runs, label[e]) for b, e in by_b2.items()},
           {m: min_mean_sq_grad(runs, label[e]) for m, e in by_m.items()})
@@ -400,9 +402,9 @@ def penalty_entry(m: int, h: int, rounds: int) -> str:
 def _penalty_gaps(ctx: Context, name: str, hs, rounds: int, heterogeneity: float) -> tuple[dict, dict]:
   """({(M, H): min_t mean ||grad F||^2}, {H: its M = 10 minus M = N value}) over the seeds."""
   entries = {(m, h): penalty_entry(m, h, rounds) for m in PENALTY_M for h in hs}
-  runs = [ctx.run(f"{name}_s{s}", "fedzo_rate_trend.cfg", seed=s, algorithm=list(entries.values()),
-                  rounds=rounds, data_heterogeneity=heterogeneity)
-          for s in ctx.pick((0,), tuple(range(10)))]
+  runs = ctx.runs([(f"{name}_s{s}", "fedzo_rate_trend.cfg",
+                    dict(seed=s, algorithm=list(entries.values()), rounds=rounds, data_heterogeneity=heterogeneity))
+                   for s in ctx.pick((0,), tuple(range(10)))])
   best = {k: min_mean_sq_grad(runs, e.replace(":", "-")) for k, e in entries.items()}
   return best, {h: best[(PENALTY_M[0], h)] - best[(PENALTY_M[1], h)] for h in hs}
 
@@ -537,8 +539,8 @@ def fedzo_fig2_accuracy(ctx: Context) -> Evidence:
 
 def _softmax(ctx: Context, fig: str, flagfile: str, **flags) -> list[dict[str, list[dict]]]:
   seeds = ctx.pick((0,), (0, 1, 2))
-  return [ctx.run(f"fedzo_{fig}_s{s}", flagfile, seed=s, rounds=ctx.pick(2, 300), eval_every=ctx.pick(1, 10),
-                  **flags) for s in seeds]
+  return ctx.runs([(f"fedzo_{fig}_s{s}", flagfile,
+                    dict(seed=s, rounds=ctx.pick(2, 300), eval_every=ctx.pick(1, 10), **flags)) for s in seeds])
 
 
 def _start(runs, label: str) -> float:

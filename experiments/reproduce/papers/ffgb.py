@@ -44,9 +44,9 @@ def _versus(ctx: Context, data: str, s: int) -> list[dict[str, list[dict]]]:
   d = DATA[data]
   algs = ["ffgb", "ffgb_code", CODE_PAPER_LEARNER, "fedavg"] + ctx.pick([], ["ffgb_nores", PAPER_CODE_LEARNER])
   smoke = dict(comm_budget=d["smoke_budget"], oracle_steps=20, eval_every=2)
-  return [ctx.run(f"{data}_s0{s}_seed{seed}", d["cfg"].format(s=s), algorithm=algs, seed=seed,
-                  **ctx.pick(smoke, {}))
-          for seed in ctx.pick((0,), (0, 1, 2, 3, 4))]
+  return ctx.runs([(f"{data}_s0{s}_seed{seed}", d["cfg"].format(s=s), dict(algorithm=algs, seed=seed,
+                                                                            **ctx.pick(smoke, {})))
+                   for seed in ctx.pick((0,), (0, 1, 2, 3, 4))])
 
 
 def _acc_at_round(history: list[dict], rnd: int, metric: str = "test_accuracy") -> float:
@@ -171,9 +171,9 @@ def oracle_fidelity(ctx: Context) -> Evidence:
 
 def fig2a_residual(ctx: Context) -> Evidence:
   """Fig. 2(a): FFGB's training accuracy stays above the no-residual ablation's."""
-  runs = [ctx.run(f"residual_seed{seed}", "ffgb_residual_ablation.cfg", seed=seed,
-                  **ctx.pick(dict(rounds=2, oracle_steps=20, eval_every=2), {}))
-          for seed in ctx.pick((0,), (0, 1, 2))]
+  runs = ctx.runs([(f"residual_seed{seed}", "ffgb_residual_ablation.cfg",
+                    dict(seed=seed, **ctx.pick(dict(rounds=2, oracle_steps=20, eval_every=2), {})))
+                   for seed in ctx.pick((0,), (0, 1, 2))])
   cur = curves(runs, "train_accuracy")
   fig = plot_curves(os.path.join(ctx.root, "fig", "ffgb_fig2a_residual.png"), cur, "round",
                     "train accuracy", "FFGB Fig. 2a: residual vs no residual (K = 10)")
@@ -207,8 +207,8 @@ K_LABELS = tuple(f"ffgb-local_steps={k}" for k in (1, 5, 10, 20, 40))
 def fig2b_k_sweep(ctx: Context) -> Evidence:
   """Fig. 2(b): training accuracy at a fixed number of rounds rises with K."""
   extra = ctx.pick(dict(rounds=2, eval_every=2), dict(weak_learner="mlp", oracle_steps=200))
-  runs = [ctx.run(f"k_sweep_seed{seed}", "ffgb_k_sweep.cfg", seed=seed, **extra)
-          for seed in ctx.pick((0,), (0, 1, 2))]
+  runs = ctx.runs([(f"k_sweep_seed{seed}", "ffgb_k_sweep.cfg", dict(seed=seed, **extra))
+                   for seed in ctx.pick((0,), (0, 1, 2))])
   acc = {k: Stat.of(final(r[k], "train_accuracy") for r in runs) for k in K_LABELS}
   fig = plot_curves(os.path.join(ctx.root, "fig", "ffgb_fig2b_k.png"), curves(runs, "train_accuracy"),
                     "round", "train accuracy", "FFGB Fig. 2b: local steps K")

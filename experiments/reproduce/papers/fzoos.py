@@ -65,8 +65,9 @@ def _fig1(ctx: Context, variant: str, c: float) -> list[dict[str, list[dict]]]:
     algs.append("fzoos:gamma_schedule=one")
   if ctx.scale == "smoke" and variant == "paper" and c == 0.5:
     extra["track_cosine"] = 1  # the smoke Fig. 4 reads this run
-  return [ctx.run(f"fig1_{variant}_C{c:g}_s{s}", "fzoos_fig1_quadratic.cfg", heterogeneity=c, seed=s,
-                  variant=variant, algorithm=algs, **_quad(ctx), **extra) for s in _seeds(ctx)]
+  return ctx.runs([(f"fig1_{variant}_C{c:g}_s{s}", "fzoos_fig1_quadratic.cfg",
+                    dict(heterogeneity=c, seed=s, variant=variant, algorithm=algs, **_quad(ctx), **extra))
+                   for s in _seeds(ctx)])
 
 
 def _fig(ctx: Context, name: str, runs, metric: str, x: str, ylabel: str, title: str, logy=False) -> str:
@@ -221,7 +222,7 @@ def fig4_cosine(ctx: Context) -> Evidence:
   if ctx.scale == "smoke":
     runs = _fig1(ctx, "paper", 0.5)
   else:
-    runs = [ctx.run(f"fig4_s{s}", "fzoos_fig4_cosine.cfg", seed=s) for s in _seeds(ctx)]
+    runs = ctx.runs([(f"fig4_s{s}", "fzoos_fig4_cosine.cfg", dict(seed=s)) for s in _seeds(ctx)])
   cos = {lab: Stat.of(final(r[lab], "grad_cosine") for r in runs) for lab in ("fzoos", *FD) if lab in runs[0]}
   early = Stat.of(final(r["fzoos"], "grad_cosine_early") for r in runs)
   late = Stat.of(final(r["fzoos"], "grad_cosine_late") for r in runs)
@@ -244,11 +245,12 @@ def _fig6(ctx: Context, c: float) -> tuple[list, dict]:
   if ctx.scale == "smoke":
     if c == 50.0:
       return _fig1(ctx, "paper", 50.0), {"adaptive": "fzoos", "fixed length": GAMMA_ONE}
-    runs = [ctx.run(f"fig6_C{c:g}_s{s}", "fzoos_fig6_ablation.cfg", heterogeneity=c, seed=s,
-                    algorithm=["fzoos", "fzoos:gamma_schedule=zero"], **_quad(ctx)) for s in _seeds(ctx)]
+    runs = ctx.runs([(f"fig6_C{c:g}_s{s}", "fzoos_fig6_ablation.cfg",
+                      dict(heterogeneity=c, seed=s, algorithm=["fzoos", "fzoos:gamma_schedule=zero"], **_quad(ctx)))
+                     for s in _seeds(ctx)])
     return runs, {"adaptive": "fzoos", "none": "fzoos-gamma_schedule=zero"}
-  runs = [ctx.run(f"fig6_C{c:g}_s{s}", "fzoos_fig6_ablation.cfg", heterogeneity=c, seed=s, eval_every=5)
-          for s in _seeds(ctx)]
+  runs = ctx.runs([(f"fig6_C{c:g}_s{s}", "fzoos_fig6_ablation.cfg", dict(heterogeneity=c, seed=s, eval_every=5))
+                   for s in _seeds(ctx)])
   return runs, dict(FIG6)
 
 
@@ -369,14 +371,15 @@ def attack(ctx: Context) -> Evidence:
   data = {} if (mnist and ctx.scale == "paper") else {"dataset": "digits", "data_dir": ""}
   if ctx.scale == "smoke":
     data["classifier"] = "mlp"
-  runs = [ctx.run(f"attack_t{t}", "fzoos_attack_mnist.cfg", attack_target=t, **data, **_small_algs(ctx))
-          for t in ctx.pick((0,), tuple(range(15)))]
+  runs = ctx.runs([(f"attack_t{t}", "fzoos_attack_mnist.cfg", dict(attack_target=t, **data, **_small_algs(ctx)))
+                   for t in ctx.pick((0,), tuple(range(15)))])
   return _compare(ctx, runs, ("success_rate",), "fzoos_attack", "FZooS attack (" +
                   ("mnist" if not data else "digits") + ")")
 
 
 def metric(ctx: Context) -> Evidence:
-  runs = [ctx.run(f"metric_s{s}", "fzoos_metric_digits.cfg", seed=s, **_small_algs(ctx)) for s in _seeds(ctx)]
+  runs = ctx.runs([(f"metric_s{s}", "fzoos_metric_digits.cfg", dict(seed=s, **_small_algs(ctx)))
+                   for s in _seeds(ctx)])
   return _compare(ctx, runs, (), "fzoos_metric", "FZooS metric optimisation (digits, 1 - precision)")
 
 

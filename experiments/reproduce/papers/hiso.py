@@ -369,13 +369,14 @@ def fig5_verdict(ratio: float, hiso_final: float, decomfl_final: float) -> tuple
 def hiso_fig5(ctx: Context) -> Evidence:
   seeds = ctx.pick((0,), (0, 1, 2))
   if ctx.scale == "smoke":  # the digits MLP of hiso_digits_mlp.cfg, one lr each (its grid's)
-    runs = [ctx.run(f"hiso_fig5_digits_s{s}", "hiso_digits_mlp.cfg", seed=s, rounds=100, eval_every=50,
-                    algorithm="hiso:lr=0.01,decomfl:lr=0.03") for s in seeds]
+    runs = ctx.runs([(f"hiso_fig5_digits_s{s}", "hiso_digits_mlp.cfg",
+                      dict(seed=s, rounds=100, eval_every=50, algorithm="hiso:lr=0.01,decomfl:lr=0.03"))
+                     for s in seeds])
   else:  # the flagfile's grid plus the scalar-H ablation on the same grid
     grid = "0.003,0.01,0.03".split(",")
     algs = [f"{a}:lr={lr}" for a in ("hiso", "decomfl", "hiso:preconditioner=scalar") for lr in grid]
-    runs = [ctx.run(f"hiso_fig5_cnn_s{s}", "hiso_mnist_cnn.cfg", seed=s, algorithm=",".join(algs))
-            for s in seeds]
+    runs = ctx.runs([(f"hiso_fig5_cnn_s{s}", "hiso_mnist_cnn.cfg", dict(seed=s, algorithm=",".join(algs)))
+                     for s in seeds])
   rr = [rounds_ratio(r, "hiso", "decomfl", metric="test_accuracy") for r in runs]
   variants = [v for v in ("hiso", "hiso-preconditioner=scalar") if v in rr[0]["variants"]]
   acc = {v: Stat.of(_finals(r, v, "test_accuracy", True) for r in runs) for v in ("decomfl", *variants)}
