@@ -118,7 +118,9 @@ def parse_sweeps() -> list[tuple[str, list]]:
     if not eq or not values.strip():
       raise ConfigError("sweep", f"{entry!r} is not NAME=V1,V2,...")
     if name not in own or name in NOT_SWEEPABLE:
-      why = "use --seeds" if name == "seed" else f"accepted: a run flag such as {', '.join(HETEROGENEITY[:4])}, lr, fedzo_lr (any of {len(sweepable)} flags; not {', '.join(NOT_SWEEPABLE)})"
+      why = "use --seeds" if name == "seed" else (
+          f"accepted: a run flag such as {', '.join(HETEROGENEITY[:4])}, lr, fedzo_lr "
+          f"(any of {len(sweepable)} flags; not {', '.join(NOT_SWEEPABLE)})")
       raise ConfigError("sweep", f"cannot sweep {name!r}; {why}")
     if name in seen:
       raise ConfigError("sweep", f"{name} is swept twice; give one --sweep={name}=... with all values")
@@ -197,11 +199,11 @@ class Sweep:
     self.names = [n for n, _ in self.sweeps]
     self.specs = list(FLAGS.algorithm)
     self.labels = [api.run_label(s) for s in self.specs]
-    self.algs = {l: common.parse_spec(s)[0] for l, s in zip(self.labels, self.specs)}
+    self.algs = {label: common.parse_spec(s)[0] for label, s in zip(self.labels, self.specs)}
     self.grid = [dict(zip(self.names, c)) for c in itertools.product(*[v for _, v in self.sweeps])]
     # Conflicts: a swept generic hyperparameter that a more specific flag or override shadows.
     for name in self.names:
-      for spec, label in zip(self.specs, self.labels):
+      for spec in self.specs:
         alg, overrides = common.parse_spec(spec)
         hp = _hp_target(name, alg)
         if hp is None:
@@ -325,6 +327,7 @@ class Sweep:
   @staticmethod
   def metric_keys(alg, task):
     import jax
+
     from fedsim.core import rng
 
     def probe(key):
@@ -340,7 +343,7 @@ class Sweep:
 
   def order(self):
     """Row keys in the fixed order of results.csv: algorithm, grid point, seed."""
-    return [self.row_key(l, c, s) for l in self.labels for c in self.grid for s in range(FLAGS.seeds)]
+    return [self.row_key(label, c, s) for label in self.labels for c in self.grid for s in range(FLAGS.seeds)]
 
   def header(self):
     cols = ["algorithm", *self.names, "seed", "final_objective", "best_objective"]
@@ -356,7 +359,8 @@ class Sweep:
     from fedsim import algorithms
     from fedsim.core.batched import hp_dtype, traceable
     alg = self.algs[label]
-    build = lambda t, hp: algorithms.build(alg, t, **hp)
+    def build(t, hp):
+      return algorithms.build(alg, t, **hp)
     rt = self.run_task(label, task)
     base = self.hparams(label, self.grid[0])
     seeds_ok, why = traceable(build, rt, base, {})
@@ -386,6 +390,7 @@ class Sweep:
   def run(self, out_dir: str, done: dict, stop_after: int | None):
     import jax
     import numpy as np
+
     from fedsim import algorithms
     from fedsim.core import simulate
     from fedsim.core.batched import ProgramCache, simulate_batched
@@ -431,7 +436,8 @@ class Sweep:
       point = self.point(combos[0])  # rounds and eval_every are task names: the group's own
       rounds, eval_every = point.rounds_for(alg_name, hp0), point.eval_every
       tasks = [self.run_task(label, self.task(tcombo, s)) for s in range(K)]
-      build = lambda t, hp, a=alg_name: algorithms.build(a, t, **hp)
+      def build(t, hp, a=alg_name):
+        return algorithms.build(a, t, **hp)
       t0 = _clock()
       results = {}  # (combo index, seed) -> (records, diverged, batch size)
       if seeds_ok and FLAGS.batch_seeds:
@@ -482,7 +488,7 @@ class Sweep:
              "compilations_total": cache.total, "cache_hits": cache.hits,
              "compile_s": round(cache.seconds, 3), "serial_runs": serial_runs,
              "groups_run": n_run, "groups": len(groups), "wall_time_s": _clock() - t_start,
-             "modes": {l: {n: m for n, (m, _) in mode_cache[l][2].items()} for l in mode_cache}}
+             "modes": {label: {n: m for n, (m, _) in mode_cache[label][2].items()} for label in mode_cache}}
     atomic_write(os.path.join(out_dir, "sweep_stats.json"), json.dumps(stats, indent=2, default=str))
     print(f"compiled programs: {stats['chunk_programs']} round-chunk programs "
           f"({cache.total} XLA compilations with init/eval: {cache.compiles}); "

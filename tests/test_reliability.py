@@ -9,8 +9,8 @@ import io
 import json
 import math
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 

@@ -96,7 +96,8 @@ def init_mlp(key, d_in: int, hidden: int, classes: int):
   import jax
   import jax.numpy as jnp
   k1, k2 = jax.random.split(key)
-  glorot = lambda k, a, b: jax.random.uniform(k, (a, b), jnp.float32, -1.0, 1.0) * math.sqrt(6.0 / (a + b))
+  def glorot(k, a, b):
+    return jax.random.uniform(k, (a, b), jnp.float32, -1.0, 1.0) * math.sqrt(6.0 / (a + b))
   return {"w1": glorot(k1, d_in, hidden), "b1": jnp.zeros((hidden,), jnp.float32),
           "w2": glorot(k2, hidden, classes), "b2": jnp.zeros((classes,), jnp.float32)}
 
@@ -207,7 +208,8 @@ def appc(cfg: RankStudyConfig) -> dict:
   from fedsim.data import load_dataset
   t0 = time.perf_counter()
   ds = load_dataset(cfg.dataset, cfg.data_dir, seed=0)
-  flat = lambda a: a.reshape(a.shape[0], -1)
+  def flat(a):
+    return a.reshape(a.shape[0], -1)
   x_tr, x_te = flat(ds.x_train), flat(ds.x_test)
   params = jax.block_until_ready(train_mlp(x_tr, ds.y_train, cfg))
   t_train = time.perf_counter() - t0

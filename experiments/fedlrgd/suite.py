@@ -155,7 +155,8 @@ def rank_sweep_fn(mu: float, num_steps: int):
 
   from fedsim.algorithms import fedlrgd as fl
   from fedsim.tasks.logistic_soft import LOSSES, pooled_objective_and_grad
-  loss = lambda theta, ex: LOSSES["logistic_soft"](theta, ex, mu)
+  def loss(theta, ex):
+    return LOSSES["logistic_soft"](theta, ex, mu)
   grad_f = jax.grad(loss)
   objective = jax.vmap(lambda th, d: pooled_objective_and_grad(loss, th, d)[0], in_axes=(0, None))
 
@@ -199,7 +200,8 @@ def fidelity():
     out = jax.device_get(fn(jnp.asarray(masks), task.data, anchors, thetas, theta0,
                             1.0 / task.info["L1"], jnp.asarray(f_stars)))
     per_seed.append({k: np.asarray(v) for k, v in out.items()})
-  agg = lambda k: np.stack([o[k] for o in per_seed])            # (seeds, K, ...)
+  def agg(k):
+    return np.stack([o[k] for o in per_seed])  # (seeds, K, ...)
   final_gap = np.nan_to_num(agg("gaps")[:, :, -1], nan=np.inf)   # diverged runs count as inf
   rows = []
   for j, r in enumerate(ranks):
@@ -256,8 +258,9 @@ def with_instance_gaps(task, masks, f_stars):
 
   def evaluate(params, data):
     out = dict(task.evaluate(params, data))
-    objective = lambda mask: pooled_objective_and_grad(
-        task.per_example_loss, params, {**data, "server": {**data["server"], "mask": mask}})[0]
+    def objective(mask):
+      return pooled_objective_and_grad(
+          task.per_example_loss, params, {**data, "server": {**data["server"], "mask": mask}})[0]
     gaps = jax.vmap(objective)(masks) - f_stars.astype(params.dtype)
     out.update({f"gap_{j}": gaps[j] for j in range(masks.shape[0])})
     return out
@@ -466,11 +469,13 @@ def crossover():
       print(f"[crossover] d={d} eta={eta}: {time.perf_counter() - t0:.1f}s", flush=True)
   lines = ["| d | eta | phi | eps | server samples | FedLRGD (r, S) | Gamma FedLRGD | FedAve (b, T, step) | "
            "Gamma FedAve | ratio | FedLRGD below | Prop. 1 predicts |", "|" + "---|" * 12]
-  fmt = lambda x, keys: "-" if not x else "(" + ", ".join(str(x[k]) for k in keys) + ")"
+  def fmt(x, keys):
+    return "-" if not x else "(" + ", ".join(str(x[k]) for k in keys) + ")"
   for row in rows:
     lines.append(f"| {row['d']} | {row['eta']:g} | {row['phi']:g} | {row['eps']:g} | {row['server_samples']} | "
                  f"{fmt(row['fedlrgd'], ('r', 'S'))} | {row['fedlrgd']['gamma'] if row['fedlrgd'] else math.inf:.3g} | "
-                 f"{fmt(row['fedave'], ('b', 'T', 'step'))} | {row['fedave']['gamma'] if row['fedave'] else math.inf:.3g} | "
+                 f"{fmt(row['fedave'], ('b', 'T', 'step'))} | "
+                 f"{row['fedave']['gamma'] if row['fedave'] else math.inf:.3g} | "
                  f"{row['ratio']:.3g} | {'yes' if row['fedlrgd_wins'] else 'no'} | "
                  f"{'yes' if row['prop1_predicts_win'] else 'no'} |")
   table = "\n".join(lines)
@@ -505,8 +510,9 @@ def precision():
           task = with_server_size(base, r)
           state = jax.jit(algorithms.build("fedlrgd", task).init)(*rng.init_keys(jax.random.key(seed)))
           d = task.data
-          pooled = lambda a, b: np.concatenate([np.asarray(a, np.float64)[:r],
-                                                np.asarray(b, np.float64).reshape(-1, *np.shape(a)[1:])])
+          def pooled(a, b, r=r):
+            return np.concatenate([np.asarray(a, np.float64)[:r],
+                                   np.asarray(b, np.float64).reshape(-1, *np.shape(a)[1:])])
           x = pooled(d["server"]["x"], d["clients"]["x"])
           y = pooled(d["server"]["y"], d["clients"]["y"])
           variants = {"float64": state.weights} if x64 else {

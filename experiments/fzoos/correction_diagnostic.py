@@ -63,7 +63,8 @@ def main(argv):
     loc = jax.vmap(lambda w: rffm.gradient(state.rff, w, x))(state.w_local)
     glob = rffm.gradient(state.rff, state.w_global, x)
     corr, target = glob[None] - loc, gF[None] - gi
-    ratio = lambda a, b: jnp.linalg.norm(a, axis=-1) / jnp.linalg.norm(b, axis=-1)
+    def ratio(a, b):
+      return jnp.linalg.norm(a, axis=-1) / jnp.linalg.norm(b, axis=-1)
     return {"F": task.evaluate(x, task.data)["objective"],
             "local_cos": jnp.mean(jax.vmap(_cos)(loc, gi)), "local_ratio": jnp.mean(ratio(loc, gi)),
             "global_cos": _cos(glob, gF), "global_ratio": ratio(glob, gF),

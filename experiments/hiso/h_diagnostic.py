@@ -58,7 +58,8 @@ def main(argv):
 
   @jax.jit
   def chunk(s, start):
-    body = lambda s, r: (alg.round(s, rng.round_key(rounds_key, r), task.data)[0], None)
+    def body(s, r):
+      return (alg.round(s, rng.round_key(rounds_key, r), task.data)[0], None)
     s, _ = jax.lax.scan(body, s, start + jnp.arange(a.every, dtype=jnp.int32))
     return s, task.evaluate(s.x, task.data)["optimality_gap"]
 
@@ -66,7 +67,8 @@ def main(argv):
   for c in range(a.rounds // a.every):
     state, gap = chunk(state, c * a.every)
     h = np.asarray(state.h, np.float64)
-    corr = lambda i: np.corrcoef(np.log(h[i]), np.log(lam[i]))[0, 1] if np.ptp(h[i]) > 0 else float("nan")
+    def corr(i, h=h):
+      return np.corrcoef(np.log(h[i]), np.log(lam[i]))[0, 1] if np.ptp(h[i]) > 0 else float("nan")
     gain = np.sum(lam / h) / (lam.sum() * np.mean(1 / h))
     print(f"{(c + 1) * a.every} {float(gap):.4g} {corr(slice(None)):.3f} {corr(top):.3f} "
           f"{np.median(h):.4g} {np.quantile(h, 0.999) / np.median(h):.3g} {gain:.3f}")

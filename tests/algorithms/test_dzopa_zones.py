@@ -205,7 +205,8 @@ def test_zone_s_paper_one_iteration(digits4):
   alg = make_zone_s(task, ZONESConfig(**hp))
   state, new, stats = _one_round(alg, task, x0=_perturbed((d,), 5, 0.1), x=_perturbed((n, d), 6, 1.0),
                                  lam=_perturbed((n, d), 7, 0.05))
-  g_fn = lambda x, c, k: _mean_estimate(task, x, c, k, 3, 5, 2, 1.0, "sphere")
+  def g_fn(x, c, k):
+    return _mean_estimate(task, x, c, k, 3, 5, 2, 1.0, "sphere")
   i, _, x, lam, x0 = _zone_s_reference(task, state, g_fn, rho=200.0, alpha=1.0 / n)
   assert_close(new.x, x, rtol=1e-5, atol=1e-6)
   assert_close(new.lam, lam, rtol=1e-4, atol=1e-5)

@@ -30,8 +30,7 @@ from fedsim.algorithms import fedave as fa
 from fedsim.algorithms import fedlrgd as fl
 from fedsim.algorithms import theory_fedlrgd as th
 from fedsim.core import rng, simulate
-from fedsim.tasks.logistic_soft import (LOSSES, make_smooth_erm_task, pooled_objective_and_grad,
-                                         with_server_size)
+from fedsim.tasks.logistic_soft import LOSSES, make_smooth_erm_task, pooled_objective_and_grad, with_server_size
 
 
 @pytest.fixture(autouse=True)
@@ -46,26 +45,27 @@ def make(name="logistic_soft", r=6, R=None, m=20, s=10, p=2, het=0.5, seed=0, **
                               seed=seed, **kw)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def grad_f_of(name, mu=0.1):
   return jax.grad(lambda theta, ex: LOSSES[name](theta, ex, mu))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def setup_fn(name, solver="solve"):
   grad_f = grad_f_of(name)
   return jax.jit(lambda data, anchors: fl.setup(grad_f, data, anchors, solver))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def errors_fn(name):
   return jax.jit(functools.partial(fl.relative_errors, grad_f_of(name)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def objective_fn(name, mu=0.1):
   """F(theta) of eq. (3), jitted once per loss (tasks differ only in their data)."""
-  f = lambda theta, ex: LOSSES[name](theta, ex, mu)
+  def f(theta, ex):
+    return LOSSES[name](theta, ex, mu)
   return jax.jit(jax.vmap(lambda theta, data: pooled_objective_and_grad(f, theta, data)[0],
                           in_axes=(0, None)))
 
@@ -128,7 +128,7 @@ def _np_grad(theta, x, y, mu=0.1):
   return (1.0 / (1.0 + np.exp(-z)) - y)[..., None] * x + mu * theta
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def weights_fn(solver):
   grad_f = grad_f_of("logistic_soft")
 
@@ -136,8 +136,10 @@ def weights_fn(solver):
     server = data["server"]
     G = fl.server_matrices(grad_f, server, anchors)
     fac, _, _, cond = fl.server_factors(G, server["mask"], solver)
-    one = lambda c: fl.client_weights(grad_f, c, anchors, server["mask"], fac, solver)
-    per_sample = lambda c: fl.per_sample_weights(grad_f, c, anchors, server["mask"], fac, solver)
+    def one(c):
+      return fl.client_weights(grad_f, c, anchors, server["mask"], fac, solver)
+    def per_sample(c):
+      return fl.per_sample_weights(grad_f, c, anchors, server["mask"], fac, solver)
     return jax.vmap(one)(data["clients"]), jax.vmap(per_sample)(data["clients"]), cond, fac
 
   return jax.jit(run)
@@ -227,7 +229,7 @@ def test_fedave_and_gd_ledgers():
 # Lemma 2 and fidelity.
 # ------------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def trajectory_fn(S):
   grad_f = grad_f_of("logistic_soft")
 
@@ -326,8 +328,8 @@ def test_fedave_one_client_is_local_sgd_and_schedule():
   client = jax.tree_util.tree_map(lambda a: a[0], task.client_data)
   x = state0.theta
   grad = jax.jit(jax.grad(task.loss))
-  for l in range(b):
-    batch = task.sample_batch(client, jax.random.fold_in(ck, l), 2)
+  for ell in range(b):
+    batch = task.sample_batch(client, jax.random.fold_in(ck, ell), 2)
     x = x - lr * grad(x, batch)
   np.testing.assert_allclose(state1.theta, x, rtol=1e-12, atol=1e-14)
   assert int(stats.queries) == b * 2

@@ -45,7 +45,8 @@ def make(r=3, R=5, m=3, s=4, p=2, seed=0, **kw):
 
 def host(task):
   """The task's data as float64 numpy (exact upcast of whatever precision it has)."""
-  f = lambda a: np.asarray(a).astype(np.float64) if np.asarray(a).dtype.kind == "f" else np.asarray(a)
+  def f(a):
+    return np.asarray(a).astype(np.float64) if np.asarray(a).dtype.kind == "f" else np.asarray(a)
   return jax.tree_util.tree_map(f, task.data)
 
 
@@ -230,8 +231,8 @@ def _fedave_round_np(theta, t, key, d, m, M, b, bs, eta_of):
     ck = jax.random.fold_in(k_clients, int(c))
     x = theta.copy()
     s = d["clients"]["x"].shape[1]
-    for l in range(b):                                              # b local SGD steps
-      ub = np.asarray(jax.random.uniform(jax.random.fold_in(ck, l), (bs,), jnp.float32))
+    for ell in range(b):                                            # b local SGD steps
+      ub = np.asarray(jax.random.uniform(jax.random.fold_in(ck, ell), (bs,), jnp.float32))
       idx = np.minimum(np.floor(ub * np.float32(s)).astype(int), s - 1)
       g = g_np(x, d["clients"]["x"][c, idx], d["clients"]["y"][c, idx]).mean(0)
       x = x - eta * g

@@ -90,7 +90,6 @@ def test_lemma_d_bounds_hold_and_ffgb_c_clips_are_inactive_on_support(gamma):
   n = 6
   xs = np.asarray(ds.x_train[:n * 20]).reshape(n, 20, -1)
   ys = np.asarray(ds.y_train[:n * 20]).reshape(n, 20)
-  from fedsim.core.types import Task
   base = make_tabular_task(xs, np.zeros((n, 20, 10)))
   data = {"clients": {"x": jnp.asarray(xs), "y": jnp.asarray(ys), "mask": jnp.ones((n, 20), bool)},
           "sizes": jnp.full((n,), 20, jnp.int32), "eval": {}}
@@ -133,7 +132,8 @@ def test_ffgb_l_sign_fix_one_shot_and_interpolation():
   s_one, _ = _errors(algorithms.build("ffgb_l", task, one_shot=True, **hp), task, 400, fstar)
   np.testing.assert_allclose(np.asarray(s_one.f_train), np.asarray(s_rounds.f_train), rtol=1e-5, atol=1e-6)
   # eq. (17): u_i interpolates L-Lipschitz data.
-  xi = jnp.asarray(x[0]); yi = jnp.asarray(np.sin(3 * x[0]))
+  xi = jnp.asarray(x[0])
+  yi = jnp.asarray(np.sin(3 * x[0]))
   np.testing.assert_allclose(np.asarray(mcshane(xi, yi, 3.0, xi)), np.asarray(yi), atol=1e-6)
 
 
@@ -173,7 +173,8 @@ def test_partial_participation_full_equals_and_subsets_are_unbiased():
 @pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_learners_written_per_round_reload_to_the_test_cache(tmp_path):
   rs = np.random.default_rng(1)
-  x = rs.uniform(size=(4, 10, 2)); y = np.sin(x.sum(-1, keepdims=True) * 3)
+  x = rs.uniform(size=(4, 10, 2))
+  y = np.sin(x.sum(-1, keepdims=True) * 3)
   xt = rs.uniform(size=(7, 2))
   task = make_tabular_task(x, y, x_test=xt, y_test=np.zeros((7, 1)))
   for variant in ("ffgb", "ffgb_c"):
@@ -212,7 +213,8 @@ def _rf_reference(key, x, phi, n, D, bw, lam):
   kw, kb = jax.random.split(key)
   w = np.asarray(jax.random.normal(kw, (d, D)), np.float64) / (bw * np.sqrt(d))
   b = np.asarray(jax.random.uniform(kb, (D,), maxval=2 * np.pi), np.float64)
-  feats = lambda z: np.sqrt(2.0 / D) * np.cos(np.asarray(z, np.float64) @ w + b)
+  def feats(z):
+    return np.sqrt(2.0 / D) * np.cos(np.asarray(z, np.float64) @ w + b)
   f = feats(x[:n])
   beta = np.linalg.solve(f.T @ f + lam * n * np.eye(D), f.T @ np.asarray(phi[:n], np.float64))
   return beta, feats
@@ -247,7 +249,8 @@ def test_rf_ridge_features_follow_the_run_seed():
   # Full participation and a deterministic fit: before issue 15 every seed gave the
   # same f^1 (features from seed 0); now the features come from the run's keys.
   rs = np.random.default_rng(1)
-  x = rs.uniform(size=(3, 6, 2)); y = np.sin(3 * x.sum(-1, keepdims=True))
+  x = rs.uniform(size=(3, 6, 2))
+  y = np.sin(3 * x.sum(-1, keepdims=True))
   task = make_tabular_task(x, y)
   alg = algorithms.build("ffgb", task, weak_learner="rf_ridge", rf_features=8, local_steps=1,
                          eta0=1.0, clients_per_round=3)
@@ -286,7 +289,10 @@ print(json.dumps(np.asarray(s.f_train).tolist()))
 def test_rf_ridge_runs_on_eight_host_devices():
   # jnp.linalg.solve's batched LAPACK LU deadlocked here (3 of 3 tries at D = 32);
   # the fit now solves by Cholesky in plain XLA ops (weak_learners.spd_solve).
-  import json, os, subprocess, sys
+  import json
+  import os
+  import subprocess
+  import sys
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, "-c", RF8_SCRIPT], cwd=repo, env=env, capture_output=True,
@@ -295,7 +301,8 @@ def test_rf_ridge_runs_on_eight_host_devices():
   got = np.asarray(json.loads(proc.stdout.strip().splitlines()[-1]))
   # The same round on this process's single device.
   rs = np.random.default_rng(0)
-  x = rs.uniform(size=(8, 10, 2)); y = np.sin(3 * x.sum(-1, keepdims=True))
+  x = rs.uniform(size=(8, 10, 2))
+  y = np.sin(3 * x.sum(-1, keepdims=True))
   task = make_tabular_task(x, y)
   alg = algorithms.build("ffgb", task, weak_learner="rf_ridge", rf_features=32, local_steps=2,
                          eta0=1.0, clients_per_round=8)
@@ -353,7 +360,8 @@ def test_code_preset_has_the_authors_code_settings():
 
 
 def _np_mlp(params, x, output_act):
-  lrelu = lambda z: np.where(z > 0, z, 0.01 * z)
+  def lrelu(z):
+    return np.where(z > 0, z, 0.01 * z)
   p = params["params"]
   h = np.asarray(x, np.float64)
   for j in range(3):

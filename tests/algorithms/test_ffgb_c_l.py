@@ -72,11 +72,13 @@ def test_ffgb_c_one_round_matches_numpy_alg5():
   G1, G2 = (1 - gam) * G / gam, (2 - gam) * G / gam  # Thm 3.2
   eta = np.array([4.0 / (mu * (T0 * K + k + 1)) for k in (1, 2)])  # Thm 3.2 step, t = 2
   assert np.all(mu * eta <= 1)  # the mu*eta <= 1 clamp is inactive here
-  clipv = lambda v, r: np.clip(v, -r, r)
+  def clipv(v, r):
+    return np.clip(v, -r, r)
   x_all = X.reshape(N * M, 1)
   f_all0 = f0.reshape(N * M, C)
   phis, hs, pre_d, n_all_clip = {}, {}, [], 0
-  g_next_all = np.zeros((N * M, C)); g_next_test = np.zeros((4, C))
+  g_next_all = np.zeros((N * M, C))
+  g_next_test = np.zeros((4, C))
   for i in ids:
     g, d = f0[i].copy(), np.zeros((M, C))
     hk_all, hk_test = [], []
@@ -87,8 +89,10 @@ def test_ffgb_c_one_round_matches_numpy_alg5():
       g = g - eta[k] * (clipv(h, G2) + mu * g)  # Alg. 5 line 5
       pre_d.append(phi - h)
       d = clipv(phi - h, G1)  # Alg. 5 line 6
-      phis.setdefault(i, []).append(phi); hs.setdefault(i, []).append(h)
-      hk_all.append(h[_nn(x_all, X[i])]); hk_test.append(h[_nn(XT, X[i])])  # 1-NN extension
+      phis.setdefault(i, []).append(phi)
+      hs.setdefault(i, []).append(h)
+      hk_all.append(h[_nn(x_all, X[i])])
+      hk_test.append(h[_nn(XT, X[i])])  # 1-NN extension
     # g_i^{K+1} as a function: rho f^t + sum_k w_k Pi_G2(h_k), w_k = -eta_k prod_{k'>k}(1 - eta_k' mu)
     rho = np.prod(1 - eta * mu)
     w = np.array([-eta[0] * (1 - eta[1] * mu), -eta[1]])
@@ -133,7 +137,9 @@ def test_ffgb_l_one_round_matches_numpy_alg4():
   eta = np.array([min(4.0 / (T0 * K + k + 1), 1.0) for k in (1, 2)])  # Thm 3.3 (mu = 1), t = 2
   assert np.all(eta < 1)
   x_all = X.reshape(N * M, 1)
-  nxt_all = np.zeros((N * M, 1)); nxt_test = np.zeros((4, 1)); lips = []
+  nxt_all = np.zeros((N * M, 1))
+  nxt_test = np.zeros((4, 1))
+  lips = []
   for i in ids:
     g, d, u = f0[i].copy(), np.zeros((M, 1)), y[i]  # u_i = y on supp (eq. 17 interpolates)
     h_all, h_test = [], []
@@ -142,7 +148,9 @@ def test_ffgb_l_one_round_matches_numpy_alg4():
       h = gam * phi
       g = (1 - eta[k]) * g + eta[k] * h  # line 5
       d = d - u + h  # line 6
-      h_all.append(h[_nn(x_all, X[i])]); h_test.append(h[_nn(XT, X[i])]); lips.append(_lip_np(h, X[i]))
+      h_all.append(h[_nn(x_all, X[i])])
+      h_test.append(h[_nn(XT, X[i])])
+      lips.append(_lip_np(h, X[i]))
     rho = np.prod(1 - eta)
     w = np.array([eta[0] * (1 - eta[1]), eta[1]])
     np.testing.assert_allclose(rho * f0[i] + sum(w[k] * h_all[k][i * M:(i + 1) * M] for k in range(K)), g,
@@ -173,10 +181,12 @@ def test_ffgb_l_wo_lip_query_gradient_is_closed_form():
   # grad phi_k(z) = k grad u_i(z) - sum_{kappa<k} grad h^kappa(z), grad u_i from eq. 17 with L.
   rs = np.random.default_rng(2)
   d, C, Mi, L, Kl = 2, 2, 6, 2.5, 3
-  xi = rs.uniform(size=(Mi, d)); yi = rs.normal(size=(Mi, C)) * 0.3
+  xi = rs.uniform(size=(Mi, d))
+  yi = rs.normal(size=(Mi, C)) * 0.3
   mask = np.arange(Mi) < 5
   task = make_tabular_task(xi[None], yi[None], mask=mask[None])
-  u = lambda q: np.min(yi[None, :5] + L * np.linalg.norm(q[:, None] - xi[None, :5], axis=-1)[..., None], 1)
+  def u(q):
+    return np.min(yi[None, :5] + L * np.linalg.norm(q[:, None] - xi[None, :5], axis=-1)[..., None], 1)
   for query, sign in (("fixed", 1.0), ("printed", -1.0)):
     cfg = ffgb.FFGBConfig(weak_learner="wo_lip", local_steps=Kl, lip_L=L, sobolev_samples=5,
                           ffgb_l_query=query)

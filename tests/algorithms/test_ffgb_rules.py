@@ -28,7 +28,6 @@ treating each function by its values there:
   values: x (M, d), v (M, C) and the mask (M,), P = M (d + C + 1).
 """
 
-import jax
 import numpy as np
 import pytest
 

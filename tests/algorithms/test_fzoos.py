@@ -9,8 +9,7 @@ from fedsim import algorithms
 from fedsim.algorithms import fzoos, zo_baselines
 from fedsim.core import rng
 from fedsim.estimators import rff
-from fedsim.tasks import make_task
-from fedsim.tasks import synthetic
+from fedsim.tasks import make_task, synthetic
 
 ROOT = jax.random.key(3)
 SMALL = dict(num_rff=64, history_size=160, gp_window=40, rff_window=80)
@@ -95,7 +94,7 @@ def test_ackley_levy_tasks():
   for name in synthetic.FUNCTIONS:
     task = make_task(name, num_clients=4, dim=8, heterogeneity=5.0, seed=0)
     x = jax.random.uniform(jax.random.key(0), (8,))
-    per = jnp.stack([task.loss(x, jax.tree_util.tree_map(lambda a: a[i], task.client_data))
+    per = jnp.stack([task.loss(x, jax.tree_util.tree_map(lambda a, i=i: a[i], task.client_data))
                      for i in range(4)])
     np.testing.assert_allclose(task.evaluate(x, task.data)["objective"], jnp.mean(per), rtol=1e-6)
     homo = make_task(name, num_clients=4, dim=8, heterogeneity=0.0, seed=0)
@@ -145,7 +144,8 @@ def test_accept_if_improves_keeps_the_previous_point_exactly_when_F_does_not_imp
   otherwise the averaged point, exactly as without the flag; F is then non-increasing. A small
   step (0.01) improves F, a huge one (Adam lr 2 across the unit box) does not: both branches run."""
   task = make_task("quadratic", num_clients=3, dim=30, heterogeneity=5.0, seed=0)
-  F = lambda x: float(task.evaluate(x, task.data)["objective"])
+  def F(x):
+    return float(task.evaluate(x, task.data)["objective"])
   seen = set()
   for name, kw in (("fedzo_fd", dict(local_steps=3, lr=0.01)), ("fedzo_fd", dict(local_steps=3, lr=2.0)),
                    ("fzoos", dict(SMALL, local_steps=2))):

@@ -21,7 +21,6 @@ from the run; every rule is written out here with NumPy:
   Alg. 1      x_r = (1/N) sum_i x_{r,T}^(i)
 """
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -231,7 +230,8 @@ def test_active_queries_pick_the_most_uncertain_candidates(run):
         picked = Xh[i, centre_slot + 1: centre_slot + 1 + k]
         assert np.all(np.abs(picked - centre) <= rad * (1 + 1e-12))
         win = nearest(Xh[i, :centre_slot + 1], centre, HP["gp_window"])
-        score = lambda c: grad_cov_trace(Xh[i, win], c, ls, noise)
+        def score(c, i=i, win=win):
+          return grad_cov_trace(Xh[i, win], c, ls, noise)
         cand = centre + rad * fresh_rng.uniform(-1, 1, (4000, D))
         ref = np.array([score(c) for c in cand])
         quantiles[kind] += [np.mean(ref <= score(p)) for p in picked]
@@ -341,7 +341,8 @@ def test_code_preset_matches_the_authors_code(name):
 
 def test_accept_rule_keeps_the_previous_point_unless_F_strictly_improves():
   """settings.py:79-80: x_r = x_{r-1} if F(x_{r-1}) <= F(x_r); a tie keeps x_{r-1}."""
-  F = lambda x: jnp.sum(x * x)
+  def F(x):
+    return jnp.sum(x * x)
   prev = jnp.array([1.0, 0.0])
   for new, kept in ((jnp.array([0.0, 1.0]), prev),          # F equal: keep x_{r-1}
                     (jnp.array([0.5, 0.0]), None),          # F lower: take x_r
@@ -355,7 +356,8 @@ def test_fedzo_honours_accept_if_improves_with_partial_participation():
   some do not (seen: rounds 1, 2, 4 improve, round 3 does not, F gaps >= 0.1)."""
   task = make_task("quadratic", num_clients=3, dim=4, heterogeneity=C, seed=1)
   a, b = (np.asarray(task.data["clients"][k]) for k in ("a", "b"))
-  F = lambda x: np.mean([f_np(np.asarray(x, np.float64), a[i], b[i]) for i in range(3)])
+  def F(x):
+    return np.mean([f_np(np.asarray(x, np.float64), a[i], b[i]) for i in range(3)])
   kw = dict(clients_per_round=2, lr=0.01, local_steps=2, batch_size=1)
   plain = jax.jit(algorithms.build("fedzo", task, **kw).round)
   alg = algorithms.build("fedzo", task, accept_if_improves=1, **kw)

@@ -138,7 +138,7 @@ def test_protocol_equals_fedavg_reference(tau):
         (d,), jnp.float64) / jnp.sqrt(h_r))
     finals, scalars = [], []
     for i in idx:
-      client = jax.tree_util.tree_map(lambda a: a[i], task.client_data)
+      client = jax.tree_util.tree_map(lambda a, i=i: a[i], task.client_data)
       ck = rng.client_key(k_clients, int(i))
       x, gs = x_r, []
       for k in range(tau):
@@ -188,8 +188,9 @@ def test_k_update_variants_follow_their_rules():
     x = jnp.asarray(np.random.default_rng(1).standard_normal(30))
     h = jnp.asarray(np.exp(np.random.default_rng(2).standard_normal(30)))
     key = jax.random.key(9)
-    step = lambda k, hh: shared_seed.step_from_scalars(gbar[k], key, 0, k, 1 / jnp.sqrt(hh), 30,
-                                                       jnp.float64)
+    def step(k, hh):
+      return shared_seed.step_from_scalars(gbar[k], key, 0, k, 1 / jnp.sqrt(hh), 30,
+                                           jnp.float64)
     for variant in ("all", "all_code"):
       cfg = hiso.HiSoConfig(lr=eta, nu=nu, eps=0.0, local_steps=tau, num_perturbations=P,
                                        k_update=variant)
@@ -238,7 +239,8 @@ def test_estimator_mean_and_second_moment(P, scheme):
   is odd in z (no bias) and O(mu^2) in the second moment; central ones are exact."""
   with jax.enable_x64(True):
     lam, h, x = _quadratic()
-    A, f = jnp.asarray(lam), lambda v: 0.5 * jnp.sum(jnp.asarray(lam) * v * v)
+    def f(v):
+      return 0.5 * jnp.sum(jnp.asarray(lam) * v * v)
     n, key = 200_000, jax.random.key(11)
     steps = jax.jit(jax.vmap(lambda r: shared_seed.scalars_and_step(
         f, jnp.asarray(x), key, r, 0, P, 1e-3, shared_seed.inverse_sqrt(jnp.asarray(h)),

@@ -141,7 +141,7 @@ def _check_rounds(name, c, rounds=3):
       # Uplink payload of each participant: its tau x P scalars (Alg. 2b line 4).
       _, k_clients, _ = rng.round_subkeys(rng.round_key(rng.stream(ROOT, "rounds"), r))
       for j, i in enumerate(idx):
-        client = jax.tree_util.tree_map(lambda a: a[i], task.client_data)
+        client = jax.tree_util.tree_map(lambda a, i=i: a[i], task.client_data)
         g, _ = scalars(state.x, state.h, r, state.shared_key, client, rng.client_key(k_clients, i))
         np.testing.assert_allclose(np.asarray(g), G[j], rtol=1e-7, atol=1e-9)
       state, stats = step(state, rng.round_key(rng.stream(ROOT, "rounds"), r), task.data)

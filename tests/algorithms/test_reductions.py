@@ -8,7 +8,6 @@
 """
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
@@ -85,12 +84,12 @@ def test_vmapped_round_equals_python_loop_over_clients(digits10):
   x0, loss = _flat(task, rng.stream(ROOT, "init"))
   deltas, sizes = [], []
   for i in idx:  # a client's keys depend only on its global id
-    client = jax.tree_util.tree_map(lambda a: a[i], task.client_data)
+    client = jax.tree_util.tree_map(lambda a, i=i: a[i], task.client_data)
     x, ck = x0, rng.client_key(k_clients, int(i))
     for k in range(2):
       k_data, k_dir = jax.random.split(jax.random.fold_in(ck, k))
       batch = task.sample_batch(client, k_data, 6)
-      x = x - 0.01 * fd_gradient(lambda z: loss(z, batch), x, k_dir, 3, 1.0, "sphere")
+      x = x - 0.01 * fd_gradient(lambda z, batch=batch: loss(z, batch), x, k_dir, 3, 1.0, "sphere")
     deltas.append(x - x0)
     sizes.append(int(task.client_sizes[i]))
   w = np.asarray(sizes, np.float32) / sum(sizes)

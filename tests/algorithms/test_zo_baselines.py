@@ -24,7 +24,6 @@ Per round r (no correction in round 1, [code]), client i from x_{r-1}, t = 1..T:
 """
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -55,8 +54,10 @@ def reference(kind, x0, a, b, lr=LR, accept=False, prox_sign=1.0, prox=PROX, cv_
               scale=1.0 / Q, avg=1.0 / N, cv_raw=True):
   """Rounds of eqs. 87-93 by hand; keyword arguments after ``accept`` are deliberate
   defects (power checks). Returns per round (x_r, c_local, c_global)."""
-  g = lambda i, x: (1.0 if kind == "true" else scale) * grad_np(x, a[i], b[i])
-  F = lambda x: np.mean([f_np(x, a[i], b[i]) for i in range(N)])
+  def g(i, x):
+    return (1.0 if kind == "true" else scale) * grad_np(x, a[i], b[i])
+  def F(x):
+    return np.mean([f_np(x, a[i], b[i]) for i in range(N)])
   x_prev, c_loc, c_glob, out = x0.copy(), np.zeros((N, D)), np.zeros(D), []
   for r in range(R):
     xT, gavg = [], []

@@ -105,7 +105,7 @@ def zo_estimate(a, y, x, k_dir, b2, mu, law="sphere", scale=None):
   return s / (mu * b2) * (v.T @ diffs)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def round_keys(r):
   """(k_sample, k_clients, k_server) of round r from ROOT (fedsim/core/rng.py)."""
   return rng.round_subkeys(rng.round_key(rng.stream(ROOT, "rounds"), r))
@@ -118,7 +118,7 @@ def participants(task, r, m):
   return idx
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def client_step_keys(r, i, k):
   """(k_data, k_oracle) of client i's local step k in round r."""
   _, k_clients, _ = round_keys(r)

@@ -179,7 +179,7 @@ def test_cli_rejects_full_transceiver_with_code_compat(tmp_path):
                          f"--output_dir={tmp_path}"], cwd=repo, capture_output=True, text=True,
                         timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert proc.returncode == 2, proc.stderr[-2000:]
-  lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+  lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
   assert len(lines) == 1 and "--noise_model" in lines[0] and "transceiver=full" in lines[0], proc.stderr
   assert not os.path.exists(tmp_path / "config.json")
 
@@ -204,7 +204,8 @@ def test_noise_free_aircomp_with_zero_threshold_is_plain_fedzo(digits10):
   s_plain, r_plain = _run(digits10, clients_per_round=10)
   s_air, r_air = _run(digits10, aggregation="aircomp", snr_db=math.inf, h_min=0.0)
   np.testing.assert_array_equal(np.asarray(s_air.x), np.asarray(s_plain.x))
-  strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rs]
+  def strip(rs):
+    return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rs]
   assert strip(r_air) == strip(r_plain)
 
 
@@ -275,7 +276,8 @@ def test_transmit_energy_by_hand():
   e = aircomp.transmit_energy(deltas, h, jnp.array([True, True]), cfg)
   np.testing.assert_allclose(np.asarray(e), [0.64 / 4 * 2 / 25 * 25, 0.64 / 0.25 * 2 / 25 * 1], rtol=1e-6)
   # the device with the largest update meets the power budget d P = 2 only at |h| = h_min
-  assert float(aircomp.transmit_energy(deltas, jnp.array([0.8 + 0j, 1j]), jnp.array([True, True]), cfg)[0]) == pytest.approx(2.0, rel=1e-6)
+  assert float(aircomp.transmit_energy(deltas, jnp.array([0.8 + 0j, 1j]), jnp.array([True, True]), cfg)[0]) == \
+      pytest.approx(2.0, rel=1e-6)
 
 
 def test_resample_gives_up_after_exactly_max_resamples_redraws():

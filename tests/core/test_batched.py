@@ -107,7 +107,8 @@ def test_fedzo_batched_equals_separate_runs(tasks):
 def test_traceable_detects_shape_hyperparameters(tasks):
   build, t = _build("fedzo"), tasks[0]
   base = dict(HP, fd_directions=4, lr=0.01, smoothing=1e-3)
-  drop = lambda n: {k: v for k, v in base.items() if k != n}
+  def drop(n):
+    return {k: v for k, v in base.items() if k != n}
   assert traceable(build, t, drop("lr"), {"lr": 0.01})[0]
   assert traceable(build, t, drop("smoothing"), {"smoothing": 1e-3})[0]
   ok, why = traceable(build, t, drop("local_steps"), {"local_steps": 2})
@@ -118,7 +119,8 @@ def test_traceable_detects_shape_hyperparameters(tasks):
 
 def test_program_cache_counts_and_shares():
   cache = ProgramCache()
-  f = lambda x: jnp.sin(x) * 2
+  def f(x):
+    return jnp.sin(x) * 2
   a = cache.get("chunk", f, jnp.ones(3))
   b = cache.get("chunk", f, jnp.zeros(3))
   c = cache.get("chunk", f, jnp.ones(4))
@@ -126,7 +128,8 @@ def test_program_cache_counts_and_shares():
   assert cache.compiles == {"chunk": 2} and cache.hits == {"chunk": 1}
   np.testing.assert_allclose(c(jnp.ones(4)), 2 * np.sin(1.0) * np.ones(4), rtol=1e-6)
   # An unused argument of another shape must not reuse a program compiled for the first.
-  g = lambda x, unused: x + 1
+  def g(x, unused):
+    return x + 1
   cache.get("init", g, jnp.ones(2), jnp.ones(3))
   cache.get("init", g, jnp.ones(2), jnp.ones(5))(jnp.ones(2), jnp.ones(5))
   assert cache.compiles["init"] == 2

@@ -15,7 +15,8 @@ def test_map_clients_equals_vmap(block):
   x = jnp.arange(10 * 3, dtype=jnp.float32).reshape(10, 3)
   keys = jax.random.split(jax.random.key(0), 10)
   w = jnp.asarray([1.0, -2.0, 0.5])
-  fn = lambda w, xi, k: (w * xi + jax.random.normal(k, (3,)), jnp.sum(xi))
+  def fn(w, xi, k):
+    return (w * xi + jax.random.normal(k, (3,)), jnp.sum(xi))
   want = jax.vmap(fn, (None, 0, 0))(w, x, keys)
   got = map_clients(fn, (None, 0, 0), w, x, keys, client_block=block)
   for a, b in zip(got, want):

@@ -30,7 +30,7 @@ def _env(devices):
 
 def _metrics(path):
   with open(path) as f:
-    return [{k: v for k, v in json.loads(l).items() if k != "wall_time_s"} for l in f]
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_time_s"} for line in f]
 
 
 def _two_processes(out, *extra):

@@ -11,7 +11,6 @@ import itertools
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats

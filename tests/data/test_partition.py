@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedsim.core.errors import ConfigError
+
 # ``fedsim.data.partitions`` the attribute is the dispatcher function; fetch the module.
 P = importlib.import_module("fedsim.data.partitions")
 

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import sklearn.datasets
 
-from fedsim import data as fdata
 from fedsim.data import load_dataset, load_digits, load_libsvm, load_mnist
 from fedsim.tasks import make_task
 from tests.data.test_mnist import REAL_MNIST, idx_bytes

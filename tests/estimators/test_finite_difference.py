@@ -28,7 +28,8 @@ def test_unbiased_on_quadratic(law, mu):
   a = jnp.asarray(m @ m.T + np.eye(D), jnp.float32)
   b = jnp.asarray(rng.normal(size=D), jnp.float32)
   x = jnp.asarray(rng.normal(size=D), jnp.float32)
-  f = lambda z: 0.5 * z @ a @ z + b @ z
+  def f(z):
+    return 0.5 * z @ a @ z + b @ z
   e = _draws(f, x, law, mu)
   grad = np.asarray(a @ x + b, np.float64)
   se = e.std(0) / np.sqrt(len(e))
@@ -81,8 +82,10 @@ def test_estimate_equals_eq2_written_out(law, b2, mu):
   v = g, orthogonal v = rows of Q of g^T = QR with diag(R) > 0."""
   d = 5
   x = np.array([0.3, -0.2, 0.5, 0.1, -0.4])
-  f_np = lambda z: float(np.sum(np.sin(z)) + 0.5 * z @ z + z[0] * z[1] ** 2)   # not quadratic
-  f = lambda z: jnp.sum(jnp.sin(z)) + 0.5 * z @ z + z[0] * z[1] ** 2
+  def f_np(z):
+    return float(np.sum(np.sin(z)) + 0.5 * z @ z + z[0] * z[1] ** 2)   # not quadratic
+  def f(z):
+    return jnp.sum(jnp.sin(z)) + 0.5 * z @ z + z[0] * z[1] ** 2
   key = jax.random.key(17)
   g = np.asarray(jax.random.normal(key, (b2, d)), np.float64)
   if law == "sphere":

@@ -43,7 +43,8 @@ def test_mean_grad_recovers_known_gradient():
   with jax.enable_x64(True):
     g = jnp.linspace(-1.0, 1.0, 9)
     X = jnp.stack(jnp.meshgrid(g, g), -1).reshape(-1, 2)
-    f = lambda z: jnp.sin(2 * z[..., 0]) + z[..., 1] ** 2
+    def f(z):
+      return jnp.sin(2 * z[..., 0]) + z[..., 1] ** 2
     post = gp.fit("se", X, f(X), jnp.ones(X.shape[0], bool), jnp.zeros(2), 0.5, 1.0, 1e-8)
     x = jnp.array([0.1, -0.2])
     np.testing.assert_allclose(gp.posterior_mean_grad("se", post, x), jax.grad(f)(x), atol=2e-3)
@@ -56,7 +57,8 @@ def test_grad_cov_formula_and_trace(kind):
     X, y, mask = _data(n=12, d=4, invalid=2)
     post = gp.fit(kind, X, y, mask, X[0], 0.7, 1.0, 1e-6)
     x = X[1] + 0.03
-    k = lambda z, xp: gp.kernel_from_sqdist(kind, jnp.sum((z - xp) ** 2), 0.7, 1.0)
+    def k(z, xp):
+      return gp.kernel_from_sqdist(kind, jnp.sum((z - xp) ** 2), 0.7, 1.0)
     J = jax.vmap(lambda xp: jax.grad(k)(x, xp))(X) * mask[:, None]
     m = mask.astype(jnp.float64)
     A = jax.vmap(lambda a: jax.vmap(lambda b: k(a, b))(X))(X) * m[:, None] * m[None] + jnp.diag(1e-6 * m + 1 - m)
@@ -119,7 +121,8 @@ def test_optimal_gamma_minimises_disparity():
     for s in range(5):
       g, c, gF = jax.random.normal(jax.random.key(10 + s), (3, 20), jnp.float64)
       gs = gp.optimal_gamma(g, c, gF)
-      xi = lambda gam: jnp.sum((g + gam * c - gF) ** 2)
+      def xi(gam, g=g, c=c, gF=gF):
+        return jnp.sum((g + gam * c - gF) ** 2)
       vals = jax.vmap(xi)(grid)
       assert abs(float(grid[jnp.argmin(vals)]) - float(gs)) <= 1e-5 + 1e-6
       assert float(xi(gs)) <= float(jnp.min(vals)) + 1e-9
@@ -147,7 +150,8 @@ def test_lemma_c1_gradient_error_bound_on_exact_gp_samples(kind):
     n, d, ls, noise, trials, delta = 15, 4, 0.7, 1e-4, 400, 0.05
     X = jax.random.uniform(jax.random.key(11), (n, d), jnp.float64)
     x = jnp.full((d,), 0.5, jnp.float64)
-    k = lambda a, b: gp.kernel_from_sqdist(kind, jnp.sum((a - b) ** 2), ls, 1.0)
+    def k(a, b):
+      return gp.kernel_from_sqdist(kind, jnp.sum((a - b) ** 2), ls, 1.0)
     Kxx = jax.vmap(lambda a: jax.vmap(lambda b: k(a, b))(X))(X) + noise * jnp.eye(n)
     Kgx = jax.vmap(lambda b: jax.grad(k)(x, b))(X).T                       # (d, n) cov(grad f(x), y)
     Kgg = gp.kappa(kind, ls) * jnp.eye(d)                                   # d_x d_x' k at x = x'
@@ -251,13 +255,13 @@ def test_posterior_mean_gradient_covariance_and_likelihood_against_numpy(kind):
             for c in cands]
     np.testing.assert_allclose(gp.posterior_grad_cov_trace(kind, post, jnp.asarray(cands)), want, rtol=1e-8)
 
-    def lml(l):
-      Al = _k_np(kind, Xv, Xv, l, 1.0) + (noise + 1e-10) * np.eye(9)
+    def lml(ell):
+      Al = _k_np(kind, Xv, Xv, ell, 1.0) + (noise + 1e-10) * np.eye(9)
       return (-0.5 * yv @ np.linalg.solve(Al, yv) - 0.5 * np.linalg.slogdet(Al)[1] - 4.5 * np.log(2 * np.pi))
     args = (kind, jnp.asarray(Xg), jnp.asarray(yg), jnp.asarray(mask))
     np.testing.assert_allclose(float(gp.log_marginal_likelihood(*args, 0.4, 1.0, noise)), lml(0.4), rtol=1e-9)
     grid = (0.05, 0.2, 0.5, 1.0, 3.0)
-    assert float(gp.select_lengthscale(*args, grid, noise=noise)) == grid[int(np.argmax([lml(l) for l in grid]))]
+    assert float(gp.select_lengthscale(*args, grid, noise=noise)) == grid[int(np.argmax([lml(ell) for ell in grid]))]
 
 
 @pytest.mark.parametrize("kind", gp.KERNELS)

@@ -37,7 +37,8 @@ def _estimates(a, b, x, s, b1, b2, mu, n=40000):
   def one(key):
     k_xi, k_dir = jax.random.split(key)
     xi = b + s * jax.random.normal(k_xi, (b1, D))               # the step's b1 samples
-    f = lambda z: jnp.mean(0.5 * z @ a @ z + xi @ z)             # (1/b1) sum_m F(z, xi_m)
+    def f(z):
+      return jnp.mean(0.5 * z @ a @ z + xi @ z)             # (1/b1) sum_m F(z, xi_m)
     return fd_gradient(f, x, k_dir, b2, mu, "sphere")
   keys = jax.random.split(jax.random.key(11), n)
   return np.asarray(jax.jit(jax.vmap(one))(keys), np.float64)

@@ -101,7 +101,7 @@ def test_lemma_c4_rff_gradient_converges_to_exact_gp_like_one_over_m():
     Ms = [1000, 3000, 10000, 30000]
     gaps = []
     for M in Ms:
-      def one(key):
+      def one(key, M=M):
         f = rff.draw(key, M, d, 1.0, jnp.float64)
         return jnp.sum((rff.gradient(f, rff.fit_weights(f, X, y, mask, noise), x) - exact) ** 2)
       gaps.append(float(jnp.mean(jax.vmap(one)(jax.random.split(jax.random.key(M), 16)))))

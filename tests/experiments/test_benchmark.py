@@ -117,7 +117,7 @@ def test_bad_flags_exit_2_with_one_line(args, flag, tmp_path):
   proc = subprocess.run([sys.executable, "-m", "experiments.benchmark", *args, f"--output_dir={tmp_path}"],
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 2, proc.stderr[-2000:]
-  lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+  lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
   assert len(lines) == 1 and flag in lines[0], proc.stderr
   assert not os.path.exists(tmp_path / "benchmark.json")
 

@@ -75,6 +75,6 @@ def test_bad_ffgb_flag_exits_2_with_one_line(tmp_path):
                          f"--output_dir={tmp_path}"], cwd=REPO, capture_output=True, text=True,
                         timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert proc.returncode == 2
-  lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+  lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
   assert len(lines) == 1 and "--gamma" in lines[0] and "(0, 1]" in lines[0], proc.stderr
   assert not os.path.exists(tmp_path / "config.json")

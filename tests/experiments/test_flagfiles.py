@@ -197,7 +197,7 @@ def test_other_binaries_flagfiles_run_no_algorithm_list():
   _, other = _run_flagfiles()
   assert {os.path.basename(p) for p in other} >= {"fedlrgd_rank_study_digits.cfg", "fedlrgd_s2_fidelity.cfg"}
   for path in other:
-    assert not any(re.match(r"\s*--algorithm=", l) for l in open(path)), path
+    assert not any(re.match(r"\s*--algorithm=", line) for line in open(path)), path
 
 
 def test_fedzo_attack_baselines_keep_their_own_settings(probed):

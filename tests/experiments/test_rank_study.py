@@ -29,7 +29,8 @@ def test_approximate_rank_eq_77():
   rng = np.random.default_rng(0)
   u, _ = np.linalg.qr(rng.standard_normal((20, 20)))
   v, _ = np.linalg.qr(rng.standard_normal((20, 20)))
-  for sv2, expected in [([0.5, 0.4, 0.1], 2), ([0.95, 0.05], 1), ([0.3] * 3 + [0.1 / 17] * 17, 3), ([0.2] * 4 + [0.2 / 16] * 16, 12)]:
+  for sv2, expected in [([0.5, 0.4, 0.1], 2), ([0.95, 0.05], 1), ([0.3] * 3 + [0.1 / 17] * 17, 3),
+                        ([0.2] * 4 + [0.2 / 16] * 16, 12)]:
     s = np.zeros(20)
     s[: len(sv2)] = np.sqrt(sv2)
     assert approximate_rank(u @ np.diag(s) @ v.T) == expected
@@ -92,7 +93,7 @@ def _run(module, *args):
 ])
 def test_bad_flags_exit_2(module, args, flag, tmp_path):
   proc = _run(module, *args, f"--output_dir={tmp_path}")
-  lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+  lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
   assert proc.returncode == 2 and len(lines) == 1 and flag in lines[0], proc.stderr
 
 
@@ -159,7 +160,8 @@ def test_crossover_row_picks_cheapest_runs_on_fedlrgd_instance():
   # FedLRGD reaches eps after 6 steps at r = 2 and 1 step at r = 4:
   # Gamma = r^2 + r s + r S + phi m r = 4 + 10 + 12 + 60 = 86 vs 16 + 20 + 4 + 120 = 160.
   gaps = np.array([[1, 1, 1, 1, 1, 1, 1e-4, 0], [1, 1e-4, 0, 0, 0, 0, 0, 0]], float)
-  rec = lambda t, g2, g4: {"round": t, "gaps": [g2, g4]}
+  def rec(t, g2, g4):
+    return {"round": t, "gaps": [g2, g4]}
   # FedAve on instance r = 2 reaches eps at epoch 4 (b = 1) or 2 (b = 40): T (b + phi m) = 124 vs 140;
   # on instance r = 4 it would be epoch 2 with b = 1 (the wrong instance gives 62).
   fedave = {(1, "L1"): [rec(0, 1, 1), rec(2, 1, 1e-4), rec(4, 1e-4, 0)],

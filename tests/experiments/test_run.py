@@ -38,7 +38,7 @@ def _run(*args, timeout=300):
 def test_bad_input_exits_2_with_one_line(args, flag, tmp_path):
   proc = _run(*args, f"--output_dir={tmp_path}")
   assert proc.returncode == 2, proc.stderr[-2000:]
-  lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+  lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
   assert len(lines) == 1 and flag in lines[0], proc.stderr
   assert "Traceback" not in proc.stderr
   assert not os.path.exists(tmp_path / "config.json")
@@ -56,7 +56,7 @@ def test_corrupt_idx_file_exits_2(tmp_path):
 
 def _metrics(path):
   with open(path) as f:
-    return [{k: v for k, v in json.loads(l).items() if k != "wall_time_s"} for l in f]
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_time_s"} for line in f]
 
 
 @pytest.mark.slow  # 25-50 s: the default suite's 15-minute budget

@@ -38,7 +38,7 @@ def _sweep(*args, env=None, timeout=600):
 def test_bad_sweep_values_exit_2_with_one_line(args, needle, tmp_path):
   proc = _sweep(*TINY, *args, f"--output_dir={tmp_path / 'out'}")
   assert proc.returncode == 2, proc.stderr[-2000:]
-  lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+  lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
   assert len(lines) == 1 and needle in lines[0], proc.stderr
   assert "Traceback" not in proc.stderr
   assert not os.path.exists(tmp_path / "out" / "results.csv")

@@ -46,6 +46,7 @@ def test_fedavg_mlp_task_is_the_ffgb_weak_learner_network():
   # (App. B.1 MLP d -> 32 -> 32 -> C, leaky ReLU 0.01). --task=mlp --hidden_width=32
   # --hidden_layers=2 --activation=leaky_relu builds it.
   import optax
+
   from fedsim.algorithms import ffgb
   from fedsim.tasks import make_task
   task = make_task("mlp", num_clients=4, dataset="digits", partition="homo_ratio", homo_ratio=0.3,
@@ -56,7 +57,8 @@ def test_fedavg_mlp_task_is_the_ffgb_weak_learner_network():
   theta = oracle.fit(jax.random.key(0), cd["x"][0], jnp.zeros(cd["x"].shape[1:2] + (10,)),
                      cd["mask"][0], task.client_sizes[0])
   params = task.init_params(jax.random.key(1))
-  shapes = lambda t: jax.tree_util.tree_map(lambda a: a.shape, t)
+  def shapes(t):
+    return jax.tree_util.tree_map(lambda a: a.shape, t)
   assert shapes(theta) == shapes(params)
   assert [v.shape for v in jax.tree_util.tree_leaves(params)] == \
       [(32,), (64, 32), (32,), (32, 32), (10,), (32, 10)]
@@ -94,7 +96,8 @@ def test_cnn_oracle_trains_and_vmaps_over_clients():
     h, h0 = jax.vmap(o.apply)(ps, x), jax.vmap(o0.apply)(p0, x)
     return h, h0, o.apply(o.fit(keys[1], x[1], phi[1], mask, n[1]), x[1])  # one client alone
   h, h0, h1 = run(keys, x, phi)
-  err = lambda hh: np.asarray(jnp.sum(jnp.where(masks[..., None], (hh - phi) ** 2, 0.0), (1, 2)))
+  def err(hh):
+    return np.asarray(jnp.sum(jnp.where(masks[..., None], (hh - phi) ** 2, 0.0), (1, 2)))
   assert np.all(err(h) < 0.25 * err(h0)), (err(h0), err(h))  # the fit loss decreases
   g = jax.vmap(gamma_hat)(h, phi, masks)
   assert np.all(np.asarray(g) > 0.0), g
@@ -191,16 +194,20 @@ def test_input_jacobian_and_mcshane_grad_match_finite_differences():
   fd = (out[:, 0] - out[:, 1]) / (2 * eps)  # (S, d, C)
   np.testing.assert_allclose(J, fd.transpose(0, 2, 1), atol=2e-3)
   # McShane u_i (eq. 17, per output) in NumPy, float64; its gradient by central differences.
-  xi = rs.uniform(size=(6, 2)); yi = rs.normal(size=(6, 2)); L = 2.5
+  xi = rs.uniform(size=(6, 2))
+  yi = rs.normal(size=(6, 2))
+  L = 2.5
   mask = np.array([True] * 5 + [False])
-  u = lambda q: np.min(yi[None, :5, :] + L * np.linalg.norm(q[:, None, :] - xi[None, :5, :], axis=-1)[..., None], 1)
+  def u(q):
+    return np.min(yi[None, :5, :] + L * np.linalg.norm(q[:, None, :] - xi[None, :5, :], axis=-1)[..., None], 1)
   zq = rs.uniform(size=(9, 2))
   got = np.asarray(jax.jit(mcshane_grad, static_argnums=2)(
       jnp.asarray(xi, jnp.float32), jnp.asarray(yi, jnp.float32), L, jnp.asarray(zq, jnp.float32),
       jnp.asarray(mask)))
   assert got.shape == (9, 2, 2)
   for j in range(2):
-    e = np.zeros(2); e[j] = 1e-6
+    e = np.zeros(2)
+    e[j] = 1e-6
     np.testing.assert_allclose(got[:, :, j], (u(zq + e) - u(zq - e)) / 2e-6, atol=1e-3)
   np.testing.assert_allclose(np.linalg.norm(got, axis=-1), L, rtol=1e-5)  # |grad u| = L a.e.
 
@@ -208,9 +215,12 @@ def test_input_jacobian_and_mcshane_grad_match_finite_differences():
 def test_empirical_lip_and_gamma_hat_inf_against_numpy():
   from fedsim.models.weak_learners import empirical_lip, gamma_hat_inf
   rs = np.random.default_rng(5)
-  x = rs.uniform(size=(7, 2)); x[3] = x[1]  # an exact duplicate is skipped
-  v = rs.normal(size=(7, 2)); v[3] = v[1] + 5.0
-  x[6] = x[0] + 0.01; v[6] = v[0] + 100.0  # a padded row (quotient 1e4) is ignored
+  x = rs.uniform(size=(7, 2))
+  x[3] = x[1]  # an exact duplicate is skipped
+  v = rs.normal(size=(7, 2))
+  v[3] = v[1] + 5.0
+  x[6] = x[0] + 0.01
+  v[6] = v[0] + 100.0  # a padded row (quotient 1e4) is ignored
   mask = np.array([True] * 6 + [False])
   ref = 0.0
   for a in range(6):
@@ -221,6 +231,7 @@ def test_empirical_lip_and_gamma_hat_inf_against_numpy():
   got = float(empirical_lip(jnp.asarray(v, jnp.float32), jnp.asarray(x, jnp.float32), jnp.asarray(mask)))
   np.testing.assert_allclose(got, ref, rtol=1e-5)
   h = v + rs.normal(size=v.shape) * 0.3
-  num = np.max(np.linalg.norm((h - v)[:6], axis=-1)); den = np.max(np.linalg.norm(v[:6], axis=-1))
+  num = np.max(np.linalg.norm((h - v)[:6], axis=-1))
+  den = np.max(np.linalg.norm(v[:6], axis=-1))
   np.testing.assert_allclose(float(gamma_hat_inf(jnp.asarray(h, jnp.float32), jnp.asarray(v, jnp.float32),
                                                  jnp.asarray(mask))), 1 - num / den, rtol=1e-5)

@@ -133,7 +133,8 @@ def test_large_perturbation_and_gradient_steps_fool_the_classifier(task):
   ev = task.evaluate(jnp.full((64,), 5.0), task.data)
   assert float(ev["attack_accuracy"]) > 0
   # Diagnostics only (the ZO algorithms never differentiate the loss).
-  obj = lambda x: task.evaluate(x, task.data)["objective"]
+  def obj(x):
+    return task.evaluate(x, task.data)["objective"]
   step = jax.jit(lambda x: x - 0.5 * jax.grad(obj)(x))
   x = task.init_params(jax.random.key(0))
   start = float(obj(x))

@@ -45,7 +45,8 @@ def test_attack_margin_objective_on_a_hand_built_classifier(digits, tmp_path):
     for i in range(2):
       logits = a @ W[i] + b[i]
       want.append(logits[y] - np.max(np.delete(logits, y)))
-    row = lambda i: jax.tree_util.tree_map(lambda v: v[i], data["clients"])
+    def row(i):
+      return jax.tree_util.tree_map(lambda v: v[i], data["clients"])
     got = [float(task.loss(jnp.asarray(x), row(i))) for i in range(2)]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     ev = task.evaluate(jnp.asarray(x), data)
@@ -73,7 +74,7 @@ def test_attack_classifier_cache_hit_reproduces_the_classifiers(digits, tmp_path
 @pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)
 def test_macro_metric_equals_sklearn(metric, fn):
   rng = np.random.default_rng(hash(metric) % 2**32)
-  for trial in range(20):
+  for _ in range(20):
     n, C = int(rng.integers(1, 40)), 7
     # restricted label ranges so that some classes appear only in y_true or only in y_pred
     yt = rng.integers(0, int(rng.integers(1, C + 1)), n)
@@ -105,8 +106,9 @@ def test_metric_opt_task(digits, tmp_path):
   np.testing.assert_allclose(float(task.loss(x0, row)), want, rtol=1e-5, atol=1e-6)
   parts = metric_opt.class_shards(digits.y_test, 5, 0.4, 0)
   np.testing.assert_array_equal(np.sort(np.concatenate(parts)), np.arange(digits.n_test))
-  classes = lambda P: np.mean([len(np.unique(digits.y_test[p]))
-                               for p in metric_opt.class_shards(digits.y_test, 5, P, 0)])
+  def classes(P):
+    return np.mean([len(np.unique(digits.y_test[p]))
+                    for p in metric_opt.class_shards(digits.y_test, 5, P, 0)])
   assert classes(0.2) < classes(0.6) <= classes(1.0)
 
 
@@ -124,5 +126,5 @@ def test_bad_flags_exit_2(args, flag, tmp_path):
                          f"--output_dir={tmp_path}"], cwd=REPO, env=env, capture_output=True,
                         text=True, timeout=300)
   assert proc.returncode == 2, proc.stderr[-2000:]
-  lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+  lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
   assert len(lines) == 1 and flag in lines[0], proc.stderr

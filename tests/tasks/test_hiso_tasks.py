@@ -17,7 +17,7 @@ def test_illcond_quadratic_global_objective_and_optimum():
     task = make_illcond_quadratic_task(30, 7, 2.0, seed=3)
     x = jnp.asarray(np.random.default_rng(0).standard_normal(30))
     rows = task.client_data
-    f_mean = np.mean([float(task.loss(x, jax.tree_util.tree_map(lambda a: a[i], rows))) for i in range(7)])
+    f_mean = np.mean([float(task.loss(x, jax.tree_util.tree_map(lambda a, i=i: a[i], rows))) for i in range(7)])
     ev = task.evaluate(x, task.data)
     np.testing.assert_allclose(float(ev["objective"]), f_mean, rtol=1e-6)        # F = mean_i f_i
     b_star = task.data["eval"]["b_star"].astype(jnp.float64)

@@ -106,7 +106,8 @@ def test_with_server_size_changes_values_not_shapes():
   with jax.enable_x64(True):
     task = make(server_samples=2, max_rank=7)
     bigger = with_server_size(task, 6)
-    shapes = lambda t: jax.tree_util.tree_map(lambda a: a.shape, t.data)
+    def shapes(t):
+      return jax.tree_util.tree_map(lambda a: a.shape, t.data)
     assert shapes(task) == shapes(bigger)
     assert int(jnp.sum(bigger.data["server"]["mask"])) == 6 == bigger.info["server_samples"]
     np.testing.assert_array_equal(task.data["server"]["x"], bigger.data["server"]["x"])  # nested

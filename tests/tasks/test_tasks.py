@@ -15,7 +15,7 @@ def test_quadratic_client_average_equals_global(c):
   task = make_task("quadratic", num_clients=5, dim=300, heterogeneity=c, seed=1)
   xs = jax.random.uniform(jax.random.key(0), (8, 300))
   for x in xs:
-    f_i = jax.vmap(lambda row: task.loss(x, row))(task.client_data)
+    f_i = jax.vmap(lambda row, x=x: task.loss(x, row))(task.client_data)
     f = task.evaluate(x, task.data)["objective"]
     np.testing.assert_allclose(jnp.mean(f_i), f, rtol=2e-5)
 
