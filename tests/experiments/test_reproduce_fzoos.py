@@ -208,3 +208,42 @@ def test_attack_and_metric(tmp_path, finals, verdict):
   reach = ev.numbers["rounds for FZooS to reach the best baseline's final objective"].mean
   assert (reach == 1.0) if finals[0] <= 2.0 else reach != reach  # nan: never reached
   assert fz.metric(Ctx(tmp_path, {"metric_s0": run})).verdict == verdict
+
+
+@pytest.mark.parametrize("beats,r,verdict", [
+    (True, (50, 30, 20), "reproduced"),            # T helps, by 2.5x < 4x
+    (True, (50, 30, 10), "partly reproduced"),     # T helps by 5x: more than T grows
+    (True, (50, 60, 20), "partly reproduced"),     # the middle T needs more rounds: T does not help
+    (False, (50, 30, 20), "partly reproduced"),
+    (False, (50, 50, 50), "not reproduced"),       # no gain at all
+    (False, (20, 30, float("inf")), "not reproduced")])
+def test_fig5_verdict(beats, r, verdict):
+  assert fz.fig5_verdict(beats, *r, 4.0)[0] == verdict
+
+
+def test_rounds_to_reads_the_mean_over_seeds():
+  runs = [{"fzoos": _h([3.0, 2.0, 1.0])}, {"fzoos": _h([3.0, 1.0, 0.5])}]  # means 3, 1.5, 0.75
+  assert fz.rounds_to(runs, "fzoos", 1.5) == 1.0
+  assert fz.rounds_to(runs, "fzoos", 1.4) == 2.0
+  assert fz.rounds_to(runs, "fzoos", 0.5) == float("inf")
+
+
+def _fig5_runs(t20=(3.0, 0.9, 0.5), fd=(2.0, 2.0, 2.0, 2.0)):
+  """T = 5 ends at 1.0 (round 2), T = 10 reaches it at round 1, T = 20 as given; FD baselines end at ``fd``."""
+  out = {}
+  for name, f in (("fig5_T5_s0", (3.0, 2.0, 1.0)), ("fig1_paper_C5_s0", (3.0, 1.0, 0.8)), ("fig5_T20_s0", t20)):
+    out[name] = {"fzoos": _h(f, 100), **{b: _h([3.0, 3.0, v], 200) for b, v in zip(FD, fd)}}
+  return out
+
+
+def test_fig5_t_reads_every_t_and_judges_the_rounds(tmp_path):
+  ev = fz.fig5_t(Ctx(tmp_path, _fig5_runs()))
+  assert ev.verdict == "reproduced", ev.why
+  assert ev.numbers["FZooS rounds to F <= 1 (T=5's final) at T=20"] == 1.0
+  assert ev.numbers["T=10 F(x_R) fzoos"].mean == 0.8 and ev.numbers["T=20 F(x_R) scaffold_zo2"].mean == 2.0
+  assert os.path.exists(tmp_path / ev.figures[0])
+  # T = 20 needs as many rounds as T = 5: T does not help (FZooS still beats the FD baselines).
+  assert fz.fig5_t(Ctx(tmp_path, _fig5_runs(t20=(3.0, 2.5, 1.0)))).verdict == "partly reproduced"
+  # An FD baseline ends below FZooS (at every T), and T does not help: nothing holds.
+  ev = fz.fig5_t(Ctx(tmp_path, _fig5_runs(t20=(3.0, 2.5, 1.0), fd=(2.0, 0.2, 2.0, 2.0))))
+  assert ev.verdict == "not reproduced"
