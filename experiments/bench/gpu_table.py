@@ -105,8 +105,8 @@ def run(settings: Settings, log: Callable[[str], None] = print,
         records.append({"algorithm": name, "num_clients": n, "error": msg})
       if on_update:
         on_update({"peak": None, "bandwidth": None, "records": list(records)})
-  n, nbytes = settings.roof_sizes("gpu_table")
-  peak = roofline.matmul_peak(n, settings.repeats, settings.min_time)
+  size, nbytes = settings.roof_sizes("gpu_table")
+  peak = roofline.matmul_peak(size, settings.repeats, settings.min_time)
   bw = roofline.bandwidth_peak(nbytes, settings.repeats, settings.min_time)
   log(f"[gpu_table] float32 {peak['n']}^2 matmul {peak['flops_per_s'] / 1e12:,.3f} TFLOP/s; memory bandwidth "
       f"{bw['bytes_per_s'] / 1e9:,.1f} GB/s")

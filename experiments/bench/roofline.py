@@ -275,8 +275,8 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
   from experiments.bench import vmap
   from fedsim import algorithms
   n = settings.roofline_clients
-  n, nbytes = settings.roof_sizes("roofline")
-  peak = matmul_peak(n, settings.repeats, settings.min_time)
+  size, nbytes = settings.roof_sizes("roofline")
+  peak = matmul_peak(size, settings.repeats, settings.min_time)
   bw = bandwidth_peak(nbytes, settings.repeats, settings.min_time)
   log(f"[roofline] float32 {peak['n']}x{peak['n']} matmul: {peak['flops_per_s'] / 1e9:,.1f} GFLOP/s "
       f"(cpu/wall {peak['cpu_per_wall']:.2f}); memory bandwidth {bw['bytes_per_s'] / 1e9:,.1f} GB/s")
