@@ -229,8 +229,9 @@ class Context:
     A folder left by an interrupted run (no ``.complete`` marker) is removed
     first, so the run starts clean rather than into a half-written record.
     """
-    out, argv, marker, _ = self._plan(name, module, flagfile, flags)
-    self._execute(argv, marker)
+    out, argv, marker, command = self._plan(name, module, flagfile, flags)
+    self.commands.append(command)
+    self._launch(argv, marker, command)
     return out
 
   def _plan(self, name: str, module: str, flagfile: str | None, flags: dict) -> tuple[str, list[str], str, str]:
