@@ -19,9 +19,11 @@ class ScriptContext(FakeContext):
   def __init__(self, root, outputs):
     super().__init__(root)
     self._outputs = outputs            # {run name: {file name: JSON-able}}
+    self.flags = {}                    # {run name: the flags it was given}
 
   def script(self, name, module, **flags):
     self.commands.append(f"script {name} {module}")
+    self.flags[name] = flags
     out = os.path.join(self.root, "runs", name)
     os.makedirs(out, exist_ok=True)
     for fname, content in self._outputs[name].items():
@@ -60,6 +62,57 @@ def test_s2_fidelity_criterion(tmp_path, errs, fracs, verdict):
   assert ev.verdict == verdict, ev.why
   assert ev.numbers["median rel. gradient error r=16"].n == 2
   assert os.path.exists(tmp_path / ev.figures[0])
+
+
+
+def scaled(factor):
+  """The GOOD_ERR fidelity results with every error times ``factor``."""
+  return {"results.json": fidelity_results({r: tuple(e * factor for e in v) for r, v in GOOD_ERR.items()},
+                                           GOOD_FRAC)}
+
+
+@pytest.mark.parametrize("factors, verdict", [
+    # error factor for i.i.d., shift 0.25, shift 0.5, heterogeneity 0.5
+    ((1, 3, 10, 2), "reproduced"),
+    ((1, 3, 10, 20), "partly reproduced"),      # heterogeneous clients above the largest shift
+    ((1, 3, 3, 2), "partly reproduced"),        # no growth from shift 0.25 to 0.5
+    ((1, 0.5, 10, 20), "not reproduced"),       # shift 0.25 below i.i.d., and heterogeneity above 0.5
+])
+def test_s4_shift_criterion(tmp_path, factors, verdict):
+  names = ["s2_fidelity", "s4_shift0.25", "s4_shift0.5", "s4_heterogeneity0.5"]
+  ctx = ScriptContext(tmp_path, {n: scaled(f) for n, f in zip(names, factors)})
+  ev = F.fedlrgd_s4_shift(ctx)
+  assert ev.verdict == verdict, ev.why
+  assert ctx.flags["s4_shift0.5"] == {"flagfile": F.FLAGFILES + "fedlrgd_s2_fidelity.cfg", "seeds": 10,
+                                      "server_shift": 0.5}
+  assert ctx.flags["s4_heterogeneity0.5"]["data_heterogeneity"] == 0.5
+  assert ctx.flags["s2_fidelity"] == {"flagfile": F.FLAGFILES + "fedlrgd_s2_fidelity.cfg", "seeds": 10}
+  key = "median-of-median rel. error r=8 server_shift=0.5"
+  assert ev.numbers[key] == pytest.approx(factors[2] * 2.5e-4)
+  assert ev.numbers["median rel. gradient error r=16 data_heterogeneity=0.5"].n == 2
+  assert os.path.exists(tmp_path / ev.figures[0])
+
+
+@pytest.mark.parametrize("factors, verdict", [
+    ((100, 10, 1), "reproduced"),               # eta = 0.5, 1.5, 2.5
+    ((100, 1, 10), "not reproduced"),           # eta = 2.5 above 1.5 at both ranks
+    ((1, 10, 100), "not reproduced"),
+])
+def test_s4_smoothness_criterion(tmp_path, factors, verdict):
+  names = ["s4_holder0.5", "s4_holder1.5", "s4_holder2.5"]
+  ctx = ScriptContext(tmp_path, {n: scaled(f) for n, f in zip(names, factors)})
+  ev = F.fedlrgd_s4_smoothness(ctx)
+  assert ev.verdict == verdict, ev.why
+  assert ctx.flags["s4_holder1.5"] == {"flagfile": F.FLAGFILES + "fedlrgd_s2_fidelity.cfg", "seeds": 10,
+                                       "feature_map": "holder", "holder_eta": 1.5, "raw_dim": 1}
+
+
+def test_s4_smoothness_partly_when_one_rank_orders(tmp_path):
+  outputs = {n: scaled(f) for n, f in zip(["s4_holder0.5", "s4_holder1.5", "s4_holder2.5"], (100, 10, 1))}
+  rows = outputs["s4_holder2.5"]["results.json"]["rows"]
+  next(row for row in rows if row["r"] == 16)["median_of_median_rel_err"] = 1.0   # eta = 2.5 worst at r = 16
+  ev = F.fedlrgd_s4_smoothness(ScriptContext(tmp_path, outputs))
+  assert ev.verdict == "partly reproduced", ev.why
 
 
 def precision_results(ratios):
