@@ -22,11 +22,19 @@ The paper's label one-hot is part of its data x; here it enters through the loss
 on a log-log plot with the rate r^{-2 eta/d}, the fitted slope on r in [4, 64],
 and the explicit bound where L2 is known (eta <= 1: L2 = 1).
 
+**Logistic kernel** (§3.3 S1 (b), ``--study=logistic``): the same spectra for
+M_q[j, k] = df/dtheta_q (y^(j); vartheta^(k)) of the soft-label logistic loss (App. A,
+eq. (66); ``fedsim.tasks.logistic_soft``), data y = (x, soft label) with 2 features
+(d = 3) drawn as the S2 task draws them, anchors vartheta ~ U[-1,1]^2, n = k = t1_n,
+float64. An analytic data dependence should give an about exponential decay of
+sigma_j / sigma_1, faster than any Hölder rate; the study fits log(sigma_j / sigma_1)
+against j (exponential) and against log j (power law) over the j above 1e-12.
+
   python -m experiments.fedlrgd.rank_study --flagfile=experiments/flagfiles/fedlrgd_rank_study_mnist.cfg
 
 Writes under --output_dir: ``summary.json`` (rank statistics, accuracies,
 Theorem 1 slopes), ``ranks.json`` (every approximate rank), ``rank_hist.png``,
-``theorem1.png``. Bad flags exit with status 2 and one line.
+``theorem1.png``, ``logistic.png``. Bad flags exit with status 2 and one line.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ import time
 
 import numpy as np
 
-STUDIES = ("appc", "theorem1", "both")
+STUDIES = ("appc", "theorem1", "logistic", "both")  # both: appc and theorem1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,6 +284,70 @@ def theorem1_decay(dims=(1, 2), etas=(0.5, 1.5, 2.5), n: int = 1000, seed: int =
   return out
 
 
+def spectrum_fits(ratio, floor: float = 1e-12, j_max: int = 30) -> dict:
+  """Fits of log(sigma_j / sigma_1) over j = 1..J (J: the last j with ratio >= floor, at most j_max):
+  ``{"fitted_j", "r2_exponential" (against j), "r2_power" (against log j), "exp_rate"}``."""
+  ratio = np.asarray(ratio, np.float64)
+  js = np.arange(1, min(j_max, int(np.sum(ratio >= floor))) + 1)
+  logs = np.log(ratio[js - 1])
+  return {"fitted_j": int(js[-1]), "r2_exponential": _r2(js.astype(float), logs),
+          "r2_power": _r2(np.log(js), logs), "exp_rate": float(np.polyfit(js, logs, 1)[0])}
+
+
+def _r2(x, y) -> float:
+  """R^2 of the least-squares line of y against x."""
+  coef = np.polyfit(x, y, 1)
+  res = y - np.polyval(coef, x)
+  return float(1.0 - np.sum(res ** 2) / np.sum((y - y.mean()) ** 2))
+
+
+def logistic_kernels(n: int, num_features: int = 2, mu: float = 0.1, seed: int = 0) -> np.ndarray:
+  """M[j, k, q] = df/dtheta_q (y^(j); vartheta^(k)) of the soft-label logistic loss (66), float64.
+
+  The n data points y^(j) = (x, soft label) are the S2 task's (``make_smooth_erm_task`` with one
+  client of n samples, ``seed``); the n anchors vartheta^(k) ~ U[-1,1]^p (``seed + 1``). Shape (n, n, p).
+  """
+  import jax
+  import jax.numpy as jnp
+
+  from fedsim.tasks.logistic_soft import logistic_soft_loss, make_smooth_erm_task
+  with jax.enable_x64(True):
+    task = make_smooth_erm_task("logistic_soft", num_clients=1, samples_per_client=n,
+                                num_features=num_features, server_samples=1, max_rank=1, mu=mu, seed=seed)
+    data = {"x": task.data["clients"]["x"][0], "y": task.data["clients"]["y"][0]}
+    anchors = jnp.asarray(np.random.default_rng(seed + 1).uniform(-1.0, 1.0, size=(n, num_features)))
+    grad = jax.grad(logistic_soft_loss)
+    per_point = jax.vmap(lambda ex: jax.vmap(lambda th: grad(th, ex, mu))(anchors))    # (n, k, p)
+    return np.asarray(jax.jit(per_point)(data), np.float64)
+
+
+def logistic_spectrum(n: int = 1000, num_features: int = 2, mu: float = 0.1, seed: int = 0,
+                      floor: float = 1e-12, j_max: int = 30) -> dict:
+  """§3.3 S1 (b): the singular values of the soft-label logistic gradient kernels.
+
+  Args:
+    n: data points = anchors (the (n, n) matrices M_q of :func:`logistic_kernels`).
+    num_features: p; the data dimension is d = p + 1 (the soft label is data).
+    mu: the loss's l2 weight (its gradient adds the rank-one mu vartheta_q).
+    seed: the data's seed; the anchors use ``seed + 1``.
+    floor: the fits use the j with sigma_j / sigma_1 >= floor (float64 round-off lies below).
+    j_max: at most this many singular values are fitted and reported.
+
+  Returns:
+    ``{"p", "d", "n", "coords": [per q: {"q", "sv_ratio" (sigma_j / sigma_1, j = 1..j_max),
+    "fitted_j", "r2_exponential", "r2_power", "exp_rate" (the slope of log ratio per j)}]}``.
+  """
+  from fedsim.algorithms.theory_fedlrgd import _single_thread_blas
+  g = logistic_kernels(n, num_features, mu, seed)
+  coords = []
+  for q in range(num_features):
+    with _single_thread_blas():
+      sv = np.linalg.svd(g[:, :, q], compute_uv=False)
+    ratio = sv / sv[0]
+    coords.append({"q": q, "sv_ratio": [float(v) for v in ratio[:j_max]], **spectrum_fits(ratio, floor, j_max)})
+  return {"p": num_features, "d": num_features + 1, "n": n, "coords": coords}
+
+
 # ----------------------------------------------------------------------------------------------
 # Plots and the binary.
 # ----------------------------------------------------------------------------------------------
@@ -310,6 +382,20 @@ def plot(summary: dict, output_dir: str):
     fig.tight_layout()
     fig.savefig(os.path.join(output_dir, "theorem1.png"), dpi=120)
     plt.close(fig)
+  if "logistic" in summary:
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for row in summary["logistic"]["coords"]:
+      ratio = row["sv_ratio"]
+      ax.semilogy(np.arange(1, len(ratio) + 1), ratio, "o-", ms=3,
+                  label=f"q={row['q']}: R^2 exp {row['r2_exponential']:.3f}, power {row['r2_power']:.3f}")
+    ax.set_xlabel("j")
+    ax.set_ylabel("sigma_j / sigma_1")
+    ax.legend(fontsize=7)
+    ax.set_title(f"S1(b): logistic gradient kernels, p = {summary['logistic']['p']}, "
+                 f"n = k = {summary['logistic']['n']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(output_dir, "logistic.png"), dpi=120)
+    plt.close(fig)
 
 
 def run(cfg: RankStudyConfig) -> dict:
@@ -320,6 +406,8 @@ def run(cfg: RankStudyConfig) -> dict:
     summary["appc"] = appc(cfg)
   if cfg.study in ("theorem1", "both"):
     summary["theorem1"] = theorem1_decay(cfg.t1_dims, cfg.t1_etas, cfg.t1_n, cfg.seed)
+  if cfg.study == "logistic":
+    summary["logistic"] = logistic_spectrum(cfg.t1_n, seed=cfg.seed)
   with open(os.path.join(cfg.output_dir, "summary.json"), "w") as f:
     json.dump({k: ({kk: vv for kk, vv in v.items() if kk != "ranks"} if k == "appc" else v)
                for k, v in summary.items()}, f, indent=2, default=str)
@@ -345,7 +433,7 @@ def _define_flags():
   flags.DEFINE_float("threshold", d.threshold, "non-trivial weights: |theta*_q| >= threshold (App. C: 0.005)")
   flags.DEFINE_float("energy", d.energy, "energy fraction of the approximate rank (eq. (77): 0.9)")
   flags.DEFINE_integer("seed", d.seed, "seed of the training, the test samples and the perturbations")
-  flags.DEFINE_integer("t1_n", d.t1_n, "n = k of the Theorem 1 kernel matrices")
+  flags.DEFINE_integer("t1_n", d.t1_n, "n = k of the Theorem 1 and logistic kernel matrices")
   flags.DEFINE_list("t1_dims", [str(v) for v in d.t1_dims], "data dimensions d of the Theorem 1 kernels")
   flags.DEFINE_list("t1_etas", [str(v) for v in d.t1_etas], "Hölder orders eta of the Theorem 1 kernels")
   flags.DEFINE_string("output_dir", d.output_dir, "where summary.json, ranks.json and the plots go")
@@ -385,6 +473,9 @@ def main(argv):
     print(f"[theorem1] d={row['d']} eta={row['eta']}: slope {row['slope']:.2f} <= rate {row['rate']:.2f} "
           f"+ 0.1: {row['slope'] <= row['rate'] + 0.1}"
           + (f"; bound holds: {row['bound_holds']}" if "bound_holds" in row else ""), flush=True)
+  for row in summary.get("logistic", {}).get("coords", []):
+    print(f"[logistic] q={row['q']}: sigma_8/sigma_1 {row['sv_ratio'][7]:.2e}, R^2 exponential "
+          f"{row['r2_exponential']:.3f}, power {row['r2_power']:.3f}", flush=True)
   print(f"wrote {cfg.output_dir}/summary.json, ranks.json, rank_hist.png, theorem1.png", flush=True)
 
 

@@ -5,6 +5,8 @@
   (n = k = 1000, r in [4, 64]) is <= -2 eta/d + 0.1 for d in {1, 2},
   eta in {0.5, 1.5, 2.5}; for eta <= 1 (L2 = 1) the explicit bound holds.
 * Eqs. (75)-(76): a slice entry equals df/dtheta_q(x^(i); theta^(j)) computed directly.
+* S1 (b): the logistic kernels equal the closed-form gradient (sigmoid(theta^T x) - y) x_q + mu theta_q,
+  and the spectrum fits tell an exponential from a power law.
 * The binaries: bad flags exit 2 with one line; a tiny fidelity run writes results.
 """
 
@@ -68,6 +70,44 @@ def test_gradient_slices_are_eq_76(tmp_path):
   d = np.asarray(rs.perturbation(theta, 0, 2) - theta)
   assert 0.5 < np.std(d) / (np.abs(np.asarray(theta)).sum() / theta.size) < 1.5
 
+
+
+def test_logistic_kernels_are_the_closed_form_gradient():
+  from fedsim.tasks.logistic_soft import make_smooth_erm_task
+  n, mu = 6, 0.3
+  g = rs.logistic_kernels(n, 2, mu=mu, seed=4)
+  assert g.shape == (n, n, 2) and g.dtype == np.float64
+  with jax.enable_x64(True):
+    data = make_smooth_erm_task("logistic_soft", num_clients=1, samples_per_client=n, num_features=2,
+                                server_samples=1, max_rank=1, mu=mu, seed=4).data["clients"]
+  x, y = np.asarray(data["x"][0]), np.asarray(data["y"][0])
+  theta = np.random.default_rng(5).uniform(-1.0, 1.0, size=(n, 2))
+  for j in range(n):
+    for k in range(n):
+      sig = 1.0 / (1.0 + np.exp(-x[j] @ theta[k]))
+      np.testing.assert_allclose(g[j, k], (sig - y[j]) * x[j] + mu * theta[k], rtol=1e-12, atol=1e-14)
+
+
+def test_spectrum_fits_tell_exponential_from_power_law():
+  j = np.arange(1, 41, dtype=float)
+  exp_fit = rs.spectrum_fits(np.exp(-0.7 * (j - 1)))
+  assert exp_fit["r2_exponential"] == pytest.approx(1.0) and exp_fit["r2_power"] < 0.99
+  assert exp_fit["exp_rate"] == pytest.approx(-0.7)
+  assert exp_fit["fitted_j"] == 30                          # capped at j_max
+  power_fit = rs.spectrum_fits(j ** -3.0)
+  assert power_fit["r2_power"] == pytest.approx(1.0) and power_fit["r2_exponential"] < 0.99
+  floor_fit = rs.spectrum_fits(np.exp(-2.0 * (j - 1)), floor=1e-12)
+  assert floor_fit["fitted_j"] == 14                        # exp(-2 * 13) >= 1e-12 > exp(-2 * 14)
+
+
+def test_logistic_study_writes_its_summary_and_plot(tmp_path):
+  summary = rs.run(rs.RankStudyConfig(study="logistic", t1_n=64, output_dir=str(tmp_path)))
+  assert set(summary) == {"config", "logistic"}
+  rows = summary["logistic"]["coords"]
+  assert [r["q"] for r in rows] == [0, 1] and all(r["sv_ratio"][0] == 1.0 for r in rows)
+  assert all(np.all(np.diff(r["sv_ratio"]) <= 0) for r in rows)
+  assert json.load(open(tmp_path / "summary.json"))["logistic"]["d"] == 3
+  assert os.path.exists(tmp_path / "logistic.png")
 
 def test_appc_on_digits_writes_summary(tmp_path):
   cfg = rs.RankStudyConfig(study="appc", dataset="digits", data_dir=None, hidden=8, epochs=1, k=10,

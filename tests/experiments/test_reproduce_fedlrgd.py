@@ -115,6 +115,28 @@ def test_s4_smoothness_partly_when_one_rank_orders(tmp_path):
   assert ev.verdict == "partly reproduced", ev.why
 
 
+
+def logistic_summary(r2s, ratios_at_8):
+  """summary.json of --study=logistic: per coordinate (R^2 exponential, R^2 power) and sigma_8/sigma_1."""
+  coords = [{"q": q, "sv_ratio": [1.0, 0.5, 0.1, 1e-2, 3e-3, 1e-3, 5e-4, r8, 1e-5, 5e-6, 2e-6, 1e-6],
+             "fitted_j": 12, "r2_exponential": e, "r2_power": pw, "exp_rate": -0.7}
+            for q, ((e, pw), r8) in enumerate(zip(r2s, ratios_at_8))]
+  return {"summary.json": {"logistic": {"p": 2, "d": 3, "n": 1000, "coords": coords}}}
+
+
+@pytest.mark.parametrize("r2s, ratios, verdict", [
+    (((0.96, 0.95), (0.96, 0.95)), (9e-5, 1e-4), "reproduced"),
+    (((0.96, 0.95), (0.94, 0.95)), (9e-5, 1e-4), "partly reproduced"),     # q = 1 fits a power law better
+    (((0.96, 0.95), (0.96, 0.95)), (9e-5, 2e-3), "partly reproduced"),     # q = 1 above 1e-3 at j = 8
+    (((0.90, 0.95), (0.90, 0.95)), (2e-3, 2e-3), "not reproduced"),
+])
+def test_s1b_logistic_criterion(tmp_path, r2s, ratios, verdict):
+  ctx = ScriptContext(tmp_path, {"logistic_spectrum": logistic_summary(r2s, ratios)})
+  ev = F.fedlrgd_s1b_logistic(ctx)
+  assert ev.verdict == verdict, ev.why
+  assert ctx.flags["logistic_spectrum"] == {"study": "logistic", "t1_n": 1000}
+  assert ev.numbers["sigma_8 / sigma_1 q=1"] == ratios[1]
+
 def precision_results(ratios):
   """results.json of --study=precision with float32-solve / float64 error ratio ratios[r]."""
   rows = []
