@@ -178,6 +178,21 @@ def test_fig3_criterion(tmp_path, zo5, zo20, verdict):
   assert ev.numbers["|FedZO H=20 - FedAvg H=5| / FedAvg H=5's drop"] == pytest.approx(abs(zo20 - 1.0) / 1.3)
 
 
+@pytest.mark.parametrize("spread, verdict", [(0.1, "reproduced"), (0.3, "partly reproduced")])
+def test_fig3_slower_must_exceed_seed_noise(tmp_path, spread, verdict):
+  """FedZO H = 5 ends 0.5 above FedAvg H = 5 on average; with seeds at 1.5 - spread, 1.5, 1.5 + spread
+  (sample std = spread) the gap beats twice the std only for spread < 0.25."""
+  runs = _softmax_runs("fig3", {"fedzo-local_steps=5": 1.5, "fedzo-local_steps=20": 1.05,
+                                "fedavg-local_steps=5": 1.0})
+  offsets = (-spread, 0.0, spread)
+  for s, off in enumerate(offsets):
+    runs[f"fedzo_fig3_s{s}"]["fedzo-local_steps=5"] = _hist(1.5 + off, start=2.3, test_accuracy=0.5)
+  ev = F.fedzo_fig3_softmax_h(Ctx(tmp_path, runs=runs))
+  assert ev.verdict == verdict, ev.why
+  assert ev.numbers["loss gap FedZO H=5 - FedAvg H=5"] == pytest.approx(0.5)
+  assert ev.numbers["larger seed std of the two"] == pytest.approx(spread)
+
+
 @pytest.mark.parametrize("finals,verdict", [
     ((1.5, 1.3, 1.05), "reproduced"), ((1.5, 1.6, 1.05), "partly reproduced"),
     ((1.5, 1.6, 1.7), "not reproduced")])

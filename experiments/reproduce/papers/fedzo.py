@@ -554,18 +554,24 @@ def fedzo_fig3_softmax_h(ctx: Context) -> Evidence:
                     "round", "training loss", "FedZO Fig. 3 (softmax, M = 20): H against FedAvg H = 5")
   avg5, zo5, zo20 = (loss[k].mean for k in ("fedavg-local_steps=5", "fedzo-local_steps=5", "fedzo-local_steps=20"))
   drop = _start(runs, "fedavg-local_steps=5") - avg5
-  slower = avg5 < zo5
+  # "Slower" beyond seed noise, by fig4's rule: the gap above twice the larger seed std.
+  above, gap, spread = _ordered_gap(loss, ["fedzo-local_steps=5", "fedavg-local_steps=5"])
+  slower = above and gap > 2 * spread
   comparable = abs(zo20 - avg5) <= 0.1 * drop
   numbers = {**{f"final loss {k}": v for k, v in loss.items()},
              **{f"final test accuracy {k}": v for k, v in acc.items()},
+             "loss gap FedZO H=5 - FedAvg H=5": gap, "larger seed std of the two": spread,
              "|FedZO H=20 - FedAvg H=5| / FedAvg H=5's drop": abs(zo20 - avg5) / drop if drop > 0 else math.inf}
+  noise = f" (gap {gap:.3g}, twice the larger seed std {2 * spread:.3g})"
   if slower and comparable:
-    verdict, why = "reproduced", "FedAvg H = 5 beats FedZO H = 5 and FedZO H = 20 is within 10% of its drop"
+    verdict, why = "reproduced", ("FedAvg H = 5 beats FedZO H = 5 beyond seed noise and FedZO H = 20 is within "
+                                  "10% of its drop" + noise)
   elif slower or comparable:
-    verdict, why = "partly reproduced", (f"FedAvg beats FedZO at H = 5: {slower}; FedZO H = 20 within 10% of "
-                                         f"FedAvg H = 5's drop: {comparable}")
+    verdict, why = "partly reproduced", (f"FedAvg beats FedZO at H = 5 beyond seed noise: {slower}{noise}; FedZO "
+                                         f"H = 20 within 10% of FedAvg H = 5's drop: {comparable}")
   else:
-    verdict, why = "not reproduced", "FedZO H = 5 is not slower than FedAvg H = 5 and H = 20 is not comparable"
+    verdict, why = "not reproduced", ("FedZO H = 5 is not slower than FedAvg H = 5 beyond seed noise" + noise
+                                      + ", and H = 20 is not within 10% of FedAvg H = 5's drop")
   return Evidence(verdict, why, numbers=numbers, figures=[os.path.relpath(fig, ctx.root)])
 
 
@@ -709,8 +715,9 @@ CLAIMS = [
           "H = 20, 50 >= it; not reproduced: neither", fedzo_fig2_accuracy),
     Claim("fedzo.fig3_softmax_H", "On softmax regression FedZO is slightly slower than FedAvg at equal H, "
           "and FedZO with H = 20 is comparable to FedAvg with H = 5.", "seed 001 Fig. 3",
-          "reproduced: FedAvg H = 5's mean final loss below FedZO H = 5's and |FedZO H = 20 - FedAvg H = 5| "
-          "<= 10% of FedAvg H = 5's initial-to-final drop; partly: one of the two; not reproduced: neither",
+          "reproduced: FedAvg H = 5's mean final loss below FedZO H = 5's by more than twice the larger seed "
+          "std (fig4's seed-noise rule) and |FedZO H = 20 - FedAvg H = 5| <= 10% of FedAvg H = 5's "
+          "initial-to-final drop; partly: one of the two; not reproduced: neither",
           fedzo_fig3_softmax_h),
     Claim("fedzo.fig4_softmax_M", "On softmax regression FedZO speeds up with M, and FedZO (H = 5, M = 50) "
           "is comparable to FedAvg (H = 5, M = 50).", "seed 001 Fig. 4",
