@@ -337,12 +337,11 @@ def logistic_spectrum(n: int = 1000, num_features: int = 2, mu: float = 0.1, see
     ``{"p", "d", "n", "coords": [per q: {"q", "sv_ratio" (sigma_j / sigma_1, j = 1..j_max),
     "fitted_j", "r2_exponential", "r2_power", "exp_rate" (the slope of log ratio per j)}]}``.
   """
-  from fedsim.algorithms.theory_fedlrgd import _single_thread_blas
+  from fedsim.algorithms.theory_fedlrgd import singular_values
   g = logistic_kernels(n, num_features, mu, seed)
   coords = []
   for q in range(num_features):
-    with _single_thread_blas():
-      sv = np.linalg.svd(g[:, :, q], compute_uv=False)
+    sv = singular_values(g[:, :, q])
     ratio = sv / sv[0]
     coords.append({"q": q, "sv_ratio": [float(v) for v in ratio[:j_max]], **spectrum_fits(ratio, floor, j_max)})
   return {"p": num_features, "d": num_features + 1, "n": n, "coords": coords}

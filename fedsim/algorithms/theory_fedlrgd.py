@@ -209,10 +209,15 @@ def holder_kernel_matrix(d: int, eta: float, n: int, k: int, seed: int = 0) -> n
   return np.sqrt(np.sum((y[:, None, :] - th[None, :, :]) ** 2, axis=-1)) ** eta
 
 
+def singular_values(M) -> np.ndarray:
+  """The singular values of the (n, k) matrix ``M``, descending, float64 (host LAPACK, one thread)."""
+  with _single_thread_blas():
+    return np.linalg.svd(np.asarray(M, np.float64), compute_uv=False)
+
+
 def tail_energies(M: np.ndarray) -> np.ndarray:
   """t[r] = (1/(n k)) sum_{j > r} sigma_j^2 = (1/(nk)) ||M - M_r||_F^2 (Eckart-Young), r = 0..min(n,k)."""
-  with _single_thread_blas():
-    sv2 = np.linalg.svd(np.asarray(M, np.float64), compute_uv=False) ** 2
+  sv2 = singular_values(M) ** 2
   tails = np.concatenate([np.cumsum(sv2[::-1])[::-1], [0.0]])
   return tails / M.size
 
@@ -224,8 +229,7 @@ def fitted_slope(rs, values) -> float:
 
 def approximate_rank(M, energy: float = 0.9) -> int:
   """Eq. (77): min{J : sum_{i<=J} sigma_i(M)^2 >= energy ||M||_F^2}; 0 for M = 0."""
-  with _single_thread_blas():
-    sv2 = np.linalg.svd(np.asarray(M, np.float64), compute_uv=False) ** 2
+  sv2 = singular_values(M) ** 2
   total = sv2.sum()
   if total == 0:
     return 0
