@@ -12,13 +12,16 @@ from tests.experiments.test_reproduce import FakeContext
 ABL = F._label(F.CODE_PAPER_LEARNER)
 
 
-def _hist(acc, rounds=(0, 2), cost=28, train=None, gh=0.5):
-  """Records at ``rounds`` rising linearly to the final ``acc``."""
+def _hist(acc, rounds=(0, 2), cost=28, train=None, gh=0.5, objective=None):
+  """Records at ``rounds`` rising linearly to the final ``acc`` (``objective``: the training loss
+  per record, if given)."""
   out = []
   for j, r in enumerate(rounds):
     a = 0.1 + (acc - 0.1) * j / max(len(rounds) - 1, 1)
     out.append({"round": r, "test_accuracy": a, "train_accuracy": a if train is None else train[j],
                 "comm": 2.0 + cost * r, "gamma_hat_min_all": gh if r else float("inf"), "gamma_hat_mean": gh})
+    if objective is not None:
+      out[-1]["objective"] = objective[j]
   return out
 
 
@@ -108,10 +111,25 @@ def test_fig2a_residual_partly(tmp_path):
     ((0.8, 0.7, 0.6, 0.7, 0.8), "not reproduced"),
 ])
 def test_fig2b_k_sweep(tmp_path, finals, verdict):
-  runs = {"k_sweep_seed0": {k: _hist(0.5, train=(0.1, v)) for k, v in zip(F.K_LABELS, finals)}}
+  runs = {"k_sweep_seed0": {k: _hist(0.5, train=(0.1, v), objective=(2.3, 1.0)) for k, v in zip(F.K_LABELS, finals)}}
   ev = F.fig2b_k_sweep(FakeContext(tmp_path, runs=runs))
   assert ev.verdict == verdict
   assert ev.numbers["final train accuracy ffgb-local_steps=40"].mean == finals[-1]
+
+
+def test_fig2b_diagnostic_reads_the_training_loss_early_and_last(tmp_path):
+  """Accuracies saturated (not monotone in K), the loss at round 5 falling with K, at the last round not."""
+  early, last = (0.60, 0.57, 0.56, 0.55, 0.54), (0.417, 0.409, 0.407, 0.408, 0.407)
+  accs = (0.9875, 0.9893, 0.9896, 0.9891, 0.9893)
+  runs = {"k_sweep_seed0": {k: _hist(0.5, rounds=(0, 5, 20), train=(0.1, 0.97, a), objective=(2.3, e, f))
+                            for k, a, e, f in zip(F.K_LABELS, accs, early, last)}}
+  ev = F.fig2b_k_sweep(FakeContext(tmp_path, runs=runs))
+  assert ev.verdict == "partly reproduced"
+  assert ev.numbers["train loss at round 5 ffgb-local_steps=10"].mean == 0.56
+  assert ev.numbers["train loss at the last round ffgb-local_steps=20"].mean == 0.408
+  assert "round 5 0.6000, 0.5700, 0.5600, 0.5500, 0.5400 (non-increasing in K)" in ev.why
+  assert ev.why.endswith("at the last round 0.4170, 0.4090, 0.4070, 0.4080, 0.4070")   # not monotone: no tag
+  assert "within 0.0021 of each other" in ev.why
 
 
 class SweepContext(FakeContext):
