@@ -76,13 +76,48 @@ def test_comm_accounting(tmp_path):
   assert F.comm_accounting(FakeContext(tmp_path, runs=runs)).verdict == "not reproduced"
 
 
+class SpecContext(FakeContext):
+  """A FakeContext that keeps each run's flagfile and flags."""
+
+  def __init__(self, root, runs):
+    super().__init__(root, runs=runs)
+    self.specs = {}
+
+  def run(self, name, flagfile=None, **flags):
+    self.specs[name] = (flagfile, flags)
+    return super().run(name, flagfile, **flags)
+
+
 def test_oracle_fidelity(tmp_path):
-  runs = {"digits_s01_seed0": _versus_run(0.9, 0.8, 0.8, 0.8)}
-  assert F.oracle_fidelity(FakeContext(tmp_path, runs=runs)).verdict == "reproduced"
+  runs = {"digits_s01_seed0": _versus_run(0.9, 0.8, 0.8, 0.8),
+          "oracle_steps40_seed0": _versus_run(0.9, 0.8, 0.8, 0.8, gh=0.2)}
+  ctx = SpecContext(tmp_path, runs)
+  assert F.oracle_fidelity(ctx).verdict == "reproduced"
+  assert "oracle_steps40_seed0" not in ctx.specs                           # no ablation when every call passes
   runs["digits_s01_seed0"]["ffgb_code"] = _hist(0.8, gh=-0.1)
-  assert F.oracle_fidelity(FakeContext(tmp_path, runs=runs)).verdict == "partly reproduced"
+  ev = F.oracle_fidelity(ctx)
+  assert ev.verdict == "partly reproduced"
+  assert "the oracle's step count is the cause" in ev.why and "lies in rounds 1-2" in ev.why
+  flagfile, flags = ctx.specs["oracle_steps40_seed0"]
+  assert flagfile == "ffgb_digits_s01.cfg"
+  assert flags == {"algorithm": ["ffgb", "ffgb_code", F.CODE_PAPER_LEARNER, "fedavg"], "seed": 0, "comm_budget": 2 + 28 * 2,
+                   "oracle_steps": 40, "eval_every": 1}
+  assert ev.numbers["ablation 40 Adam steps, rounds 1-2: min gamma-hat ffgb_code"].mean == 0.2
   runs["digits_s01_seed0"]["ffgb"] = _hist(0.8, gh=0.0)
-  assert F.oracle_fidelity(FakeContext(tmp_path, runs=runs)).verdict == "not reproduced"
+  runs["oracle_steps40_seed0"]["ffgb"] = _hist(0.8, gh=-0.5)
+  ev = F.oracle_fidelity(ctx)
+  assert ev.verdict == "not reproduced"
+  assert "calls with gamma-hat <= 0 remain for ffgb, so the step count alone is not the cause" in ev.why
+
+
+def test_oracle_fidelity_says_when_bad_calls_come_after_the_first_evaluation(tmp_path):
+  runs = {"digits_s01_seed0": _versus_run(0.9, 0.8, 0.8, 0.8),
+          "oracle_steps40_seed0": _versus_run(0.9, 0.8, 0.8, 0.8, gh=0.2)}
+  late = _hist(0.8, rounds=(0, 2, 4), gh=0.3)
+  late[2]["gamma_hat_min_all"] = -0.1                                        # a bad call in rounds 3-4
+  runs["digits_s01_seed0"]["ffgb_code"] = late
+  ev = F.oracle_fidelity(SpecContext(tmp_path, runs))
+  assert "some calls with gamma-hat <= 0 come after round 2" in ev.why
 
 
 @pytest.mark.parametrize("res, nores, verdict", [

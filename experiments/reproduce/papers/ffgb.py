@@ -32,6 +32,11 @@ def _label(spec: str) -> str:
   return spec.replace(":", "-")
 
 
+def _versus_algs(ctx: Context) -> list[str]:
+  """The algorithm specs of :func:`_versus`'s runs."""
+  return ["ffgb", "ffgb_code", CODE_PAPER_LEARNER, "fedavg"] + ctx.pick([], ["ffgb_nores", PAPER_CODE_LEARNER])
+
+
 def _versus(ctx: Context, data: str, s: int) -> list[dict[str, list[dict]]]:
   """Runs of ``ffgb_<data>_s0<s>.cfg`` (one per seed) at equal communication: ffgb, ffgb_code,
   the code preset with the paper's learner, FedAvg (paper scale also ffgb_nores and ffgb with the
@@ -42,7 +47,7 @@ def _versus(ctx: Context, data: str, s: int) -> list[dict[str, list[dict]]]:
   script repeats 5 times, specs §3.3).
   """
   d = DATA[data]
-  algs = ["ffgb", "ffgb_code", CODE_PAPER_LEARNER, "fedavg"] + ctx.pick([], ["ffgb_nores", PAPER_CODE_LEARNER])
+  algs = _versus_algs(ctx)
   smoke = dict(comm_budget=d["smoke_budget"], oracle_steps=20, eval_every=2)
   return ctx.runs([(f"{data}_s0{s}_seed{seed}", d["cfg"].format(s=s), dict(algorithm=algs, seed=seed,
                                                                             **ctx.pick(smoke, {})))
@@ -145,28 +150,60 @@ def comm_accounting(ctx: Context) -> Evidence:
                   numbers=numbers)
 
 
-def oracle_fidelity(ctx: Context) -> Evidence:
-  """§7.10: the MLP oracle's empirical gamma-hat is > 0 on every call (digits s = 0.1 runs)."""
-  runs = _versus(ctx, "digits", 1)
+def _gamma_worst(runs) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[float]]]:
+  """Per FFGB label, over the runs: the min gamma-hat over all calls, that min as of the first
+  evaluation after round 0, and the last-round mean gamma-hat."""
   worst: dict[str, list[float]] = {}
+  early: dict[str, list[float]] = {}
   mean: dict[str, list[float]] = {}
   for run in runs:
     for label, hist in run.items():
       if label == "fedavg":
         continue
       worst.setdefault(label, []).append(min(r["gamma_hat_min_all"] for r in hist[1:]))
+      early.setdefault(label, []).append(hist[1]["gamma_hat_min_all"])
       mean.setdefault(label, []).append(final(hist, "gamma_hat_mean"))
-  numbers = {f"min gamma-hat over all calls {k}": Stat.of(v) for k, v in worst.items()}
+  return worst, early, mean
+
+
+def oracle_fidelity(ctx: Context) -> Evidence:
+  """§7.10: the MLP oracle's empirical gamma-hat is > 0 on every call (digits s = 0.1 runs).
+
+  The flagfile's oracle takes 200 Adam steps; §7.10 states 1000. When a call has gamma-hat <= 0
+  the claim runs the ablation: the same seeds with 1000 steps over the rounds up to the runs'
+  first evaluation (where, as the running minimum shows, the bad calls of the 200-step runs lie
+  when it is already at its final value), evaluated every round."""
+  runs = _versus(ctx, "digits", 1)
+  worst, early, mean = _gamma_worst(runs)
+  numbers: dict = {f"min gamma-hat over all calls {k}": Stat.of(v) for k, v in worst.items()}
   numbers.update({f"last-round mean gamma-hat {k}": Stat.of(v) for k, v in mean.items()})
   paper_ok = min(worst["ffgb"]) > 0
   all_ok = all(min(v) > 0 for v in worst.values())
   if all_ok:
     return Evidence("reproduced", "every oracle call of every FFGB variant has gamma-hat > 0", numbers=numbers)
   bad = [k for k, v in worst.items() if min(v) <= 0]
+  first = runs[0]["ffgb"][1]["round"]
+  numbers["first evaluated round"] = float(first)
+  in_first = all(e == w for k in bad for e, w in zip(early[k], worst[k]))
+  steps = ctx.pick(40, 1000)
+  budget = 2 + DATA["digits"]["clients"] * K_MAIN * first                    # exactly `first` FFGB rounds
+  abl = ctx.runs([(f"oracle_steps{steps}_seed{seed}", DATA["digits"]["cfg"].format(s=1),
+                   dict(algorithm=_versus_algs(ctx), seed=seed, comm_budget=budget, oracle_steps=steps, eval_every=1))
+                  for seed in ctx.pick((0,), (0, 1, 2, 3, 4))])
+  abl_worst, _, _ = _gamma_worst(abl)
+  numbers.update({f"ablation {steps} Adam steps, rounds 1-{first}: min gamma-hat {k}": Stat.of(v)
+                  for k, v in abl_worst.items()})
+  still = [k for k, v in abl_worst.items() if min(v) <= 0]
+  where = (f"every call with gamma-hat <= 0 lies in rounds 1-{first}" if in_first else
+           f"some calls with gamma-hat <= 0 come after round {first}, beyond the ablation's rounds")
+  cause = (f" Ablation ({steps} Adam steps, as §7.10 states, against the flagfile's 200; {where}): "
+           + (f"gamma-hat > 0 on every call of rounds 1-{first} for every variant, so the oracle's step count "
+              "is the cause" if not still else
+              f"calls with gamma-hat <= 0 remain for {', '.join(still)}, so the step count alone is not the cause"))
   if paper_ok:
     return Evidence("partly reproduced", f"the paper-form oracle has gamma-hat > 0 on every call; "
-                    f"{', '.join(bad)} has calls with gamma-hat <= 0", numbers=numbers)
-  return Evidence("not reproduced", f"calls with gamma-hat <= 0: {', '.join(bad)}", numbers=numbers)
+                    f"{', '.join(bad)} has calls with gamma-hat <= 0." + cause, numbers=numbers)
+  return Evidence("not reproduced", f"calls with gamma-hat <= 0: {', '.join(bad)}." + cause, numbers=numbers)
 
 
 def fig2a_residual(ctx: Context) -> Evidence:
