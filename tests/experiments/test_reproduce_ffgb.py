@@ -19,7 +19,8 @@ def _hist(acc, rounds=(0, 2), cost=28, train=None, gh=0.5, objective=None):
   for j, r in enumerate(rounds):
     a = 0.1 + (acc - 0.1) * j / max(len(rounds) - 1, 1)
     out.append({"round": r, "test_accuracy": a, "train_accuracy": a if train is None else train[j],
-                "comm": 2.0 + cost * r, "gamma_hat_min_all": gh if r else float("inf"), "gamma_hat_mean": gh})
+                "comm": 2.0 + cost * r, "gamma_hat_min_all": gh if r else float("inf"), "gamma_hat_mean": gh,
+                "gamma_hat_min": gh if r else 1.0})
     if objective is not None:
       out[-1]["objective"] = objective[j]
   return out
@@ -100,14 +101,15 @@ def test_oracle_fidelity(tmp_path):
   assert "the oracle's step count is the cause" in ev.why and "lies in rounds 1-2" in ev.why
   flagfile, flags = ctx.specs["oracle_steps40_seed0"]
   assert flagfile == "ffgb_digits_s01.cfg"
-  assert flags == {"algorithm": ["ffgb", "ffgb_code", F.CODE_PAPER_LEARNER, "fedavg"], "seed": 0, "comm_budget": 2 + 28 * 2,
-                   "oracle_steps": 40, "eval_every": 1}
+  assert flags == {"algorithm": ["ffgb", "ffgb_code", F.CODE_PAPER_LEARNER, "fedavg"], "seed": 0,
+                   "comm_budget": 2 + 28 * 2, "oracle_steps": 40, "eval_every": 1}
   assert ev.numbers["ablation 40 Adam steps, rounds 1-2: min gamma-hat ffgb_code"].mean == 0.2
   runs["digits_s01_seed0"]["ffgb"] = _hist(0.8, gh=0.0)
   runs["oracle_steps40_seed0"]["ffgb"] = _hist(0.8, gh=-0.5)
   ev = F.oracle_fidelity(ctx)
   assert ev.verdict == "not reproduced"
-  assert "calls with gamma-hat <= 0 remain for ffgb, so the step count alone is not the cause" in ev.why
+  assert "calls with gamma-hat <= 0 remain for ffgb (rounds [2]), so the step count alone is not the cause" in ev.why
+  assert ev.numbers["ablation min gamma-hat at round 2 ffgb"].mean == -0.5
 
 
 def test_oracle_fidelity_says_when_bad_calls_come_after_the_first_evaluation(tmp_path):

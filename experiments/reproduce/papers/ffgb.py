@@ -193,13 +193,17 @@ def oracle_fidelity(ctx: Context) -> Evidence:
   abl_worst, _, _ = _gamma_worst(abl)
   numbers.update({f"ablation {steps} Adam steps, rounds 1-{first}: min gamma-hat {k}": Stat.of(v)
                   for k, v in abl_worst.items()})
+  numbers.update({f"ablation min gamma-hat at round {abl[0][k][1]['round']} {k}":
+                  Stat.of(run[k][1]["gamma_hat_min"] for run in abl) for k in abl_worst})
   still = [k for k, v in abl_worst.items() if min(v) <= 0]
+  bad_rounds = {k: sorted({r["round"] for run in abl for r in run[k][1:] if r["gamma_hat_min"] <= 0}) for k in still}
   where = (f"every call with gamma-hat <= 0 lies in rounds 1-{first}" if in_first else
            f"some calls with gamma-hat <= 0 come after round {first}, beyond the ablation's rounds")
   cause = (f" Ablation ({steps} Adam steps, as §7.10 states, against the flagfile's 200; {where}): "
            + (f"gamma-hat > 0 on every call of rounds 1-{first} for every variant, so the oracle's step count "
               "is the cause" if not still else
-              f"calls with gamma-hat <= 0 remain for {', '.join(still)}, so the step count alone is not the cause"))
+              "calls with gamma-hat <= 0 remain for " + ", ".join(f"{k} (rounds {bad_rounds[k]})" for k in still)
+              + ", so the step count alone is not the cause"))
   if paper_ok:
     return Evidence("partly reproduced", f"the paper-form oracle has gamma-hat > 0 on every call; "
                     f"{', '.join(bad)} has calls with gamma-hat <= 0." + cause, numbers=numbers)
