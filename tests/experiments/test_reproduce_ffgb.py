@@ -98,7 +98,7 @@ def test_oracle_fidelity(tmp_path):
   runs["digits_s01_seed0"]["ffgb_code"] = _hist(0.8, gh=-0.1)
   ev = F.oracle_fidelity(ctx)
   assert ev.verdict == "partly reproduced"
-  assert "the oracle's step count is the cause" in ev.why and "lies in rounds 1-2" in ev.why
+  assert "the oracle's step count is the cause" in ev.why and "lowest gamma-hat <= 0 falls in rounds 1-2" in ev.why
   flagfile, flags = ctx.specs["oracle_steps40_seed0"]
   assert flagfile == "ffgb_digits_s01.cfg"
   assert flags == {"algorithm": ["ffgb", "ffgb_code", F.CODE_PAPER_LEARNER, "fedavg"], "seed": 0,
@@ -119,7 +119,13 @@ def test_oracle_fidelity_says_when_bad_calls_come_after_the_first_evaluation(tmp
   late[2]["gamma_hat_min_all"] = -0.1                                        # a bad call in rounds 3-4
   runs["digits_s01_seed0"]["ffgb_code"] = late
   ev = F.oracle_fidelity(SpecContext(tmp_path, runs))
-  assert "some calls with gamma-hat <= 0 come after round 2" in ev.why
+  assert "some runs reach their lowest gamma-hat <= 0 after round 2" in ev.why
+  late[1]["gamma_hat_min_all"] = -0.1                                        # ... unless it was there by round 2
+  late[2]["gamma_hat_min_all"] = -0.1
+  runs["digits_s01_seed0"]["ffgb"] = _hist(0.8, rounds=(0, 2, 4), gh=0.3)
+  runs["digits_s01_seed0"]["ffgb"][2]["gamma_hat_min_all"] = 0.1            # lower later, but still > 0
+  ev = F.oracle_fidelity(SpecContext(tmp_path, runs))
+  assert "every run's lowest gamma-hat <= 0 falls in rounds 1-2" in ev.why
 
 
 @pytest.mark.parametrize("res, nores, verdict", [
