@@ -169,6 +169,8 @@ def test_fig2b_diagnostic_reads_the_training_loss_early_and_last(tmp_path):
   ev = F.fig2b_k_sweep(FakeContext(tmp_path, runs=runs))
   assert ev.verdict == "partly reproduced"
   assert ev.numbers["train loss at round 5 ffgb-local_steps=10"].mean == 0.56
+  assert [os.path.basename(f) for f in ev.figures] == ["ffgb_fig2b_k.png", "ffgb_fig2b_k_loss.png"]
+  assert all(os.path.exists(tmp_path / f) for f in ev.figures)
   assert ev.numbers["train loss at the last round ffgb-local_steps=20"].mean == 0.408
   assert "round 5 0.6000, 0.5700, 0.5600, 0.5500, 0.5400 (non-increasing in K)" in ev.why
   assert ev.why.endswith("at the last round 0.4170, 0.4090, 0.4070, 0.4080, 0.4070")   # not monotone: no tag

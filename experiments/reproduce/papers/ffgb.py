@@ -264,7 +264,9 @@ def fig2b_k_sweep(ctx: Context) -> Evidence:
           for when, rnd in (("round " + str(early), early), ("the last round", runs[0][K_LABELS[0]][-1]["round"]))}
   for when, by_k in loss.items():
     numbers.update({f"train loss at {when} {k}": v for k, v in by_k.items()})
-  figures = [os.path.relpath(fig, ctx.root)]
+  loss_fig = plot_curves(os.path.join(ctx.root, "fig", "ffgb_fig2b_k_loss.png"), curves(runs, "objective"),
+                         "round", "training loss", "FFGB Fig. 2b: local steps K (the diagnostic's loss)", logy=True)
+  figures = [os.path.relpath(fig, ctx.root), os.path.relpath(loss_fig, ctx.root)]
   if all(a <= b for a, b in zip(means, means[1:])):
     return Evidence("reproduced", "the final training accuracy is non-decreasing in K", numbers, figures)
   drops = [f"K {a.split('=')[1]} -> {b.split('=')[1]}: {acc[a].mean:.4f} -> {acc[b].mean:.4f} "
