@@ -54,7 +54,7 @@ def _versus(ctx: Context, data: str, s: int) -> list[dict[str, list[dict]]]:
                    for seed in ctx.pick((0,), (0, 1, 2, 3, 4))])
 
 
-def _acc_at_round(history: list[dict], rnd: int, metric: str = "test_accuracy") -> float:
+def _at_round(history: list[dict], rnd: int, metric: str = "test_accuracy") -> float:
   """``metric`` at the last record with round <= ``rnd``."""
   return float([r[metric] for r in history if r["round"] <= rnd and r.get(metric) is not None][-1])
 
@@ -83,7 +83,7 @@ def versus_fedavg(data: str, code: bool):
       ffgb_acc = numbers[f"s=0.{s} final test accuracy {main}"].mean
       fedavg_acc = numbers[f"s=0.{s} final test accuracy fedavg"].mean
       t_ffgb = runs[0][main][-1]["round"]
-      same_rounds = Stat.of(_acc_at_round(r["fedavg"], t_ffgb) for r in runs)
+      same_rounds = Stat.of(_at_round(r["fedavg"], t_ffgb) for r in runs)
       numbers[f"s=0.{s} fedavg test accuracy at FFGB's last round ({t_ffgb})"] = same_rounds
       wins.append(ffgb_acc > fedavg_acc)
       name = f"ffgb_{data}_s0{s}_{'code' if code else 'paper'}"
@@ -260,7 +260,7 @@ def fig2b_k_sweep(ctx: Context) -> Evidence:
   means = [acc[k].mean for k in K_LABELS]
   numbers: dict = {f"final train accuracy {k}": v for k, v in acc.items()}
   early = runs[0][K_LABELS[0]][1]["round"]
-  loss = {when: {k: Stat.of(_acc_at_round(r[k], rnd, "objective") for r in runs) for k in K_LABELS}
+  loss = {when: {k: Stat.of(_at_round(r[k], rnd, "objective") for r in runs) for k in K_LABELS}
           for when, rnd in (("round " + str(early), early), ("the last round", runs[0][K_LABELS[0]][-1]["round"]))}
   for when, by_k in loss.items():
     numbers.update({f"train loss at {when} {k}": v for k, v in by_k.items()})
