@@ -91,7 +91,7 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
       failed.append(claim.id)
       continue
     ev.commands = list(dict.fromkeys(ctx.commands))
-    rec = report.claim_record(claim, ev, scale, time.perf_counter() - t0)
+    rec = report.claim_record(claim, ev, scale, time.perf_counter() - t0, sum(ctx.run_seconds.values()))
     print(f"[{paper} {i}/{len(todo)}] {claim.id}: {rec['verdict']} ({rec['seconds']} s)", flush=True)
     new[claim.id] = rec
     report.write_paper(folder, paper, papers.TITLES[paper], records(), _pending(paper, skipped))

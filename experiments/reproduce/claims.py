@@ -127,6 +127,9 @@ class Context:
     self.root, self.scale, self.log, self.run_jobs = root, scale, log, run_jobs
     self.batch_tests = batch_tests  # every test of the paper's pending test claims, run together
     self.commands: list[str] = []
+    # Wall seconds of each run this claim read ({completion marker: s}), from the marker when the
+    # run finished earlier, so a resumed or re-evaluated claim still reports what its runs cost.
+    self.run_seconds: dict[str, float] = {}
 
   def pick(self, smoke, paper):
     """``smoke`` or ``paper`` by the scale."""
@@ -139,6 +142,7 @@ class Context:
 
   def _launch(self, argv: list[str], marker: str, command: str) -> str:
     if os.path.exists(marker):
+      self.run_seconds[marker] = _marker_seconds(marker)
       return command
     self.log(f"  $ {command}")
     t0 = time.perf_counter()
@@ -151,8 +155,10 @@ class Context:
       tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
       raise RuntimeError(f"command failed (exit {proc.returncode}): {command}\n{tail}")
     os.makedirs(os.path.dirname(marker), exist_ok=True)
+    seconds = round(time.perf_counter() - t0, 1)
     with open(marker, "w") as f:
-      f.write(f"{time.perf_counter() - t0:.1f} s\n")
+      f.write(f"{seconds:.1f} s\n")
+    self.run_seconds[marker] = seconds
     return command
 
   def run(self, name: str, flagfile: str | None = None, **flags) -> dict[str, list[dict]]:
@@ -269,6 +275,16 @@ class Context:
     except RuntimeError as e:  # failures are read from the XML below
       self.log(f"  a test failed: {str(e).splitlines()[0]}")
     return junit_results(xml)
+
+
+def _marker_seconds(marker: str) -> float:
+  """The wall seconds a completion marker records (``"797.7 s"``); 0 for a marker without them."""
+  with open(marker) as f:
+    text = f.read().split()
+  try:
+    return float(text[0])
+  except (IndexError, ValueError):
+    return 0.0
 
 
 def junit_results(path: str) -> dict[str, bool]:

@@ -196,6 +196,26 @@ def test_reports_and_resume(tmp_path, monkeypatch):
   assert "| [Toy paper](toy/report.md) | paper 1, smoke 1 | 1 | 0 | 1 | 2 | 1 |" in (tmp_path / "report.md").read_text()
 
 
+def test_a_reevaluated_claim_still_reports_what_its_runs_took(tmp_path, monkeypatch):
+  # The run's wall time is written into its completion marker; re-evaluating the claim from the
+  # cached run reads it back, so the record does not claim the evidence cost nothing.
+  def slow(ctx):
+    ctx._execute([sys.executable, "-c", "import time; time.sleep(0.5)"], str(tmp_path / "r" / ".complete"))
+    return C.Evidence("reproduced", "fine")
+
+  monkeypatch.setitem(papers.PAPERS, "toy", [C.Claim("toy.slow", "s", "Fig. 1", "rule", slow)])
+  monkeypatch.setitem(papers.TITLES, "toy", "Toy paper")
+  monkeypatch.setitem(papers.PENDING, "toy", [])
+  main_mod.reproduce("toy", "smoke", str(tmp_path))
+  first = json.loads((tmp_path / "toy" / "claims.json").read_text())["claims"][0]
+  assert first["run_seconds"] >= 0.5 and first["seconds"] >= first["run_seconds"]
+  assert (tmp_path / "r" / ".complete").read_text() == f"{first['run_seconds']:.1f} s\n"
+  main_mod.reproduce("toy", "smoke", str(tmp_path), rerun=True)
+  again = json.loads((tmp_path / "toy" / "claims.json").read_text())["claims"][0]
+  assert again["run_seconds"] == first["run_seconds"] and again["seconds"] < 0.5
+  assert f"its runs took {first['run_seconds']} s" in (tmp_path / "toy" / "report.md").read_text()
+
+
 def test_cli_rejects_an_unknown_claim(tmp_path):
   proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--claims=fedzo.nope",
                          f"--output_dir={tmp_path}"], capture_output=True, text=True)
