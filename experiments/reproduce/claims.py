@@ -53,6 +53,51 @@ class Stat:
     return f"{self.mean:.4g} ± {self.std:.2g} (n={self.n})"
 
 
+NOISE_K = 2.0
+"""A gap between two seed means counts when it exceeds ``NOISE_K`` times the larger of the two
+seed standard deviations (an unpaired, conservative rule: the two seed distributions barely
+overlap). Every claim that compares methods or settings over seeds uses it, through
+:func:`beyond_noise` and :func:`ordered_gap`."""
+
+
+def beyond_noise(high: Stat, low: Stat) -> bool:
+  """Whether ``high``'s mean exceeds ``low``'s by more than :data:`NOISE_K` x the larger seed std.
+
+  "A ends below B" is ``beyond_noise(B, A)``; "A is no worse than B" (lower is better) is
+  ``not beyond_noise(A, B)``. With one seed per side (std 0) it is the plain comparison.
+
+  >>> beyond_noise(Stat.of([3.0, 3.2]), Stat.of([1.0, 1.2]))
+  True
+  >>> beyond_noise(Stat.of([1.3, 1.5]), Stat.of([1.0, 1.2]))  # gap 0.3, stds 0.14
+  True
+  >>> beyond_noise(Stat.of([1.1, 1.5]), Stat.of([1.0, 1.2]))  # gap 0.2, larger std 0.28
+  False
+  """
+  return high.mean - low.mean > NOISE_K * max(high.std, low.std)
+
+
+def ordered_gap(stats: Sequence[Stat]) -> tuple[bool, float, float]:
+  """A sweep's ordering: (means strictly decreasing along ``stats``, first minus last mean,
+  largest seed std). The sweep "falls beyond seed noise" when ordered and the first-to-last
+  gap exceeds :data:`NOISE_K` x the largest std (:func:`falls_beyond_noise`); for a rising
+  sweep pass the stats in reverse."""
+  means = [s.mean for s in stats]
+  return (all(a > b for a, b in zip(means, means[1:])), means[0] - means[-1], max(s.std for s in stats))
+
+
+def falls_beyond_noise(stats: Sequence[Stat]) -> bool:
+  """Whether the means fall along ``stats`` and the first-to-last gap exceeds :data:`NOISE_K` x
+  the largest seed std (:func:`ordered_gap`)."""
+  ordered, gap, spread = ordered_gap(stats)
+  return ordered and gap > NOISE_K * spread
+
+
+def log10_stat(stat: Stat) -> Stat:
+  """The Stat of log10 of the per-seed values: the scale on which errors spanning decades are
+  compared (a raw std is dominated by the worst seed)."""
+  return Stat.of(math.log10(v) for v in stat.values)
+
+
 @dataclasses.dataclass
 class Evidence:
   """What a claim's evaluation measured.

@@ -324,3 +324,38 @@ def test_sampling_penalty_at_paper_scale_is_partly_when_not_monotone_and_runs_th
   assert ev.verdict == "partly reproduced"
   assert ev.numbers["i.i.d. clients: M=10 minus M=50, H=10"] == 0.0
   assert "Ablation with identically distributed clients" in ev.why
+
+
+def _fig1a_seeds(finals_by_seed, acc_by_seed=None):
+  """Fig. 1(a)'s runs over 3 seeds: ``finals_by_seed[s]`` = final losses of H_LABELS + dzopa, zone_s."""
+  labels = (*F.H_LABELS, "dzopa", "zone_s")
+  acc_by_seed = acc_by_seed or [[0.5] * len(labels)] * len(finals_by_seed)
+  return {f"fedzo_fig1a_s{s}": {lab: _hist(v, attack_accuracy=a, distortion=1.0)
+                                for lab, v, a in zip(labels, fin, acc)}
+          for s, (fin, acc) in enumerate(zip(finals_by_seed, acc_by_seed))}
+
+
+def test_fig1a_gaps_within_seed_noise_are_not_effects(tmp_path):
+  # Means ordered in H (6, 5, 4, 3) and below both baselines (6.5, 6.6), but the seeds spread by
+  # +-2: no gap exceeds twice the largest seed std, so nothing is reproduced.
+  noisy = [[8.0, 7.0, 6.0, 5.0, 8.5, 8.6], [6.0, 5.0, 4.0, 3.0, 6.5, 6.6], [4.0, 3.0, 2.0, 1.0, 4.5, 4.6]]
+  ctx = Ctx(tmp_path, runs=_fig1a_seeds(noisy))
+  assert F.fedzo_fig1a_h(ctx).verdict == "not reproduced"
+  assert F.fedzo_fig1a_baselines(ctx).verdict == "not reproduced"
+  # The same means with seeds within +-0.01: the ordering and the gaps to the baselines count.
+  tight = [[v + d for v in noisy[1]] for d in (-0.01, 0.0, 0.01)]
+  ctx = Ctx(tmp_path, runs=_fig1a_seeds(tight))
+  assert F.fedzo_fig1a_h(ctx).verdict == "reproduced"
+  assert F.fedzo_fig1a_baselines(ctx).verdict == "reproduced"
+  # Ordered but H = 10 -> 20 within noise is still an ordering; H = 50 above H = 20: partly.
+  part = [[v + d for v in (6.0, 5.0, 3.0, 3.5, 6.5, 6.6)] for d in (-0.01, 0.0, 0.01)]
+  assert F.fedzo_fig1a_h(Ctx(tmp_path, runs=_fig1a_seeds(part))).verdict == "partly reproduced"
+
+
+def test_fig2_accuracy_needs_h50_above_the_baselines_beyond_noise(tmp_path):
+  fin = [[5.0] * 6] * 3
+  def acc(h50_spread):
+    # H = 20 at 0.6 (= the baselines' 0.6), H = 50 at mean 0.65, baselines at 0.6; seeds +-h50_spread.
+    return [[0.5, 0.55, 0.6, 0.65 + d, 0.6, 0.6] for d in (-h50_spread, 0.0, h50_spread)]
+  assert F.fedzo_fig2_accuracy(Ctx(tmp_path, runs=_fig1a_seeds(fin, acc(0.01)))).verdict == "reproduced"
+  assert F.fedzo_fig2_accuracy(Ctx(tmp_path, runs=_fig1a_seeds(fin, acc(0.1)))).verdict == "partly reproduced"
