@@ -103,7 +103,8 @@ def test_fig1_heterogeneity(tmp_path, fd05, fd50, verdict):
   assert ev.verdict == "not reproduced"
 
 
-@pytest.mark.parametrize("s05,s50,verdict", [((2.0, 1.0), (2.0, 2.0), "reproduced"),
+@pytest.mark.parametrize("s05,s50,verdict", [((2.0, 1.0), (2.0, 1.5), "reproduced"),
+                                             ((2.0, 1.0), (2.0, 2.0), "partly reproduced"),  # a tie: no win
                                              ((2.0, 1.0), (1.0, 2.0), "partly reproduced"),
                                              ((1.0, 2.0), (1.0, 2.0), "not reproduced")])
 def test_fig1_scaffold(tmp_path, s05, s50, verdict):
@@ -247,3 +248,34 @@ def test_fig5_t_reads_every_t_and_judges_the_rounds(tmp_path):
   # An FD baseline ends below FZooS (at every T), and T does not help: nothing holds.
   ev = fz.fig5_t(Ctx(tmp_path, _fig5_runs(t20=(3.0, 2.5, 1.0), fd=(2.0, 0.2, 2.0, 2.0))))
   assert ev.verdict == "not reproduced"
+
+
+def _noisy_fig6(c, finals, spread):
+  """Fig. 6 runs over 5 seeds, each role's final at its mean plus (-2, -1, 0, 1, 2) x ``spread``."""
+  return {f"fig6_C{c:g}_s{s}": {fz.FIG6[role]: _h([3.0, v + (s - 2) * spread]) for role, v in finals.items()}
+          for s in range(5)}
+
+
+def test_fig6_gaps_within_seed_noise_are_not_effects(tmp_path):
+  # The adaptive correction ends 0.5 below every ablation; with seeds spread by +-1 (std 0.79)
+  # that is within twice the larger seed std, so no ablation is beaten.
+  base = {"adaptive": 1.0, "fixed length": 1.5, "fixed vector": 1.5, "fixed both": 1.5, "none": 1.5, "M=10000": 1.0}
+  assert fz.fig6b_ablations_c5(Ctx(tmp_path, _noisy_fig6(5, base, 0.01), scale="paper")).verdict == "reproduced"
+  ev = fz.fig6b_ablations_c5(Ctx(tmp_path, _noisy_fig6(5, base, 0.5), scale="paper"))
+  assert ev.verdict == "not reproduced" and "beyond seed noise" in ev.why
+  # Fig. 6(a): M = 10,000 gains 1.0 at C = 50 and 0 at C = 5 on every seed (the gain is per seed),
+  # but the C = 50 finals themselves spread by +-2: the gain grows beyond noise, M = 10,000 is not
+  # below M = 1000 beyond it.
+  m = {"adaptive": 9.0, "fixed length": 9.0, "fixed vector": 9.0, "fixed both": 9.0, "none": 9.0}
+  runs = {**_noisy_fig6(5, {**m, "adaptive": 1.0, "M=10000": 1.0}, 0.0),
+          **_noisy_fig6(50, {**m, "adaptive": 2.0, "M=10000": 1.0}, 1.0)}
+  ev = fz.fig6a_m(Ctx(tmp_path, runs, scale="paper"))
+  assert ev.verdict == "partly reproduced" and "the gain grows with C" in ev.why
+
+
+def test_fig4_cosine_within_seed_noise(tmp_path):
+  def runs(spread):
+    return {f"fig4_s{s}": _cos_run(0.25 + (s - 2) * spread, 0.3 + (s - 2) * spread, 0.2 + (s - 2) * spread)
+            for s in range(5)}
+  assert fz.fig4_cosine(Ctx(tmp_path, runs(0.001), scale="paper")).verdict == "reproduced"
+  assert fz.fig4_cosine(Ctx(tmp_path, runs(0.05), scale="paper")).verdict == "not reproduced"

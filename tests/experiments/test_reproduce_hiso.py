@@ -164,3 +164,15 @@ def test_fig5_without_the_scalar_ablation(tmp_path):
   ev = H.FIG5_CLAIM.evaluate(FakeContext(tmp_path, runs={"hiso_fig5_digits_s0": runs}))
   assert ev.verdict == "not reproduced" and "q99.9 / median 2" in ev.why
   assert "best final test accuracy hiso-preconditioner=scalar" not in ev.numbers
+
+
+def test_final_comparisons_count_only_beyond_seed_noise():
+  S = H.Stat.of
+  # HiSo's final gap above DeComFL's by 5.9 on average, but one seed of three is off (std 14.7):
+  # not worse beyond seed noise, so the slow ratio alone gives "partly".
+  assert H.table2_verdict(0.5, S([5.86, 30.99, 5.34]), S([6.06, 12.10, 6.36]))[0] == "partly reproduced"
+  assert H.table2_verdict(0.5, S([14.0, 14.1, 13.9]), S([8.0, 8.1, 7.9]))[0] == "not reproduced"
+  assert H.table2_verdict(2.0, S([8.1, 8.2, 8.0]), S([8.0, 8.1, 7.9]))[0] == "reproduced"  # gap 0.1 < 0.2
+  # Fig. 5: "better final accuracy" needs HiSo above DeComFL beyond seed noise.
+  assert H.fig5_verdict(2.0, S([0.90, 0.91, 0.89]), S([0.85, 0.86, 0.84]))[0] == "reproduced"
+  assert H.fig5_verdict(2.0, S([0.90, 0.95, 0.85]), S([0.85, 0.90, 0.80]))[0] == "partly reproduced"

@@ -17,7 +17,7 @@ import math
 import os
 import re
 
-from experiments.reproduce.claims import T_ALG, Claim, Context, Evidence, Stat, final, test_claim
+from experiments.reproduce.claims import T_ALG, Claim, Context, Evidence, Stat, beyond_noise, final, test_claim
 from experiments.reproduce.report import plot_curves
 from fedsim import results
 
@@ -167,18 +167,21 @@ def _toy(ctx: Context, which: str) -> list[dict[str, list[dict]]]:
   return runs
 
 
-def table2_verdict(ratio: float, hiso_final: float, decomfl_final: float) -> tuple[str, str]:
-  """The Table 2 criterion on one problem (mean ratio over seeds, best final gaps)."""
+def table2_verdict(ratio: float, hiso: Stat, decomfl: Stat) -> tuple[str, str]:
+  """The Table 2 criterion on one problem (mean ratio over seeds; best final gaps over seeds: HiSo
+  is worse only when above DeComFL beyond seed noise, :func:`beyond_noise`)."""
   faster = ratio >= TABLE2_MIN_SPEEDUP
-  not_worse = hiso_final <= decomfl_final
+  not_worse = not beyond_noise(hiso, decomfl)
+  hiso_final, decomfl_final = hiso.mean, decomfl.mean
   if faster and not_worse:
     return "reproduced", (f"HiSo reaches DeComFL's best gap {ratio:.2f}x sooner (>= {TABLE2_MIN_SPEEDUP}) "
-                          "and ends no worse")
+                          "and ends no worse beyond seed noise")
   if ratio > 1 or not_worse:
     return "partly reproduced", (f"rounds ratio {ratio:.2f}x (Table 2: >= {TABLE2_MIN_SPEEDUP}); HiSo's best "
-                                 f"final gap {hiso_final:.4g} vs DeComFL's {decomfl_final:.4g}")
+                                 f"final gap {hiso} vs DeComFL's {decomfl} (worse beyond seed noise: "
+                                 f"{not not_worse})")
   return "not reproduced", (f"rounds ratio {ratio:.2f}x (0 = never reaches DeComFL's best); HiSo's best final "
-                            f"gap {hiso_final:.4g} vs DeComFL's {decomfl_final:.4g}")
+                            f"gap {hiso_final:.4g} vs DeComFL's {decomfl_final:.4g}, worse beyond seed noise")
 
 
 def _table2(ctx: Context, which: str, family: str) -> Evidence:
@@ -192,7 +195,7 @@ def _table2(ctx: Context, which: str, family: str) -> Evidence:
          for v in (decomfl, f"{decomfl}-schedule=decay", *variants)}
   dec_final = Stat.of(min(_finals(runs, decomfl, "optimality_gap", False),
                           _finals(runs, f"{decomfl}-schedule=decay", "optimality_gap", False)) for runs in mine)
-  verdict, why = table2_verdict(ratio[hiso].mean, fin[hiso].mean, dec_final.mean)
+  verdict, why = table2_verdict(ratio[hiso].mean, fin[hiso], dec_final)
   numbers: dict = {f"rounds ratio {v} (0 = never)": ratio[v] for v in variants}
   numbers["R_DeComFL (rounds to its own best)"] = Stat.of(r["r_decomfl"] for r in rr)
   numbers["DeComFL best gap (target)"] = Stat.of(r["target"] for r in rr)
@@ -354,9 +357,11 @@ def hiso_bytes(ctx: Context) -> Evidence:
 # --- Fig. 5: HiSo vs DeComFL on the MNIST CNN (digits MLP at smoke) -----------------------------
 
 
-def fig5_verdict(ratio: float, hiso_final: float, decomfl_final: float) -> tuple[str, str]:
-  """Fig. 5: HiSo faster (rounds ratio >= 1.4 to DeComFL's best accuracy) and better final accuracy."""
-  faster, better = ratio >= TABLE2_MIN_SPEEDUP, hiso_final >= decomfl_final
+def fig5_verdict(ratio: float, hiso: Stat, decomfl: Stat) -> tuple[str, str]:
+  """Fig. 5: HiSo faster (rounds ratio >= 1.4 to DeComFL's best accuracy) and a better final accuracy
+  (above DeComFL's beyond seed noise, :func:`beyond_noise`)."""
+  faster, better = ratio >= TABLE2_MIN_SPEEDUP, beyond_noise(hiso, decomfl)
+  hiso_final, decomfl_final = hiso.mean, decomfl.mean
   text = (f"rounds ratio {ratio:.2f}x (0 = never), final accuracy HiSo {hiso_final:.4f} vs DeComFL "
           f"{decomfl_final:.4f}")
   if faster and better:
@@ -380,8 +385,7 @@ def hiso_fig5(ctx: Context) -> Evidence:
   rr = [rounds_ratio(r, "hiso", "decomfl", metric="test_accuracy") for r in runs]
   variants = [v for v in ("hiso", "hiso-preconditioner=scalar") if v in rr[0]["variants"]]
   acc = {v: Stat.of(_finals(r, v, "test_accuracy", True) for r in runs) for v in ("decomfl", *variants)}
-  verdict, why = fig5_verdict(Stat.of(r["variants"]["hiso"]["ratio"] for r in rr).mean, acc["hiso"].mean,
-                              acc["decomfl"].mean)
+  verdict, why = fig5_verdict(Stat.of(r["variants"]["hiso"]["ratio"] for r in rr).mean, acc["hiso"], acc["decomfl"])
   numbers: dict = {f"rounds ratio {v} (0 = never)": Stat.of(r["variants"][v]["ratio"] for r in rr)
                    for v in variants}
   numbers.update({f"best final test accuracy {v}": s for v, s in acc.items()})
@@ -410,13 +414,15 @@ CLAIMS = [
           "seed 003 Table 2; spec §3.4 (a), §7 item 8",
           f"rounds ratio = R_DeComFL / R_HiSo to DeComFL's best gap (within {TOL:.0%}; DeComFL best over the "
           f"grid and both schedules), mean over seeds; reproduced: ratio >= {TABLE2_MIN_SPEEDUP} and HiSo's best "
-          "final gap <= DeComFL's; partly: ratio > 1 or final gap no worse; not reproduced: otherwise",
+          "final gap not above DeComFL's beyond twice the larger seed std; partly: ratio > 1 or final gap no "
+          "worse; not reproduced: otherwise",
           hiso_table2_illcond),
     Claim("hiso.table2_illcond_code",
           "The same Table 2 comparison with the authors'-code presets (hiso_code / decomfl_code: P = 1, "
           "eps = 0, weight decay 1e-5, DeComFL with central differences).",
           "seed 003 Table 2; [code] ZidongLiu/DeComFL 0c426e6",
-          f"as hiso.table2_illcond: reproduced: ratio >= {TABLE2_MIN_SPEEDUP} and final gap no worse; partly: "
+          f"as hiso.table2_illcond: reproduced: ratio >= {TABLE2_MIN_SPEEDUP} and final gap no worse (beyond "
+          "seed noise); partly: "
           "ratio > 1 or final gap no worse; not reproduced: otherwise", hiso_table2_illcond_code),
     Claim("hiso.isotropic_control",
           "On an isotropic quadratic (every eigenvalue mean(lambda), same trace) HiSo's rounds ratio is about 1x.",
@@ -463,7 +469,8 @@ FIG5_CLAIM = Claim("hiso.fig5_mnist",
           "than DeComFL at identical bytes per round and to a better final accuracy (smoke: digits MLP).",
           "seed 003 §6, Fig. 5; spec §3.2",
           f"rounds ratio to DeComFL's best test accuracy (within 1 pp) over the lr grid; reproduced: ratio >= "
-          f"{TABLE2_MIN_SPEEDUP} and HiSo's best final accuracy >= DeComFL's; partly: one of the two; "
+          f"{TABLE2_MIN_SPEEDUP} and HiSo's best final accuracy above DeComFL's by more than twice the larger "
+          "seed std; partly: one of the two; "
           "not reproduced: neither (smoke: digits MLP, one lr each from hiso_digits_mlp.cfg's grid, 100 rounds)",
           hiso_fig5)
 
