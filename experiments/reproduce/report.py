@@ -132,6 +132,8 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
     lines += ["", f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']}", "",
               f"**Criterion**: {r['criterion']}", "",
               f"**Verdict**: {r['verdict']} (scale {r['scale']}, {_timing(r)}). {r['why']}", ""]
+    if r.get("note"):  # e.g. the criterion changed after this record was evaluated
+      lines += [f"**Note**: {r['note']}", ""]
     if r["numbers"]:
       lines += ["| number | value |", "|---|---|"]
       lines += [f"| {k} | {_fmt(v)} |" for k, v in r["numbers"].items()]

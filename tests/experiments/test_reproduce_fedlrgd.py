@@ -292,3 +292,13 @@ def test_theorem1_criterion(tmp_path, slopes_ok, bound, verdict):
   ev = F.fedlrgd_theorem1(ctx)
   assert ev.verdict == verdict
   assert os.path.exists(tmp_path / ev.figures[0])
+
+
+def test_s4_paired_diagnostic_counts_seeds(tmp_path):
+  # Shift 0.5 is 3x i.i.d. on both seeds (a paired rise of log10 3 = 0.48 on 2/2 seeds), though
+  # within the unpaired seed noise at r = 16.
+  names = ["s2_fidelity", "s4_shift0.25", "s4_shift0.5", "s4_heterogeneity0.5"]
+  ev = F.fedlrgd_s4_shift(ScriptContext(tmp_path, {n: scaled(f, GOOD_ERR) for n, f in zip(names, (1, 2, 3, 1))}))
+  d = ev.numbers["paired log10 error server_shift=0.5 minus i.i.d. r=16 (same draws per seed)"]
+  assert d.mean == pytest.approx(math.log10(3)) and d.std == pytest.approx(0.0, abs=1e-12)
+  assert "server_shift=0.5 above i.i.d.: r = 8: 2/2 seeds, mean 0.48 +- 0.00" in ev.why

@@ -147,6 +147,9 @@ def fedlrgd_s4_shift(ctx: Context) -> Evidence:
                      + f" ({'holds' if extrapolation[r] else 'fails'}), heterogeneous {settings[het][0][r]:.3g}"
                      for r in S4_RANKS)
   detail += ". " + _log_detail(logs, shifted + [het])
+  if not (grows and inside):
+    detail += (". " + _paired(settings, numbers, shifted[0], shifted[-1]) + ". "
+               + _paired(settings, numbers, het, shifted[-1]))
   if grows and inside:
     return Evidence("reproduced", "the error grows with the shift at r = 8 and 16, and heterogeneous clients "
                     "inside the server's box stay below the largest shift, beyond seed noise: " + detail,
@@ -173,6 +176,8 @@ def fedlrgd_s4_smoothness(ctx: Context) -> Evidence:
   detail = "; ".join(f"r = {r}: " + " > ".join(f"{settings[k][0][r]:.3g}" for k in labels)
                      + f" ({'holds' if falls[r] else 'fails'})" for r in S4_RANKS)
   detail += ". " + _log_detail(logs, labels)
+  if not all(falls.values()):
+    detail += ". " + _paired(settings, numbers, labels[-1], labels[0])
   if all(falls.values()):
     return Evidence("reproduced", "the error falls as eta grows at r = 8 and 16, beyond seed noise: " + detail,
                     numbers, figures)
@@ -181,6 +186,19 @@ def fedlrgd_s4_smoothness(ctx: Context) -> Evidence:
                     numbers, figures)
   return Evidence("not reproduced", "the error does not fall with eta beyond seed noise (twice the larger std "
                   "of log10 error over seeds) at r = 8 or 16: " + detail, numbers, figures)
+
+
+def _paired(settings: dict, numbers: dict, low: str, high: str) -> str:
+  """Diagnostic: seed by seed (a seed's settings share its uniform draws and anchors; a shift or
+  sub-box maps the same draws), log10 error at ``high`` minus at ``low`` per rank of S4_RANKS, into
+  ``numbers``; returns a sentence. The verdict's rule is unpaired; this says whether a gap within
+  the between-seed spread is still there seed by seed."""
+  parts = []
+  for r in S4_RANKS:
+    diff = Stat.of(math.log10(b) - math.log10(a) for a, b in zip(settings[low][1][r], settings[high][1][r]))
+    numbers[f"paired log10 error {high} minus {low} r={r} (same draws per seed)"] = diff
+    parts.append(f"r = {r}: {sum(v > 0 for v in diff.values)}/{diff.n} seeds, mean {diff.mean:.2f} +- {diff.std:.2f}")
+  return f"Paired by seed, {high} above {low}: " + "; ".join(parts)
 
 
 def _log_detail(logs: dict[str, dict[int, Stat]], labels: list[str]) -> str:
