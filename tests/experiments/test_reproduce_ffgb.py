@@ -255,6 +255,7 @@ def test_fig2a_residual_end_gap_within_seed_noise(tmp_path):
   assert F.fig2a_residual(PaperSeeds(tmp_path, runs=runs(0.001))).verdict == "reproduced"
   ev = F.fig2a_residual(PaperSeeds(tmp_path, runs=runs(0.05)))
   assert ev.verdict == "not reproduced" and "beyond seed noise" in ev.why
+  assert ev.numbers["seeds with ffgb above ffgb_nores at the last round"] == 3.0  # paired: above on every seed
 
 
 def test_fig2b_k_sweep_rise_within_seed_noise(tmp_path):
