@@ -280,6 +280,6 @@ def test_fig4_cosine_within_seed_noise(tmp_path):
   assert fz.fig4_cosine(Ctx(tmp_path, runs(0.001), scale="paper")).verdict == "reproduced"
   ev = fz.fig4_cosine(Ctx(tmp_path, runs(0.05), scale="paper"))
   assert ev.verdict == "not reproduced"
-  # Paired diagnostic: FZooS (0.15 .. 0.35 by seed) above the FD baselines' 0.2 on seeds 1-4.
-  assert ev.numbers["seeds with the fzoos cosine above fedzo_fd"] == 4.0
-  assert "FZooS above on 4 of 5 seeds" in ev.why
+  # Paired diagnostic: FZooS (0.15, 0.2, 0.25, 0.3, 0.35 by seed) above the FD baselines' 0.2 on 3 seeds.
+  assert ev.numbers["seeds with the fzoos cosine above fedzo_fd"] == 3.0
+  assert "FZooS above on 3 of 5 seeds" in ev.why
