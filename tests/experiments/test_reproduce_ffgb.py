@@ -191,8 +191,9 @@ class SweepContext(FakeContext):
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.csv"), "w") as f:
       f.write("algorithm,feature_shift,seed,final_objective\n")
-      for alg, eps, value in self.rows:
-        f.write(f"{alg},{eps},0,{value}\n")
+      for alg, eps, value in self.rows:  # value: one seed's, or a tuple of per-seed values
+        values = value if isinstance(value, tuple) else (value,)
+        f.writelines(f"{alg},{eps},{seed},{v}\n" for seed, v in enumerate(values))
     return out
 
 
@@ -268,20 +269,10 @@ def test_fig2b_k_sweep_rise_within_seed_noise(tmp_path):
 
 
 class SeedSweepContext(SweepContext):
-  """Paper scale; each (algorithm, eps) row gives a list of per-seed values."""
+  """Paper scale; each (algorithm, eps) row gives a tuple of per-seed values."""
 
   def pick(self, smoke, paper):
     return paper
-
-  def script(self, name, module, **flags):
-    self.commands.append(f"script {name}")
-    out = os.path.join(self.root, "runs", name)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "results.csv"), "w") as f:
-      f.write("algorithm,feature_shift,seed,final_objective\n")
-      for alg, eps, values in self.rows:
-        f.writelines(f"{alg},{eps},{seed},{v}\n" for seed, v in enumerate(values))
-    return out
 
 
 def test_shift_sweeps_within_seed_noise(tmp_path):
