@@ -282,7 +282,8 @@ def test_shift_sweeps_within_seed_noise(tmp_path):
   def c_rows(spread):
     return [("ffgb_c", e, seeds(0.2 + 0.1 * i, spread)) for i, e in enumerate(eps_c)]
   assert F.ffgb_c_tv(SeedSweepContext(tmp_path, c_rows(0.01))).verdict == "reproduced"
-  assert F.ffgb_c_tv(SeedSweepContext(tmp_path, c_rows(0.2))).verdict == "not reproduced"
+  ev = F.ffgb_c_tv(SeedSweepContext(tmp_path, c_rows(0.2)))
+  assert ev.verdict == "not reproduced" and ev.numbers["seeds with ffgb_c higher at eps=1 than at eps=0"] == 3.0
   def l_rows(spread, printed_spread):
     return ([("ffgb_l", e, seeds(0.01 + 0.01 * i, spread)) for i, e in enumerate(eps_l)]
             + [("ffgb_l-ffgb_l_query=printed", e, seeds(1.0, printed_spread)) for e in eps_l])

@@ -365,7 +365,11 @@ def ffgb_c_tv(ctx: Context) -> Evidence:
          "same uniform pool at every eps, so f* does not move with eps; what moves is each client's "
          "weighting of the oracle's fit")
   stds = [round(Stat.of(finals["ffgb_c"][e]).std, 4) for e in eps]
-  why += f" (seed stds {stds})"
+  # Diagnostic: a seed's runs at every eps share its draws (the sweep's rows, in seed order).
+  above = sum(b > a for a, b in zip(finals["ffgb_c"][eps[0]], finals["ffgb_c"][eps[-1]]))
+  numbers[f"seeds with ffgb_c higher at eps={eps[-1]:g} than at eps={eps[0]:g}"] = float(above)
+  why += (f" (seed stds {stds}; seed by seed eps = {eps[-1]:g} ends higher than eps = {eps[0]:g} on {above} "
+          f"of {len(finals['ffgb_c'][eps[0]])})")
   if end_above:
     return Evidence("partly reproduced", "the largest shift ends above no shift beyond seed noise, not "
                     "monotonically. " + why, numbers, [fig])
