@@ -136,7 +136,7 @@ def fedlrgd_s4_shift(ctx: Context) -> Evidence:
   numbers, figures = _sweep_evidence(ctx, settings, "fedlrgd_s4_shift.png",
                                      "FedLRGD S4: server-client shift and heterogeneity")
   shifted = ["i.i.d."] + [f"server_shift={d:g}" for d in S4_SHIFTS]
-  logs = {k: {r: log10_stat(Stat.of(per_seed[r])) for r in S4_RANKS} for k, (_, per_seed) in settings.items()}
+  logs = _log_stats(settings)
   # Ordered by the median; the smallest-to-largest shift rise beyond seed noise on log10 of the per-seed errors.
   extrapolation = {r: all(settings[a][0][r] < settings[b][0][r] for a, b in zip(shifted, shifted[1:]))
                    and beyond_noise(logs[shifted[-1]][r], logs[shifted[0]][r]) for r in S4_RANKS}
@@ -170,7 +170,7 @@ def fedlrgd_s4_smoothness(ctx: Context) -> Evidence:
   numbers, figures = _sweep_evidence(ctx, settings, "fedlrgd_s4_smoothness.png",
                                      "FedLRGD S4: Hölder features psi_eta (d = 1)")
   labels = list(settings)
-  logs = {k: {r: log10_stat(Stat.of(per_seed[r])) for r in S4_RANKS} for k, (_, per_seed) in settings.items()}
+  logs = _log_stats(settings)
   falls = {r: all(settings[a][0][r] > settings[b][0][r] for a, b in zip(labels, labels[1:]))
            and beyond_noise(logs[labels[0]][r], logs[labels[-1]][r]) for r in S4_RANKS}
   detail = "; ".join(f"r = {r}: " + " > ".join(f"{settings[k][0][r]:.3g}" for k in labels)
@@ -199,6 +199,11 @@ def _paired(settings: dict, numbers: dict, low: str, high: str) -> str:
     numbers[f"paired log10 error {high} minus {low} r={r} (same draws per seed)"] = diff
     parts.append(f"r = {r}: {sum(v > 0 for v in diff.values)}/{diff.n} seeds, mean {diff.mean:.2f} +- {diff.std:.2f}")
   return f"Paired by seed, {high} above {low}: " + "; ".join(parts)
+
+
+def _log_stats(settings: dict) -> dict[str, dict[int, Stat]]:
+  """``{setting: {r: Stat of log10 of the per-seed errors}}`` at each of S4_RANKS (the noise rule's scale)."""
+  return {k: {r: log10_stat(Stat.of(per_seed[r])) for r in S4_RANKS} for k, (_, per_seed) in settings.items()}
 
 
 def _log_detail(logs: dict[str, dict[int, Stat]], labels: list[str]) -> str:
