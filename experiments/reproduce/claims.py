@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import os
 import re
@@ -254,6 +255,17 @@ class Context:
     labels = sorted((d for d in os.listdir(out) if os.path.exists(os.path.join(out, d, "metrics.jsonl"))),
                     key=natural)
     return {label: results.read_metrics(os.path.join(out, label, "metrics.jsonl")) for label in labels}
+
+  def algorithm_config(self, name: str, label: str) -> dict:
+    """The resolved settings of algorithm ``label`` in the finished run ``name``: its entry of
+    ``root/runs/name/config.json``'s ``algorithms`` (e.g. ``{"lr": 0.001, "local_steps": 5, ...}``),
+    so a claim quotes the values its runs used rather than restating them.
+
+    Raises:
+      FileNotFoundError: no such run; KeyError: no such label in it.
+    """
+    with open(os.path.join(self.root, "runs", name, "config.json")) as f:
+      return json.load(f)["algorithms"][label]
 
   def script(self, name: str, module: str, **flags) -> str:
     """Runs ``python -m module --KEY=VALUE ... --output_dir=root/runs/name`` once (unless finished).

@@ -140,10 +140,19 @@ class DZOPAState(NamedTuple):
   v: jax.Array
 
 
-def resolve_local_steps(local_steps: int | None, variant: str, paper: int, code: int) -> int:
-  """``local_steps`` or, when None, the variant's default."""
+DEFAULT_LOCAL_STEPS = {"paper": 1, "code": 5}
+"""Estimates per iteration when ``local_steps`` is None: one for the paper form (Yi et al.), the
+code's ``--local_ep=5`` for ``code`` (run_DZOPA.sh) [code]."""
+
+
+def resolve_local_steps(local_steps: int | None, variant: str) -> int:
+  """``local_steps`` or, when None, the variant's default (:data:`DEFAULT_LOCAL_STEPS`).
+
+  >>> resolve_local_steps(None, "code"), resolve_local_steps(None, "paper"), resolve_local_steps(3, "code")
+  (5, 1, 3)
+  """
   if local_steps is None:
-    return code if variant == "code" else paper
+    return DEFAULT_LOCAL_STEPS["code" if variant == "code" else "paper"]
   return int(local_steps)
 
 
@@ -238,7 +247,7 @@ def make_dzopa(task: Task, cfg: DZOPAConfig, name: str = "dzopa") -> FederatedAl
     ConfigError: unknown variant or direction, non-positive counts.
   """
   n = task.num_clients
-  h = resolve_local_steps(cfg.local_steps, cfg.variant, paper=1, code=5)
+  h = resolve_local_steps(cfg.local_steps, cfg.variant)
   validate(cfg.variant, cfg.direction, h, cfg.batch_size, cfg.fd_directions)
   d = task.dim
   unravel = flat_solution(task)

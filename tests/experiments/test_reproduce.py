@@ -51,9 +51,9 @@ def test_junit_results_and_node_matching(tmp_path):
 class FakeContext:
   """A Context whose runs and tests are given, not executed."""
 
-  def __init__(self, root, runs=None, tests=None):
+  def __init__(self, root, runs=None, tests=None, configs=None):
     self.root, self.scale, self.batch_tests, self.commands = str(root), "smoke", (), []
-    self._runs, self._tests = runs or {}, tests or {}
+    self._runs, self._tests, self._configs = runs or {}, tests or {}, configs or {}
 
   def pick(self, smoke, paper):
     return smoke
@@ -68,6 +68,10 @@ class FakeContext:
   def pytest(self, *node_ids):
     self.commands.append("pytest " + " ".join(node_ids))
     return self._tests
+
+  def algorithm_config(self, name, label):
+    """``configs[label]``: the settings every run gives algorithm ``label``."""
+    return self._configs[label]
 
 
 def _fake_launch_factory(active, peak, lock):
@@ -146,7 +150,9 @@ def test_fedzo_fig1a_criteria(tmp_path, finals, h_verdict, base_verdict):
   assert ev.verdict == h_verdict
   assert ev.numbers["final loss dzopa"].mean == finals[4]
   assert os.path.exists(tmp_path / ev.figures[0])
-  assert fedzo_claims.fedzo_fig1a_baselines(FakeContext(tmp_path, runs=runs)).verdict == base_verdict
+  configs = {"dzopa": {"lr": 5e-3, "local_steps": None, "variant": "paper"},
+             fedzo_claims.H_LABELS[0]: {"lr": 1e-3, "local_steps": 5}}
+  assert fedzo_claims.fedzo_fig1a_baselines(FakeContext(tmp_path, runs=runs, configs=configs)).verdict == base_verdict
 
 
 def test_every_claim_is_well_formed():
@@ -218,6 +224,19 @@ def test_a_reevaluated_claim_still_reports_what_its_runs_took(tmp_path, monkeypa
   again = json.loads((tmp_path / "toy" / "claims.json").read_text())["claims"][0]
   assert again["run_seconds"] == first["run_seconds"] and again["seconds"] < 0.5
   assert f"its runs took {first['run_seconds']} s" in (tmp_path / "toy" / "report.md").read_text()
+
+
+def test_algorithm_config_reads_the_settings_a_run_used(tmp_path):
+  # What a claim quotes about its runs (a step size, a count) comes from their config.json.
+  run = tmp_path / "runs" / "r_s0"
+  run.mkdir(parents=True)
+  (run / "config.json").write_text(json.dumps({"algorithms": {"dzopa": {"lr": 0.005, "local_steps": None}}}))
+  ctx = C.Context(str(tmp_path), "smoke", log=lambda _: None)
+  assert ctx.algorithm_config("r_s0", "dzopa") == {"lr": 0.005, "local_steps": None}
+  with pytest.raises(KeyError):
+    ctx.algorithm_config("r_s0", "fedzo")
+  with pytest.raises(FileNotFoundError):
+    ctx.algorithm_config("r_s1", "dzopa")
 
 
 def test_cli_rejects_an_unknown_claim(tmp_path):

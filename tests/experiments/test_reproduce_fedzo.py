@@ -23,6 +23,12 @@ class Ctx(FakeContext):
   def pick(self, smoke, paper):
     return smoke if self.scale == "smoke" else paper
 
+  def algorithm_config(self, name, label):
+    # Fig. 1(a)'s settings: FedZO's eta = 1e-3 (flagfile), DZOPA's paper form at its eta = 5e-3.
+    if label == "dzopa":
+      return {"lr": 5e-3, "local_steps": None, "variant": "paper"}
+    return {"lr": 1e-3, "local_steps": int(label.rsplit("=", 1)[1])}
+
   def _execute(self, argv, marker):
     result = next(a.split("=", 1)[1] for a in argv if a.startswith("--result="))
     os.makedirs(os.path.dirname(result), exist_ok=True)
@@ -350,6 +356,17 @@ def test_fig1a_gaps_within_seed_noise_are_not_effects(tmp_path):
   # Ordered but H = 10 -> 20 within noise is still an ordering; H = 50 above H = 20: partly.
   part = [[v + d for v in (6.0, 5.0, 3.0, 3.5, 6.5, 6.6)] for d in (-0.01, 0.0, 0.01)]
   assert F.fedzo_fig1a_h(Ctx(tmp_path, runs=_fig1a_seeds(part))).verdict == "partly reproduced"
+
+
+def test_fig1a_baselines_reports_dzopa_against_fedzo_h5_paired_by_seed(tmp_path):
+  # DZOPA ends 0.1, 0.2, 0.3 above FedZO H = 5 on seeds 0, 1, 2: the paired gap is 0.2 +- 0.1,
+  # whatever the (large) spread of the seeds themselves; the why quotes the runs' step sizes.
+  finals = [[3.0 + s, 2.0, 1.5, 1.0, 3.0 + s + 0.1 * (s + 1), 5.0 + s] for s in (0.0, 1.0, 2.0)]
+  ev = F.fedzo_fig1a_baselines(Ctx(tmp_path, runs=_fig1a_seeds(finals)))
+  gap = ev.numbers["paired final-loss gap dzopa minus fedzo-local_steps=5, per seed"]
+  assert gap.n == 3 and gap.mean == pytest.approx(0.2) and gap.std == pytest.approx(0.1)
+  assert "eta = 0.005 is 5 x FedZO's 0.001 with 1 estimate(s) per iteration" in ev.why
+  assert "FedZO's 5 local steps" in ev.why
 
 
 def test_fig2_accuracy_needs_h50_above_the_baselines_beyond_noise(tmp_path):
