@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from experiments.reproduce.claims import Stat
 from experiments.reproduce.papers import fzoos as fz
 from tests.experiments.test_reproduce import FakeContext
 
@@ -211,22 +212,36 @@ def test_attack_and_metric(tmp_path, finals, verdict):
   assert fz.metric(Ctx(tmp_path, {"metric_s0": run})).verdict == verdict
 
 
+S = Stat.of
+
+
 @pytest.mark.parametrize("beats,r,verdict", [
     (True, (50, 30, 20), "reproduced"),            # T helps, by 2.5x < 4x
     (True, (50, 30, 10), "partly reproduced"),     # T helps by 5x: more than T grows
     (True, (50, 60, 20), "partly reproduced"),     # the middle T needs more rounds: T does not help
     (False, (50, 30, 20), "partly reproduced"),
     (False, (50, 50, 50), "not reproduced"),       # no gain at all
-    (False, (20, 30, float("inf")), "not reproduced")])
-def test_fig5_verdict(beats, r, verdict):
-  assert fz.fig5_verdict(beats, *r, 4.0)[0] == verdict
+    (False, (20, 30, 51), "not reproduced")])      # T = 20 never there (censored at 51)
+def test_fig5_verdict_on_one_seed(beats, r, verdict):
+  assert fz.fig5_verdict(beats, [S([x]) for x in r], S([r[0] / r[-1]]), 4.0)[0] == verdict
 
 
-def test_rounds_to_reads_the_mean_over_seeds():
-  runs = [{"fzoos": _h([3.0, 2.0, 1.0])}, {"fzoos": _h([3.0, 1.0, 0.5])}]  # means 3, 1.5, 0.75
-  assert fz.rounds_to(runs, "fzoos", 1.5) == 1.0
-  assert fz.rounds_to(runs, "fzoos", 1.4) == 2.0
-  assert fz.rounds_to(runs, "fzoos", 0.5) == float("inf")
+def test_fig5_verdict_counts_only_gains_beyond_seed_noise():
+  # Rounds 50 -> 30 -> 20 on average, but the seeds spread by +-15 (std 15): the gap 30 is not
+  # beyond twice the largest std, so T does not help beyond noise.
+  noisy = [S([35, 50, 65]), S([20, 30, 40]), S([5, 20, 35])]
+  assert fz.fig5_verdict(True, noisy, S([2.5, 2.5, 2.5]), 4.0)[0] == "partly reproduced"
+  tight = [S([49, 50, 51]), S([29, 30, 31]), S([19, 20, 21])]
+  assert fz.fig5_verdict(True, tight, S([2.4, 2.5, 2.6]), 4.0)[0] == "reproduced"
+  # The gain's mean 3.0 is below 4, but with a seed std of 1 not beyond twice it.
+  assert fz.fig5_verdict(True, tight, S([2.0, 3.0, 4.0]), 4.0)[0] == "partly reproduced"
+
+
+def test_seed_rounds_to_times_each_seed_to_its_own_target():
+  runs = [{"fzoos": _h([3.0, 2.0, 1.0])}, {"fzoos": _h([3.0, 1.0, 0.5])}]
+  assert fz.seed_rounds_to(runs, "fzoos", [2.0, 2.0]) == ([1.0, 1.0], 0)
+  assert fz.seed_rounds_to(runs, "fzoos", [1.0, 0.5]) == ([2.0, 2.0], 0)
+  assert fz.seed_rounds_to(runs, "fzoos", [0.9, 1.0]) == ([3.0, 1.0], 1)  # seed 0 never: last round + 1
 
 
 def _fig5_runs(t20=(3.0, 0.9, 0.5), fd=(2.0, 2.0, 2.0, 2.0)):
@@ -238,13 +253,22 @@ def _fig5_runs(t20=(3.0, 0.9, 0.5), fd=(2.0, 2.0, 2.0, 2.0)):
 
 
 def test_fig5_t_reads_every_t_and_judges_the_rounds(tmp_path):
-  ev = fz.fig5_t(Ctx(tmp_path, _fig5_runs()))
-  assert ev.verdict == "reproduced", ev.why
-  assert ev.numbers["FZooS rounds to F <= 1 (T=5's final) at T=20"] == 1.0
+  ev = fz.fig5_t(Ctx(tmp_path, _fig5_runs(t20=(3.0, 0.9, 0.5))))
+  # T = 5 reaches its final 1.0 at round 2, T = 10 and T = 20 at round 1: 2 / 1 / 1 is not strictly
+  # falling, so T does not help; FZooS beats the FD baselines.
+  assert ev.verdict == "partly reproduced", ev.why
+  assert ev.numbers["FZooS rounds to each seed's T=5 final F at T=20"].mean == 1.0
   assert ev.numbers["T=10 F(x_R) fzoos"].mean == 0.8 and ev.numbers["T=20 F(x_R) scaffold_zo2"].mean == 2.0
   assert os.path.exists(tmp_path / ev.figures[0])
-  # T = 20 needs as many rounds as T = 5: T does not help (FZooS still beats the FD baselines).
-  assert fz.fig5_t(Ctx(tmp_path, _fig5_runs(t20=(3.0, 2.5, 1.0)))).verdict == "partly reproduced"
+  # Longer curves: T = 5 gets to its final 1.0 at round 6, T = 10 (Fig. 1's run) at 3, T = 20 at 1:
+  # T helps, but by 6x, more than T's 4x.
+  runs = _fig5_runs()
+  runs["fig5_T5_s0"]["fzoos"] = _h([3.0, 2.8, 2.6, 2.4, 2.2, 1.8, 1.0], 100)
+  runs["fig1_paper_C5_s0"]["fzoos"] = _h([3.0, 2.0, 1.5, 0.8], 100)
+  ev = fz.fig5_t(Ctx(tmp_path, runs))
+  assert ev.verdict == "partly reproduced" and ev.numbers["per-seed gain: rounds at T=5 / at T=20"].mean == 6.0
+  runs["fig5_T20_s0"]["fzoos"] = _h([3.0, 2.0, 0.9], 100)  # there at round 2: 6 / 3 / 2, a 3x gain
+  assert fz.fig5_t(Ctx(tmp_path, runs)).verdict == "reproduced"
   # An FD baseline ends below FZooS (at every T), and T does not help: nothing holds.
   ev = fz.fig5_t(Ctx(tmp_path, _fig5_runs(t20=(3.0, 2.5, 1.0), fd=(2.0, 0.2, 2.0, 2.0))))
   assert ev.verdict == "not reproduced"
