@@ -294,13 +294,19 @@ def test_rate_trend_at_paper_scale_adds_the_fixed_step_diagnostic(tmp_path):
   assert "Diagnostic, one eta and mu for every entry" in ev.why
 
 
-def _penalty_runs(floors, scale="smoke", name="fedzo_penalty"):
-  """The seeds' runs whose ||grad F||^2 ends at floors[(M, H)]."""
+def _penalty_runs(floors, scale="smoke", name="fedzo_penalty", spread=0.0):
+  """The seeds' runs whose ||grad F||^2 ends at floors[(M, H)]; at M < N seed s adds
+  (s - mean seed) x ``spread`` (paired gaps spread by seed; M = N stays put)."""
   rounds, seeds = (40, 1) if scale == "smoke" else (200, 10)
-  run = {F.penalty_entry(m, h, rounds).replace(":", "-"): [{"round": 0, "grad_norm": 2.0},
-                                                           {"round": rounds, "grad_norm": v ** 0.5}]
-         for (m, h), v in floors.items()}
-  return {f"{name}_s{s}": run for s in range(seeds)}
+  out = {}
+  for s in range(seeds):
+    shift = (s - (seeds - 1) / 2) * spread
+    out[f"{name}_s{s}"] = {
+        F.penalty_entry(m, h, rounds).replace(":", "-"): [
+            {"round": 0, "grad_norm": 2.0},
+            {"round": rounds, "grad_norm": (v + (shift if m < max(F.PENALTY_M) else 0.0)) ** 0.5}]
+        for (m, h), v in floors.items()}
+  return out
 
 
 def test_penalty_entry_changes_only_h_and_m_at_one_step_size():
@@ -318,7 +324,7 @@ def test_sampling_penalty_criterion_at_smoke(tmp_path, gaps, verdict):
   floors = {(50, 1): 1e-3, (50, 5): 1e-3, (10, 1): 1e-3 + gaps[0], (10, 5): 1e-3 + gaps[1]}
   ev = F.fedzo_sampling_penalty(Ctx(tmp_path, runs=_penalty_runs(floors), scale="smoke"))
   assert ev.verdict == verdict
-  assert ev.numbers["M=10 minus M=50, H=5"] == pytest.approx(gaps[1])
+  assert ev.numbers["M=10 minus M=50 per seed, H=5"].mean == pytest.approx(gaps[1])
 
 
 def test_sampling_penalty_at_paper_scale_is_partly_when_not_monotone_and_runs_the_iid_ablation(tmp_path):
@@ -328,8 +334,22 @@ def test_sampling_penalty_at_paper_scale_is_partly_when_not_monotone_and_runs_th
   runs = {**_penalty_runs(het, "paper"), **_penalty_runs(iid, "paper", "fedzo_penalty_iid")}
   ev = F.fedzo_sampling_penalty(Ctx(tmp_path, runs=runs, scale="paper"))
   assert ev.verdict == "partly reproduced"
-  assert ev.numbers["i.i.d. clients: M=10 minus M=50, H=10"] == 0.0
+  assert ev.numbers["i.i.d. clients: M=10 minus M=50 per seed, H=10"].mean == 0.0
   assert "Ablation with identically distributed clients" in ev.why
+
+
+def test_sampling_penalty_counts_a_growing_gap_only_beyond_seed_noise(tmp_path):
+  # Gaps 1e-4, 2e-4, 3e-4, 4e-4 grow with H; the 10 seeds' paired gaps spread by std ~3e-5 (spread
+  # 1e-5 per seed): 3e-4 > 2 x 3e-5, reproduced. Spread 1e-4 per seed (std ~3e-4): the rise is
+  # within noise and so is the largest-minus-smallest H: not reproduced.
+  hs = F.PENALTY_H
+  floors = {(50, h): 1e-2 for h in hs} | {(10, h): 1e-2 + g for h, g in zip(hs, (1e-4, 2e-4, 3e-4, 4e-4))}
+  for spread, verdict in ((1e-5, "reproduced"), (1e-4, "not reproduced")):
+    runs = {**_penalty_runs(floors, "paper", spread=spread),
+            **_penalty_runs(floors, "paper", "fedzo_penalty_iid", spread=spread)}
+    ev = F.fedzo_sampling_penalty(Ctx(tmp_path, runs=runs, scale="paper"))
+    assert ev.verdict == verdict, ev.why
+    assert ev.numbers["M=10 minus M=50 per seed, H=10"].n == 10
 
 
 def _fig1a_seeds(finals_by_seed, acc_by_seed=None):

@@ -19,6 +19,7 @@ from experiments.reproduce.claims import (
   Stat,
   beyond_noise,
   curves,
+  falls_beyond_noise,
   final,
   ordered_gap,
   over_seeds,
@@ -422,40 +423,49 @@ def penalty_entry(m: int, h: int, rounds: int) -> str:
       "fedzo:", f"fedzo:local_steps={h}:", 1)
 
 
+def _seed_min_sq_grad(run: dict[str, list[dict]], label: str) -> float:
+  """One seed's min over evaluated rounds of ||grad F(x^t)||^2."""
+  return min(r["grad_norm"] ** 2 for r in run[label] if r.get("grad_norm") is not None)
+
+
 def _penalty_gaps(ctx: Context, name: str, hs, rounds: int, heterogeneity: float) -> tuple[dict, dict]:
-  """({(M, H): min_t mean ||grad F||^2}, {H: its M = 10 minus M = N value}) over the seeds."""
+  """({(M, H): min_t mean ||grad F||^2 (the seed-mean curve)}, {H: Stat over seeds of that seed's
+  min_t ||grad F||^2 at M = 10 minus at M = N}); one run per seed holds every (M, H)."""
   entries = {(m, h): penalty_entry(m, h, rounds) for m in PENALTY_M for h in hs}
   runs = ctx.runs([(f"{name}_s{s}", "fedzo_rate_trend.cfg",
                     dict(seed=s, algorithm=list(entries.values()), rounds=rounds, data_heterogeneity=heterogeneity))
                    for s in ctx.pick((0,), tuple(range(10)))])
-  best = {k: min_mean_sq_grad(runs, e.replace(":", "-")) for k, e in entries.items()}
-  return best, {h: best[(PENALTY_M[0], h)] - best[(PENALTY_M[1], h)] for h in hs}
+  label = {k: e.replace(":", "-") for k, e in entries.items()}
+  best = {k: min_mean_sq_grad(runs, lab) for k, lab in label.items()}
+  gap = {h: Stat.of(_seed_min_sq_grad(r, label[(PENALTY_M[0], h)]) - _seed_min_sq_grad(r, label[(PENALTY_M[1], h)])
+                    for r in runs) for h in hs}
+  return best, gap
 
 
 def fedzo_sampling_penalty(ctx: Context) -> Evidence:
   rounds, hs = ctx.pick(40, 200), ctx.pick((1, 5), PENALTY_H)
   best, gap = _penalty_gaps(ctx, "fedzo_penalty", hs, rounds, 0.5)
   numbers: dict = {f"min_t mean ||grad F||^2, M={m} H={h}": v for (m, h), v in best.items()}
-  numbers.update({f"M=10 minus M=50, H={h}": g for h, g in gap.items()})
-  gaps = [gap[h] for h in hs]
-  growing = all(a < b for a, b in zip(gaps, gaps[1:]))
-  said = "; ".join(f"H = {h}: {gap[h]:.3g}" for h in hs)
-  if growing:
-    verdict, why = "reproduced", "the M = 10 minus M = N gap grows with every increase of H: " + said
-  elif gaps[-1] > gaps[0]:
-    verdict, why = "partly reproduced", "the gap is larger at the largest H than at the smallest, not monotone: " + said
+  numbers.update({f"M=10 minus M=50 per seed, H={h}": g for h, g in gap.items()})
+  rising = [gap[h] for h in reversed(hs)]  # a gap growing with H falls along reversed H
+  said = "; ".join(f"H = {h}: {gap[h].mean:.3g} ± {gap[h].std:.2g}" for h in hs)
+  if falls_beyond_noise(rising):
+    verdict, why = "reproduced", "the M = 10 minus M = N gap grows with every increase of H, beyond seed noise: " + said
+  elif beyond_noise(gap[hs[-1]], gap[hs[0]]):
+    verdict, why = "partly reproduced", ("the gap is larger at the largest H than at the smallest beyond seed noise, "
+                                         "not growing at every step: " + said)
   else:
-    verdict, why = "not reproduced", "the gap does not grow with H: " + said
+    verdict, why = "not reproduced", "the gap does not grow with H beyond seed noise: " + said
   if ctx.scale == "paper":
     # Ablation: identically distributed clients (data_heterogeneity = 0). Their empirical losses
     # still differ (40 samples in d = 100), so sigma_h is smaller, not zero; what the gap keeps
     # there is not the box heterogeneity's.
     _, iid = _penalty_gaps(ctx, "fedzo_penalty_iid", hs, rounds, 0.0)
-    numbers.update({f"i.i.d. clients: M=10 minus M=50, H={h}": g for h, g in iid.items()})
+    numbers.update({f"i.i.d. clients: M=10 minus M=50 per seed, H={h}": g for h, g in iid.items()})
     why += (". Ablation with identically distributed clients (data_heterogeneity = 0; 40 samples in "
             f"d = {RATE_TASK['d']} still leave their empirical losses different): " + "; ".join(
-                f"H = {h}: {iid[h]:.3g}" for h in hs) + ". Theorem 2's other variance term, eta 32 L "
-            "sigma~^2 / M, separates M = 10 from M = N at every H")
+                f"H = {h}: {iid[h].mean:.3g} ± {iid[h].std:.2g}" for h in hs) + ". Theorem 2's other variance "
+            "term, eta 32 L sigma~^2 / M, separates M = 10 from M = N at every H")
   return Evidence(verdict, why, numbers=numbers)
 
 
@@ -720,9 +730,11 @@ CLAIMS = [
           "eta 36 H L sigma_h^2 / M, which grows with H (absent at M = N).",
           "seed 001 Theorem 2; specs/fedzo.md §4 item 6, §7.10",
           "fedzo_rate_trend.cfg at one eta, mu (Corollary 2's at M = 10, b2 = 20), H = 1, 2, 5, 10, T = 200, "
-          "10 seeds (smoke: H = 1, 5, T = 40, 1 seed): gap(H) = min_t mean ||grad F||^2 at M = 10 minus at "
-          "M = N = 50; reproduced: gap strictly increasing in H; partly: larger at the largest H than at the "
-          "smallest; not reproduced: otherwise. Paper scale adds the identically-distributed-clients ablation",
+          "10 seeds (smoke: H = 1, 5, T = 40, 1 seed): gap(H) = each seed's min_t ||grad F||^2 at M = 10 minus "
+          "at M = N = 50 (the same seed's data and draws); reproduced: the mean gap strictly increasing in H "
+          "and its largest-minus-smallest-H rise beyond twice the largest seed std; partly: larger at the "
+          "largest H than at the smallest beyond twice the larger seed std; not reproduced: otherwise. Paper "
+          "scale adds the identically-distributed-clients ablation",
           fedzo_sampling_penalty),
     Claim("fedzo.aircomp_noise", "The AirComp channel noise slows FedZO beyond seed noise at the paper's "
           "SNRs (the cause of Fig. 1(c)'s ordering).", "seed 001 Fig. 1(c), Thm. 3; issue 14 (known item)",
