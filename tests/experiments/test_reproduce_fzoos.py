@@ -212,6 +212,36 @@ def test_attack_and_metric(tmp_path, finals, verdict):
   assert fz.metric(Ctx(tmp_path, {"metric_s0": run})).verdict == verdict
 
 
+def _attack_targets(series):
+  """Paper-scale attack runs: target t's objective per round for each method (success when < 0)."""
+  out = {}
+  for t in range(15):
+    out[f"attack_t{t}"] = {lab: [{"round": 5 * r, "queries": 100 * r, "objective": v, "success_rate": float(v < 0)}
+                                 for r, v in enumerate(vals(t))] for lab, vals in series.items()}
+  return out
+
+
+def test_attack_success_compares_the_success_rate_over_the_15_targets(tmp_path):
+  # FZooS succeeds on targets 0-9 at round 5; fedzo_fd on 0-9 too but at round 10; scaffold_zo2 on
+  # 0-10 (11 targets) at round 10. FZooS's 10/15 is level with fedzo_fd's and below scaffold_zo2's.
+  series = {"fzoos": lambda t: (1.0, -1.0 if t < 10 else 0.5, -1.0 if t < 10 else 0.5),
+            "fedzo_fd": lambda t: (1.0, 0.5, -1.0 if t < 10 else 0.5),
+            "scaffold_zo2": lambda t: (1.0, 0.5, -1.0 if t < 11 else 0.5)}
+  ctx = Ctx(tmp_path, _attack_targets(series), scale="paper")
+  ev = fz.attack_success(ctx)
+  assert ev.verdict == "partly reproduced", ev.why
+  assert ev.numbers["success rate at R fzoos (mean over targets)"].mean == pytest.approx(10 / 15)
+  assert ev.numbers["success rate at R fzoos (mean over targets)"].n == 15
+  # Never attacked targets count as the last round + 1 (11): (10 x 5 + 5 x 11) / 15 = 7.
+  assert ev.numbers["round of first success fzoos (never: last + 1)"].mean == pytest.approx(7.0)
+  assert ev.numbers["targets never attacked fedzo_fd"] == 5
+  assert len(ev.figures) == 2 and all(os.path.exists(tmp_path / f) for f in ev.figures)
+  series["fzoos"] = lambda t: (1.0, -1.0, -1.0 if t < 12 else 0.5)  # 12/15: at least every baseline's
+  assert fz.attack_success(Ctx(tmp_path, _attack_targets(series), scale="paper")).verdict == "reproduced"
+  series["fzoos"] = lambda t: (1.0, -1.0, -1.0 if t < 9 else 0.5)  # 9/15: below both
+  assert fz.attack_success(Ctx(tmp_path, _attack_targets(series), scale="paper")).verdict == "not reproduced"
+
+
 S = Stat.of
 
 
