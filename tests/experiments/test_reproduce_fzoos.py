@@ -212,6 +212,17 @@ def test_attack_and_metric(tmp_path, finals, verdict):
   assert fz.metric(Ctx(tmp_path, {"metric_s0": run})).verdict == verdict
 
 
+def test_attack_compares_at_fzoos_queries_too(tmp_path):
+  # FedZO ends lower (0.5 against 1.0) but spends 200 queries a round to FZooS's 100: within
+  # FZooS's 100 queries its best is its start, 4.0. The verdict reads the finals; the why says both.
+  run = {"fzoos": _h([4.0, 1.0], 100, success_rate=0.0), "fedzo_fd": _h([4.0, 0.5], 200, success_rate=0.0)}
+  ev = fz.attack(Ctx(tmp_path, {"attack_t0": run}))
+  assert ev.verdict == "not reproduced"
+  assert ev.numbers["best objective within 100 queries fedzo_fd"].mean == 4.0
+  assert ev.numbers["best objective within 100 queries fzoos"].mean == 1.0
+  assert "At FZooS's own total queries (100) its best objective 1 is below fedzo_fd beyond noise" in ev.why
+
+
 def _attack_targets(series):
   """Paper-scale attack runs: target t's objective per round for each method (success when < 0)."""
   out = {}
