@@ -31,13 +31,13 @@ from fedsim.algorithms.dzopa import resolve_local_steps
 TITLE = "FedZO (seed 001): federated zeroth-order optimisation with AirComp"
 
 
-def _fig1a_names(ctx: Context) -> list[str]:
-  return [f"fedzo_fig1a_s{s}" for s in ctx.pick((0,), (0, 1, 2))]
+FIG1A_RUN = "fedzo_fig1a_s{}"  # one run per seed (every algorithm of the flagfile)
 
 
 def _fig1a(ctx: Context) -> list[dict[str, list[dict]]]:
-  return ctx.runs([(name, "fedzo_fig1a_attack_H.cfg", dict(seed=int(name.rsplit("_s", 1)[1]), rounds=ctx.pick(1, 300),
-                                                           eval_every=ctx.pick(1, 10))) for name in _fig1a_names(ctx)])
+  return ctx.runs([(FIG1A_RUN.format(s), "fedzo_fig1a_attack_H.cfg",
+                    dict(seed=s, rounds=ctx.pick(1, 300), eval_every=ctx.pick(1, 10)))
+                   for s in ctx.pick((0,), (0, 1, 2))])
 
 
 H_LABELS = ("fedzo-local_steps=5", "fedzo-local_steps=10", "fedzo-local_steps=20", "fedzo-local_steps=50")
@@ -78,7 +78,7 @@ def fedzo_fig1a_baselines(ctx: Context) -> Evidence:
   # steps; the paired per-seed gap shows how close the two end.
   paired = Stat.of(final(r["dzopa"], "objective") - final(r[H_LABELS[0]], "objective") for r in runs)
   numbers[f"paired final-loss gap dzopa minus {H_LABELS[0]}, per seed"] = paired
-  dzopa, fedzo = (ctx.algorithm_config(_fig1a_names(ctx)[0], k) for k in ("dzopa", H_LABELS[0]))
+  dzopa, fedzo = (ctx.algorithm_config(FIG1A_RUN.format(0), k) for k in ("dzopa", H_LABELS[0]))
   estimates = resolve_local_steps(dzopa["local_steps"], dzopa["variant"])
   why += (f". DZOPA's step eta = {dzopa['lr']:g} is {dzopa['lr'] / fedzo['lr']:g} x FedZO's {fedzo['lr']:g} "
           f"with {estimates} estimate(s) per iteration, so one DZOPA round moves about as far as FedZO's "
