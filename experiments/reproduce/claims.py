@@ -264,8 +264,20 @@ class Context:
     Raises:
       FileNotFoundError: no such run; KeyError: no such label in it.
     """
+    return self._config(name)["algorithms"][label]
+
+  def run_flags(self, name: str) -> dict:
+    """The flags of the finished run ``name`` (its ``config.json``'s ``flags``: flagfile, overrides and
+    defaults resolved), so a diagnostic rebuilds the run's task from what the run used.
+
+    Raises:
+      FileNotFoundError: no such run.
+    """
+    return self._config(name)["flags"]
+
+  def _config(self, name: str) -> dict:
     with open(os.path.join(self.root, "runs", name, "config.json")) as f:
-      return json.load(f)["algorithms"][label]
+      return json.load(f)
 
   def script(self, name: str, module: str, **flags) -> str:
     """Runs ``python -m module --KEY=VALUE ... --output_dir=root/runs/name`` once (unless finished).

@@ -23,17 +23,27 @@ def _h(values, per=100, **extra):
 class Ctx(FakeContext):
   """FakeContext with ``script`` (the drift diagnostic) and a scale."""
 
-  def __init__(self, root, runs=None, drift=200.0, scale="smoke"):
-    super().__init__(root, runs=runs)
-    self.scale, self._drift = scale, drift
+  def __init__(self, root, runs=None, drift=200.0, scale="smoke", zeros=None):
+    super().__init__(root, runs=runs, configs={"fedzo_fd": {"smoothing": 0.01, "fd_directions": 20,
+                                                            "direction": "orthogonal"}},
+                     flags={"seed": 0, "portion": 0.3, "data_dir": None})
+    self.scale, self._drift, self.script_flags = scale, drift, {}
+    self._zeros = zeros or {0.01: 1.0, 0.1: 1.0, 1.0: 0.9}  # lambda -> share of zero differences
 
   def pick(self, smoke, paper):
     return smoke if self.scale == "smoke" else paper
 
   def script(self, name, module, **flags):
     self.commands.append(f"script {module}")
+    self.script_flags[module] = flags
     out = os.path.join(self.root, "runs", name)
     os.makedirs(out, exist_ok=True)
+    if module == "experiments.fzoos.fd_resolution":
+      rows = [{"seed": s, "smoothing": float(str(lam)), "zero_fraction": self._zeros[lam]}
+              for s in flags["seeds"] for lam in flags["smoothing"]]
+      with open(os.path.join(out, "fd_resolution.json"), "w") as f:
+        json.dump({"rows": rows}, f)
+      return out
     rows = [{"heterogeneity": float(c), "seed": 0, "drift": self._drift * (float(c) / 50.0) ** 2}
             for c in flags["heterogeneity"]]
     with open(os.path.join(out, "drift.json"), "w") as f:
@@ -221,6 +231,35 @@ def test_attack_compares_at_fzoos_queries_too(tmp_path):
   assert ev.numbers["best objective within 100 queries fedzo_fd"].mean == 4.0
   assert ev.numbers["best objective within 100 queries fzoos"].mean == 1.0
   assert "At FZooS's own total queries (100) its best objective 1 is below fedzo_fd beyond noise" in ev.why
+
+
+def test_metric_reports_why_the_fd_baselines_stay_at_their_start(tmp_path):
+  # fedzo_fd never moves; scaffold_zo2 moves on the one seed. The diagnostic rebuilds the runs' task
+  # (their flags, None left out) at the runs' lambda and 10x, 100x it, with the baselines' Q and law.
+  run = {"fzoos": _h([4.0, 3.0]), "fedzo_fd": _h([4.0, 4.0]), "scaffold_zo2": _h([4.0, 3.5])}
+  ctx = Ctx(tmp_path, {"metric_s0": run})
+  ev = fz.metric(ctx)
+  assert ev.numbers["seeds on which fedzo_fd ends exactly at F(x_0)"] == 1
+  assert ev.numbers["seeds on which scaffold_zo2 ends exactly at F(x_0)"] == 0
+  assert ev.numbers["share of FD differences exactly 0 at x_0, lambda=0.01"].mean == 1.0
+  assert ev.numbers["share of FD differences exactly 0 at x_0, lambda=1"].mean == 0.9
+  sent = ctx.script_flags["experiments.fzoos.fd_resolution"]
+  assert sent == {"seeds": [0], "smoothing": [0.01, 0.1, 1.0], "fd_directions": 20, "direction": "orthogonal",
+                  "portion": 0.3}
+  assert "fedzo_fd 1, scaffold_zo2 0 of 1 seeds" in ev.why
+  assert "100.0% of their finite differences" in ev.why and "lambda = 0.1: 100.0%, 1: 90.0%" in ev.why
+
+
+def test_fd_resolution_counts_exact_zeros_on_a_real_metric_task(tmp_path):
+  # A tiny real metric task (10 Adam steps of the MLP): the runs' lambda = 0.01 moves theta by
+  # 0.4 lambda |u_j| ~ 1e-4 per weight, which flips no prediction; a lambda of 50 (the box
+  # clip at [0, 1] then moves theta by up to 0.2 per weight) flips some.
+  from experiments.fzoos.fd_resolution import differences_at_start
+  opts = dict(num_clients=3, portion=0.3, dataset="digits", cache_dir=str(tmp_path), model_train_steps=10)
+  small = differences_at_start(0, 0.01, fd_directions=4, **opts)
+  large = differences_at_start(0, 50.0, fd_directions=4, **opts)
+  assert small == {"zero_fraction": 1.0, "mean_abs_difference": 0.0, "differences": 12}
+  assert large["zero_fraction"] < 1.0 and large["mean_abs_difference"] > 0.0
 
 
 def _attack_targets(series):
