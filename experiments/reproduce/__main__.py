@@ -40,6 +40,10 @@ def define_flags():
                        "allocate GPU memory as they need it, XLA_PYTHON_CLIENT_PREALLOCATE=false)", lower_bound=1)
   flags.DEFINE_bool("rerun", False, "re-evaluate claims already in claims.json (finished runs are still "
                     "reused)")
+  flags.DEFINE_string("data_dir", None, "a folder with the papers' own data sets: cifar-10-batches-bin/ (the "
+                      "CIFAR-10 binary release), fashion-mnist/ (its IDX files), covtype/ (LIBSVM's Covertype); "
+                      "at --scale=paper the claims that otherwise run on offline substitutes (digits, MNIST-10k) "
+                      "run on these, and each claim's Data line says which it used")
 
 def _load(path: str) -> dict:
   if not os.path.exists(path):
@@ -48,10 +52,12 @@ def _load(path: str) -> dict:
     return {r["id"]: r for r in json.load(f)["claims"]}
 
 
-def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, run_jobs: int = 1) -> list[dict]:
+def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, run_jobs: int = 1,
+              data_dir: str | None = None) -> list[dict]:
   """Evaluates ``paper``'s claims (resuming) and writes its report.
 
-  ``run_jobs``: runs of one claim executed side by side (:meth:`claims.Context.runs`).
+  ``run_jobs``: runs of one claim executed side by side (:meth:`claims.Context.runs`);
+  ``data_dir``: the papers' own data sets (:meth:`claims.Context.resolve`).
 
   A claim whose command fails is reported and skipped (it stays unevaluated, so
   the next run tries it again); the others go on.
@@ -81,7 +87,8 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
       print(f"[{paper} {i}/{len(todo)}] {claim.id}: {old['verdict']} (kept from claims.json)", flush=True)
       continue
     print(f"[{paper} {i}/{len(todo)}] {claim.id} ...", flush=True)
-    ctx = claims_lib.Context(folder, scale, batch_tests=batch, run_jobs=run_jobs)
+    ctx = claims_lib.Context(folder, scale, batch_tests=batch, run_jobs=run_jobs, data_dir=data_dir,
+                             substitutes=papers.SUBSTITUTES[paper])
     t0 = time.perf_counter()
     try:
       ev = claim.evaluate(ctx)
@@ -91,7 +98,7 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
       failed.append(claim.id)
       continue
     ev.commands = list(dict.fromkeys(ctx.commands))
-    rec = report.claim_record(claim, ev, scale, time.perf_counter() - t0, sum(ctx.run_seconds.values()))
+    rec = report.claim_record(claim, ev, scale, time.perf_counter() - t0, sum(ctx.run_seconds.values()), ctx.data)
     print(f"[{paper} {i}/{len(todo)}] {claim.id}: {rec['verdict']} ({rec['seconds']} s)", flush=True)
     new[claim.id] = rec
     report.write_paper(folder, paper, papers.TITLES[paper], records(), _pending(paper, skipped))
@@ -125,6 +132,8 @@ def _run_papers_in_parallel(chosen: list[str], jobs: int) -> list[str]:
   def one(paper: str) -> bool:
     argv = [sys.executable, "-m", "experiments.reproduce", f"--paper={paper}", f"--scale={FLAGS.scale}",
             f"--output_dir={FLAGS.output_dir}", "--jobs=1", f"--rerun={FLAGS.rerun}", f"--run_jobs={FLAGS.run_jobs}"]
+    if FLAGS.data_dir:
+      argv.append(f"--data_dir={FLAGS.data_dir}")
     if FLAGS.claims:
       mine = [c for c in FLAGS.claims if c.startswith(paper + ".")]
       if not mine:
@@ -157,6 +166,14 @@ def main(argv):
   if unknown:
     print(f"claims: unknown {', '.join(unknown)}; accepted: {', '.join(sorted(known))}", file=sys.stderr)
     sys.exit(2)
+  if FLAGS.data_dir is not None:
+    if not os.path.isdir(FLAGS.data_dir):
+      print(f"data_dir: {FLAGS.data_dir!r} is not a folder; accepted: a folder holding "
+            f"{', '.join(f'{folder}/' for folder, _ in claims_lib.PAPER_DATA.values())}", file=sys.stderr)
+      sys.exit(2)
+    found = [d for d in claims_lib.PAPER_DATA if claims_lib.find_paper_data(FLAGS.data_dir, d)]
+    have = ", ".join(found) or "none of the papers' own data sets"
+    print(f"data_dir {FLAGS.data_dir}: {have} (at --scale=paper the claims that can use them do)", flush=True)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   only = set(FLAGS.claims)
   if FLAGS.jobs > 1 and len(chosen) > 1:
@@ -165,7 +182,7 @@ def main(argv):
     failed = []
     for paper in chosen:
       try:
-        reproduce(paper, FLAGS.scale, FLAGS.output_dir, only, FLAGS.rerun, FLAGS.run_jobs)
+        reproduce(paper, FLAGS.scale, FLAGS.output_dir, only, FLAGS.rerun, FLAGS.run_jobs, FLAGS.data_dir)
       except ClaimsFailed as e:
         print(f"error: {e}", flush=True)
         failed.append(paper)

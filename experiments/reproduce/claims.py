@@ -149,6 +149,76 @@ class Claim:
     return dataclasses.replace(self, scales=("paper",))
 
 
+@dataclasses.dataclass(frozen=True)
+class Substitute:
+  """A flagfile that runs on an offline substitute of the paper's own data set (issue 14 item 5).
+
+  Attributes:
+    dataset: the paper's data set, a key of :data:`PAPER_DATA` (``cifar10``, ``fashion_mnist``,
+      ``covtype``).
+    instead: what the flagfile runs on without it, in words (``"digits"``).
+    flagfile: the flagfile that runs the paper's settings on ``dataset`` (None: the same
+      flagfile, its ``--dataset`` and ``--data_dir`` replaced).
+    movable: False where fedsim has no flagfile for the paper's settings on ``dataset`` yet:
+      the run stays on the substitute even with the data, and its record says so.
+  """
+  dataset: str
+  instead: str
+  flagfile: str | None = None
+  movable: bool = True
+
+  def note(self, path: str | None) -> str:
+    """What a run of this flagfile used, in words: the paper's data at ``path``, or (None) the substitute."""
+    if path:
+      return f"{self.dataset}, the paper's data, from {path}"
+    if not self.movable:
+      return (f"{self.instead}, the offline substitute for the paper's {self.dataset} (no flagfile runs the "
+              "paper's settings on it yet)")
+    return (f"{self.instead}, the offline substitute for the paper's {self.dataset} "
+            f"(`--data_dir=DIR` with `DIR/{PAPER_DATA[self.dataset][0]}/` runs it at paper scale)")
+
+
+# The papers' own data sets a ``--data_dir`` folder may hold: name -> (its folder under
+# ``--data_dir``, the ``--dataset`` that reads it). The CIFAR-10 binary release (FedZO's attack,
+# FFGB, FedLRGD), Fashion-MNIST's IDX files (FedZO's softmax figures), and LIBSVM's Covertype
+# (FZooS's metric task: one LIBSVM file, or a ``<name>`` / ``<name>.t`` pair).
+PAPER_DATA = {"cifar10": ("cifar-10-batches-bin", "cifar10"), "fashion_mnist": ("fashion-mnist", "fashion_mnist"),
+              "covtype": ("covtype", "libsvm")}
+
+
+def find_paper_data(data_dir: str | None, dataset: str) -> str | None:
+  """The ``--data_dir`` value that reads ``dataset`` from ``data_dir`` (:data:`PAPER_DATA`), or
+  None when ``data_dir`` does not hold its files.
+
+  CIFAR-10 needs its six ``.bin`` files (fedsim.data.cifar10); Fashion-MNIST at least its two
+  ``t10k`` IDX files, optionally ``.gz`` (fedsim.data.mnist: the four give the official split);
+  Covertype one file (its path is returned) or one ``<name>`` / ``<name>.t`` pair (the folder)
+  in ``covtype/`` (fedsim.data.libsvm).
+
+  Raises:
+    ValueError: ``dataset`` is not one of :data:`PAPER_DATA`.
+  """
+  if dataset not in PAPER_DATA:
+    raise ValueError(f"dataset {dataset!r}; accepted: {', '.join(PAPER_DATA)}")
+  if not data_dir:
+    return None
+  folder = os.path.abspath(os.path.join(data_dir, PAPER_DATA[dataset][0]))
+  if not os.path.isdir(folder):
+    return None
+  if dataset == "cifar10":
+    from fedsim.data import cifar10
+    return folder if all(os.path.isfile(os.path.join(folder, n))
+                         for n in (*cifar10.TRAIN_FILES, cifar10.TEST_FILE)) else None
+  if dataset == "fashion_mnist":
+    from fedsim.data import mnist
+    return folder if all(any(os.path.isfile(os.path.join(folder, n + gz)) for gz in ("", ".gz"))
+                         for n in (mnist.TEST_IMAGES, mnist.TEST_LABELS)) else None
+  files = sorted(f for f in os.listdir(folder) if os.path.isfile(os.path.join(folder, f)))
+  if len(files) == 1:
+    return os.path.join(folder, files[0])
+  return folder if len(files) == 2 and files[1] == files[0] + ".t" else None
+
+
 class Context:
   """Runs a claim's commands in ``root`` (a paper's report folder) at one scale.
 
@@ -159,18 +229,31 @@ class Context:
     run_jobs: how many of the runs given to one :meth:`runs` call execute at the
       same time (1: one after another). Each run is its own process, so on a
       machine with many cores, or a GPU, independent seeds run side by side.
+    data_dir: a folder that may hold the papers' own data sets
+      (:data:`PAPER_DATA`); at paper scale, a run of a flagfile in
+      ``substitutes`` whose data set is there runs on it (:meth:`resolve`).
+    substitutes: ``{flagfile: Substitute}``, the paper's flagfiles that run on an
+      offline substitute of its data.
+
+  Attributes:
+    data: ``{what ran: on which data}``, one entry per substitutable flagfile the claim
+      ran, e.g. ``{"cifar10": "digits (offline substitute; ...)"}`` (the report's Data line).
 
   Raises:
     ValueError: an unknown ``scale`` or ``run_jobs`` < 1.
   """
 
   def __init__(self, root: str, scale: str, log: Callable[[str], None] = print,
-               batch_tests: tuple[str, ...] = (), run_jobs: int = 1):
+               batch_tests: tuple[str, ...] = (), run_jobs: int = 1, data_dir: str | None = None,
+               substitutes: dict[str, Substitute] | None = None):
     if scale not in SCALES:
       raise ValueError(f"scale {scale!r}; accepted: {', '.join(SCALES)}")
     if run_jobs < 1:
       raise ValueError(f"run_jobs {run_jobs}; accepted: an integer >= 1")
     self.root, self.scale, self.log, self.run_jobs = root, scale, log, run_jobs
+    self.data_dir, self.substitutes = data_dir, dict(substitutes or {})
+    self.data: dict[str, str] = {}
+    self._renamed: dict[str, str] = {}  # a run's name -> its folder's name on the paper's own data
     self.batch_tests = batch_tests  # every test of the paper's pending test claims, run together
     self.commands: list[str] = []
     # Wall seconds of each run this claim read ({completion marker: s}), from the marker when the
@@ -276,7 +359,7 @@ class Context:
     return self._config(name)["flags"]
 
   def _config(self, name: str) -> dict:
-    with open(os.path.join(self.root, "runs", name, "config.json")) as f:
+    with open(os.path.join(self.root, "runs", self._renamed.get(name, name), "config.json")) as f:
       return json.load(f)
 
   def script(self, name: str, module: str, **flags) -> str:
@@ -309,8 +392,29 @@ class Context:
     self._launch(argv, marker, command)
     return out
 
+  def resolve(self, name: str, flagfile: str | None, flags: dict) -> tuple[str, str | None, dict]:
+    """``(name, flagfile, flags)`` of a run, moved onto the paper's own data set where it can be.
+
+    When ``flagfile`` runs on an offline substitute (``substitutes``) and, at paper
+    scale, ``data_dir`` holds the paper's data set (:func:`find_paper_data`), the run
+    uses it: the substitute's own flagfile if it names one, ``--dataset`` and
+    ``--data_dir`` set, and ``_<dataset>`` appended to its name (so the substitute's
+    runs are never read for it). Either way :attr:`data` records what the run used.
+    """
+    sub = self.substitutes.get(flagfile or "")
+    if sub is None:
+      return name, flagfile, flags
+    path = find_paper_data(self.data_dir, sub.dataset) if self.scale == "paper" and sub.movable else None
+    self.data[sub.dataset] = sub.note(path)
+    if path is None:
+      return name, flagfile, flags
+    self._renamed[name] = f"{name}_{sub.dataset}"
+    return self._renamed[name], sub.flagfile or flagfile, {**flags, "dataset": PAPER_DATA[sub.dataset][1],
+                                                           "data_dir": path}
+
   def _plan(self, name: str, module: str, flagfile: str | None, flags: dict) -> tuple[str, list[str], str, str]:
     """(output folder, argv, completion marker, command) of one run; clears an interrupted run's folder."""
+    name, flagfile, flags = self.resolve(name, flagfile, flags)
     out = os.path.join(self.root, "runs", name)
     argv = [sys.executable, "-m", module]
     if flagfile:

@@ -91,17 +91,28 @@ def _number(value) -> dict | float:
   return dataclasses.asdict(value) if isinstance(value, Stat) else value
 
 
-def claim_record(claim: Claim, ev: Evidence, scale: str, seconds: float, run_seconds: float = 0.0) -> dict:
+def claim_record(claim: Claim, ev: Evidence, scale: str, seconds: float, run_seconds: float = 0.0,
+                 data: dict[str, str] | None = None) -> dict:
   """The JSON record of one claim (``claims.json``'s entries).
 
   ``seconds``: wall time of this evaluation (near 0 when every run was cached);
   ``run_seconds``: the summed wall time of the claim's runs when they ran, read
-  from their completion markers (a run the claim shares with another counts in both).
+  from their completion markers (a run the claim shares with another counts in both);
+  ``data``: for a claim whose runs could use the paper's own data set, ``{data set: what
+  they ran on}`` (:attr:`experiments.reproduce.claims.Context.data`); absent otherwise.
   """
-  return {"id": claim.id, "statement": claim.statement, "source": claim.source,
-          "criterion": claim.criterion, "verdict": ev.verdict, "scale": scale, "why": ev.why,
-          "numbers": {k: _number(v) for k, v in ev.numbers.items()}, "figures": list(ev.figures),
-          "commands": list(ev.commands), "seconds": round(seconds, 1), "run_seconds": round(run_seconds, 1)}
+  rec = {"id": claim.id, "statement": claim.statement, "source": claim.source,
+         "criterion": claim.criterion, "verdict": ev.verdict, "scale": scale, "why": ev.why,
+         "numbers": {k: _number(v) for k, v in ev.numbers.items()}, "figures": list(ev.figures),
+         "commands": list(ev.commands), "seconds": round(seconds, 1), "run_seconds": round(run_seconds, 1)}
+  if data:
+    rec["data"] = dict(sorted(data.items()))
+  return rec
+
+
+def on_substitutes(records: list[dict]) -> list[str]:
+  """The ids of the claims whose runs used an offline substitute of the paper's data."""
+  return [r["id"] for r in records if any("substitute" in v for v in r.get("data", {}).values())]
 
 
 def _timing(r: dict) -> str:
@@ -128,10 +139,16 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
             f"{' (smoke)' if r['scale'] == 'smoke' else ''} |" for r in records]
   if pending:
     lines += ["", "Not evaluated yet (no verdict): " + "; ".join(pending) + "."]
+  subs = on_substitutes(records)
+  if subs:
+    lines += ["", "Ran on offline substitutes of the paper's data (each claim's Data line says which): "
+              + ", ".join(subs) + "."]
   for r in records:
     lines += ["", f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']}", "",
               f"**Criterion**: {r['criterion']}", "",
               f"**Verdict**: {r['verdict']} (scale {r['scale']}, {_timing(r)}). {r['why']}", ""]
+    if r.get("data"):
+      lines += ["**Data**: " + "; ".join(r["data"].values()), ""]
     if r.get("note"):  # e.g. the criterion changed after this record was evaluated
       lines += [f"**Note**: {r['note']}", ""]
     if r["numbers"]:
@@ -145,10 +162,12 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
 
 
 def write_index(root: str, papers: dict[str, str]) -> None:
-  """Writes ``root/report.md``: each paper's claims per scale and verdict counts, linking its report."""
+  """Writes ``root/report.md``: each paper's claims per scale, verdict counts and the claims that ran on
+  offline substitutes of its data (:func:`on_substitutes`), linking its report."""
   lines = ["# fedsim reproduction report", "",
-           "| paper | claims per scale | reproduced | partly | not reproduced | claims | pending |",
-           "|---|---|---|---|---|---|---|"]
+           "| paper | claims per scale | reproduced | partly | not reproduced | claims | pending "
+           "| on offline substitutes |",
+           "|---|---|---|---|---|---|---|---|"]
   for paper, title in papers.items():
     path = os.path.join(root, paper, "claims.json")
     if not os.path.exists(path):
@@ -160,6 +179,6 @@ def write_index(root: str, papers: dict[str, str]) -> None:
               for v in ("reproduced", "partly reproduced", "not reproduced")]
     scales = ", ".join(f"{s} {sum(r['scale'] == s for r in recs)}" for s in sorted({r["scale"] for r in recs})) or "-"
     lines.append(f"| [{title}]({paper}/report.md) | {scales} | {counts[0]} | {counts[1]} | {counts[2]} | "
-                 f"{len(recs)} | {len(data.get('pending', []))} |")
+                 f"{len(recs)} | {len(data.get('pending', []))} | {len(on_substitutes(recs))} |")
   with open(os.path.join(root, "report.md"), "w") as f:
     f.write("\n".join(lines) + "\n")

@@ -19,3 +19,6 @@ _MODULES = {"fzoos": fzoos, "fedzo": fedzo, "ffgb": ffgb, "hiso": hiso, "fedlrgd
 TITLES = {name: m.TITLE for name, m in _MODULES.items()}
 PAPERS = {name: m.CLAIMS for name, m in _MODULES.items()}
 PENDING = {name: m.PENDING for name, m in _MODULES.items()}
+# {flagfile: Substitute}: the flagfiles that run on an offline substitute of the paper's own data
+# (claims.Context.resolve moves them onto it when --data_dir has it).
+SUBSTITUTES = {name: getattr(m, "SUBSTITUTES", {}) for name, m in _MODULES.items()}

@@ -1,0 +1,132 @@
+"""``experiments.reproduce --data_dir``: the papers' own data sets (issue 14 item 5), on tiny
+CIFAR-10 and Fashion-MNIST files written here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from experiments.reproduce import claims as C
+from experiments.reproduce import papers, report
+from tests.data.test_cifar10 import make_cifar_dir
+from tests.data.test_mnist import make_mnist_dir
+
+SUBS = {"attack.cfg": C.Substitute("cifar10", "digits"),
+        "softmax.cfg": C.Substitute("fashion_mnist", "MNIST-10k", flagfile="softmax_fashion.cfg")}
+
+
+def test_find_paper_data_needs_every_file_the_loader_reads(tmp_path):
+  assert C.find_paper_data(None, "cifar10") is None
+  assert C.find_paper_data(str(tmp_path), "cifar10") is None
+  make_cifar_dir(tmp_path / "cifar-10-batches-bin")
+  assert C.find_paper_data(str(tmp_path), "cifar10") == str(tmp_path / "cifar-10-batches-bin")
+  (tmp_path / "cifar-10-batches-bin" / "data_batch_3.bin").unlink()  # one batch missing: not the data set
+  assert C.find_paper_data(str(tmp_path), "cifar10") is None
+  make_mnist_dir(tmp_path / "fashion-mnist", None, 20, gz=True)  # t10k only, gzipped: the loader takes it
+  assert C.find_paper_data(str(tmp_path), "fashion_mnist") == str(tmp_path / "fashion-mnist")
+  with pytest.raises(ValueError, match="accepted: cifar10, fashion_mnist, covtype"):
+    C.find_paper_data(str(tmp_path), "mnist")
+  # Covertype: one LIBSVM file (its path: the loader splits it), or LIBSVM's own train / test pair.
+  cov = tmp_path / "covtype"
+  cov.mkdir()
+  (cov / "covtype.scale").write_text("1 1:0.5\n2 2:0.5\n")
+  assert C.find_paper_data(str(tmp_path), "covtype") == str(cov / "covtype.scale")
+  (cov / "covtype.scale.t").write_text("1 1:0.5\n")
+  assert C.find_paper_data(str(tmp_path), "covtype") == str(cov)
+  (cov / "notes.txt").write_text("x")
+  assert C.find_paper_data(str(tmp_path), "covtype") is None
+
+
+def test_resolve_moves_a_substituted_run_onto_the_papers_data_at_paper_scale_only(tmp_path):
+  data = tmp_path / "data"
+  make_cifar_dir(data / "cifar-10-batches-bin")
+  make_mnist_dir(data / "fashion-mnist", None, 20, gz=False)
+  cifar, fashion = str(data / "cifar-10-batches-bin"), str(data / "fashion-mnist")
+
+  smoke = C.Context(str(tmp_path), "smoke", data_dir=str(data), substitutes=SUBS)
+  assert smoke.resolve("r_s0", "attack.cfg", {"seed": 0}) == ("r_s0", "attack.cfg", {"seed": 0})
+  assert smoke.data["cifar10"].startswith("digits, the offline substitute for the paper's cifar10")
+
+  ctx = C.Context(str(tmp_path), "paper", data_dir=str(data), substitutes=SUBS)
+  assert ctx.resolve("r_s0", "attack.cfg", {"seed": 0}) == (
+      "r_s0_cifar10", "attack.cfg", {"seed": 0, "dataset": "cifar10", "data_dir": cifar})
+  assert ctx.resolve("f_s0", "softmax.cfg", {}) == (
+      "f_s0_fashion_mnist", "softmax_fashion.cfg", {"dataset": "fashion_mnist", "data_dir": fashion})
+  assert ctx.resolve("q_s0", "quadratic.cfg", {"seed": 1}) == ("q_s0", "quadratic.cfg", {"seed": 1})
+  assert ctx.data == {"cifar10": f"cifar10, the paper's data, from {cifar}",
+                      "fashion_mnist": f"fashion_mnist, the paper's data, from {fashion}"}
+  # A claim reading a run's settings by its usual name reads the run it got.
+  run = tmp_path / "runs" / "r_s0_cifar10"
+  run.mkdir(parents=True)
+  (run / "config.json").write_text(json.dumps({"algorithms": {"fedzo": {"lr": 0.001}},
+                                               "flags": {"dataset": "cifar10"}}))
+  assert ctx.run_flags("r_s0") == {"dataset": "cifar10"}
+  assert ctx.algorithm_config("r_s0", "fedzo") == {"lr": 0.001}
+  # No data set under --data_dir: the substitute runs, and the record says so.
+  bare = C.Context(str(tmp_path), "paper", data_dir=str(tmp_path / "empty"), substitutes=SUBS)
+  assert bare.resolve("r_s0", "attack.cfg", {})[0] == "r_s0"
+  assert "`--data_dir=DIR` with `DIR/cifar-10-batches-bin/`" in bare.data["cifar10"]
+
+
+def test_the_report_says_which_claims_ran_on_substitutes(tmp_path):
+  claim = C.Claim("p.a", "A.", "Fig. 1", "reproduced: always", lambda ctx: None)
+  ev = C.Evidence("reproduced", "it holds")
+  on_sub = report.claim_record(claim, ev, "paper", 1.0, data={"cifar10": "digits, the offline substitute ..."})
+  own = report.claim_record(C.Claim("p.b", "B.", "Fig. 2", "x", lambda ctx: None), ev, "paper", 1.0,
+                            data={"cifar10": "cifar10, the paper's data, from /d"})
+  plain = report.claim_record(C.Claim("p.c", "C.", "Eq. 3", "x", lambda ctx: None), ev, "paper", 1.0)
+  assert "data" not in plain and report.on_substitutes([on_sub, own, plain]) == ["p.a"]
+  report.write_paper(str(tmp_path), "p", "P", [on_sub, own, plain], [])
+  text = (tmp_path / "report.md").read_text()
+  assert "Ran on offline substitutes of the paper's data (each claim's Data line says which): p.a." in text
+  assert "**Data**: digits, the offline substitute ..." in text
+  assert "**Data**: cifar10, the paper's data, from /d" in text
+
+
+def test_fedzo_substitutes_name_its_flagfiles_and_their_data():
+  subs = papers.SUBSTITUTES["fedzo"]
+  assert {f: s.dataset for f, s in subs.items()} == {
+      "fedzo_fig1a_attack_H.cfg": "cifar10", "fedzo_fig1b_attack_M.cfg": "cifar10",
+      "fedzo_fig1c_attack_aircomp.cfg": "cifar10", "fedzo_fig3_softmax_H.cfg": "fashion_mnist",
+      "fedzo_fig4_softmax_M.cfg": "fashion_mnist", "fedzo_fig5_softmax_aircomp.cfg": "fashion_mnist"}
+  assert not papers.PENDING["fedzo"]
+
+
+def test_fzoos_metric_moves_to_covertype_and_ffgb_stays_on_digits(tmp_path):
+  data = tmp_path / "data"
+  (data / "covtype").mkdir(parents=True)
+  (data / "covtype" / "covtype").write_text("1 1:0.5\n")
+  make_cifar_dir(data / "cifar-10-batches-bin")
+  fz = C.Context(str(tmp_path), "paper", data_dir=str(data), substitutes=papers.SUBSTITUTES["fzoos"])
+  assert fz.resolve("metric_s0", "fzoos_metric_digits.cfg", {"seed": 0})[2] == {
+      "seed": 0, "dataset": "libsvm", "data_dir": str(data / "covtype" / "covtype")}
+  ffgb = C.Context(str(tmp_path), "paper", data_dir=str(data), substitutes=papers.SUBSTITUTES["ffgb"])
+  assert ffgb.resolve("d_s0", "ffgb_digits_s01.cfg", {}) == ("d_s0", "ffgb_digits_s01.cfg", {})
+  assert ffgb.data == {"cifar10": "digits (MLP weak learner), the offline substitute for the paper's cifar10 "
+                                  "(no flagfile runs the paper's settings on it yet)"}
+
+
+def test_a_fedzo_softmax_run_on_fashion_mnist_files(tmp_path):
+  # The swapped flags reach experiments.run and its loader: Fig. 3's flagfile on 400 tiny
+  # Fashion-MNIST test images (t10k only: the loader's 320/80 split), one round.
+  data = tmp_path / "data"
+  data.mkdir()
+  make_mnist_dir(data / "fashion-mnist", None, 400, gz=False)
+  ctx = C.Context(str(tmp_path / "out"), "paper", log=lambda _: None, data_dir=str(data),
+                  substitutes=papers.SUBSTITUTES["fedzo"])
+  runs = ctx.run("fedzo_fig3_s0", "fedzo_fig3_softmax_H.cfg", rounds=1, eval_every=1, num_clients=10,
+                 clients_per_round=5)
+  assert set(runs) == {"fedavg-local_steps=5", "fedzo-local_steps=20", "fedzo-local_steps=5"}
+  assert ctx.run_flags("fedzo_fig3_s0")["dataset"] == "fashion_mnist"
+  assert "--dataset=fashion_mnist" in ctx.commands[0] and "fedzo_fig3_s0_fashion_mnist" in ctx.commands[0]
+
+
+def test_cli_rejects_a_data_dir_that_is_not_a_folder(tmp_path):
+  proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", f"--data_dir={tmp_path}/nope",
+                         f"--output_dir={tmp_path}"], capture_output=True, text=True)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines()[-1].startswith("data_dir: ")
+  assert "cifar-10-batches-bin/, fashion-mnist/, covtype/" in proc.stderr
