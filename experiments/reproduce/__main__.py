@@ -88,7 +88,7 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
       continue
     print(f"[{paper} {i}/{len(todo)}] {claim.id} ...", flush=True)
     ctx = claims_lib.Context(folder, scale, batch_tests=batch, run_jobs=run_jobs, data_dir=data_dir,
-                             substitutes=papers.SUBSTITUTES[paper])
+                             substitutes=papers.SUBSTITUTES.get(paper, {}))
     t0 = time.perf_counter()
     try:
       ev = claim.evaluate(ctx)
