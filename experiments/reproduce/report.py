@@ -29,9 +29,27 @@ def method_key(label: str) -> tuple:
   return (METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER), natural(label))
 
 
+def band(y, bounds: tuple[float, float] | None = None):
+  """(mean, mean - std, mean + std) over the seeds (rows) of ``y`` (seeds, points): the sample std
+  (ddof = 1; 0 for one seed), the band clipped to ``bounds`` when given.
+
+  >>> band([[0.0, 1.0], [1.0, 1.0]], bounds=(0.0, 1.0))[2].tolist()
+  [1.0, 1.0]
+  """
+  import numpy as np
+  y = np.asarray(y, float)
+  mean = y.mean(0)
+  std = y.std(0, ddof=1) if y.shape[0] > 1 else np.zeros_like(mean)
+  low, high = mean - std, mean + std
+  if bounds is not None:
+    low, high = np.clip(low, *bounds), np.clip(high, *bounds)
+  return mean, low, high
+
+
 def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], xlabel: str,
-                ylabel: str, title: str, logy: bool = False, logx: bool = False, show_n: bool = True) -> str:
-  """One figure of mean +- std curves over seeds.
+                ylabel: str, title: str, logy: bool = False, logx: bool = False, show_n: bool = True,
+                bounds: tuple[float, float] | None = None) -> str:
+  """One figure of mean +- std curves over seeds (the sample std, ddof = 1, as :class:`claims.Stat`).
 
   Args:
     path: the PNG to write.
@@ -41,6 +59,8 @@ def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], x
     logx: log-scale x.
     show_n: append each curve's number of seeds to its label (off for curves that are already
       statistics over seeds: the title then says over how many).
+    bounds: (low, high) of a bounded metric (a success rate: (0, 1)); the std band is clipped
+      to it.
 
   Returns:
     ``path``.
@@ -67,11 +87,11 @@ def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], x
     hue = np.array(cmap(2 * idx if idx < 10 else (2 * (idx - 10) + 1) % 20)[:3])  # dark shades first
     # The k-th of a base's variants: its hue mixed with up to 55% white, so variants differ in shade too.
     color = tuple(hue + (1 - hue) * 0.55 * k / max(variants[base] - 1, 1))
-    mean, std = y.mean(0), y.std(0)
+    mean, low, high = band(y, bounds)
     shown = f"{label} (n={len(runs)})" if show_n else label
     ax.plot(x, mean, _STYLES[k % len(_STYLES)], color=color, lw=1.4, label=shown)
     if len(runs) > 1:
-      ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15, lw=0)
+      ax.fill_between(x, low, high, color=color, alpha=0.15, lw=0)
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   ax.set_title(title, fontsize=9)

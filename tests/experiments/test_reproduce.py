@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -312,3 +313,13 @@ def test_paper_only_claims_are_listed_at_smoke_and_evaluated_at_paper_scale(tmp_
   assert calls == [] and data["claims"] == [] and data["pending"][0].startswith("toy.big: evaluated at --scale=paper")
   main_mod.reproduce("toy", "paper", str(tmp_path))
   assert calls == ["paper"]
+
+
+def test_figure_band_is_the_sample_std_clipped_to_a_bounded_metric():
+  # Success of 3 targets at one round: 0, 1, 1 -> mean 2/3, sample std sqrt(1/3) = 0.577 (the
+  # population std would be 0.471): the band runs from 0.089 to 1.244, clipped to 1 for a rate.
+  mean, low, high = report.band([[0.0], [1.0], [1.0]])
+  assert mean[0] == pytest.approx(2 / 3) and high[0] - mean[0] == pytest.approx(math.sqrt(1 / 3))
+  _, low, high = report.band([[0.0], [1.0], [1.0]], bounds=(0.0, 1.0))
+  assert low[0] == pytest.approx(2 / 3 - math.sqrt(1 / 3)) and high[0] == 1.0
+  assert report.band([[2.0, 3.0]])[1].tolist() == [2.0, 3.0]  # one seed: no band

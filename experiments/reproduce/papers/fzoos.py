@@ -84,8 +84,10 @@ def _fig1(ctx: Context, variant: str, c: float) -> list[dict[str, list[dict]]]:
                    for s in _seeds(ctx)])
 
 
-def _fig(ctx: Context, name: str, runs, metric: str, x: str, ylabel: str, title: str, logy=False) -> str:
-  path = plot_curves(os.path.join(ctx.root, "fig", name), curves(runs, metric, x), x, ylabel, title, logy=logy)
+def _fig(ctx: Context, name: str, runs, metric: str, x: str, ylabel: str, title: str, logy=False,
+         bounds=None) -> str:
+  path = plot_curves(os.path.join(ctx.root, "fig", name), curves(runs, metric, x), x, ylabel, title, logy=logy,
+                     bounds=bounds)
   return os.path.relpath(path, ctx.root)
 
 
@@ -523,7 +525,7 @@ def attack_success(ctx: Context) -> Evidence:
   level = [b for b in base if rate["fzoos"].mean >= rate[b].mean]
   said = "; ".join(f"{lab} {rate[lab].mean:.3g}" for lab in labels) + f" over {len(runs)} target(s)"
   figs = [_fig(ctx, f"fzoos_attack_success_{x}.png", runs, "success_rate", x, "success rate (mean over targets)",
-               f"FZooS attack ({dataset}): success rate") for x in ("round", "queries")]
+               f"FZooS attack ({dataset}): success rate", bounds=(0.0, 1.0)) for x in ("round", "queries")]
   if len(level) == len(base):
     return Evidence("reproduced", "FZooS's success rate at R is at least every baseline's: " + said, numbers, figs)
   return Evidence("partly reproduced" if level else "not reproduced",
