@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 
 from absl import app, flags
 
@@ -44,21 +45,21 @@ def define_flags():
   flags.DEFINE_string("output_dir", "runs/fd_resolution", "Where fd_resolution.json goes.")
 
 
-def differences_at_start(seed: int, smoothing: float, *, fd_directions: int = 20, direction: str = "orthogonal",
-                         **task_options) -> dict:
-  """The Q differences of every client at x_0 (module docstring).
+def differences_at_start(seed: int, smoothing: Sequence[float], *, fd_directions: int = 20,
+                         direction: str = "orthogonal", **task_options) -> list[dict]:
+  """The Q differences of every client at x_0, for each lambda (module docstring).
 
   Args:
-    seed: the run's ``--seed``; also keys the directions.
-    smoothing: lambda > 0.
+    seed: the run's ``--seed``; also keys the directions (the same for every lambda).
+    smoothing: the radii lambda > 0.
     fd_directions: Q.
     direction: the direction law.
     **task_options: ``fedsim.tasks.make_task`` keywords of the metric task (num_clients,
       dataset, portion, opt_metric, cache_dir, ...).
 
   Returns:
-    ``{"zero_fraction": share of the N Q differences exactly 0, "mean_abs_difference": mean |delta|,
-    "differences": N Q}``.
+    Per lambda, ``{"zero_fraction": share of the N Q differences exactly 0, "mean_abs_difference":
+    mean |delta|, "differences": N Q}``.
   """
   import jax
   import jax.numpy as jnp
@@ -68,21 +69,22 @@ def differences_at_start(seed: int, smoothing: float, *, fd_directions: int = 20
 
   task = make_task("metric_opt", seed=seed, **task_options)
   x0 = task.init_params(jax.random.key(seed))
-  clients = task.data["clients"]
-  n = task.num_clients
   u = jax.vmap(lambda k: finite_difference.directions(k, fd_directions, x0.shape[0], direction, x0.dtype))(
-      jax.random.split(jax.random.key(seed), n))                                    # (N, Q, d)
+      jax.random.split(jax.random.key(seed), task.num_clients))                    # (N, Q, d)
 
-  @jax.jit
-  def deltas(u, clients):
+  @jax.jit  # lambda is traced: one compilation for every radius
+  def deltas(lam):
     def one(ui, row):
       base = task.loss(x0, row)
-      return jax.vmap(lambda v: task.loss(x0 + smoothing * v, row) - base)(ui)     # (Q,)
-    return jax.vmap(one)(u, clients)                                                # (N, Q)
+      return jax.vmap(lambda v: task.loss(x0 + lam * v, row) - base)(ui)            # (Q,)
+    return jax.vmap(one)(u, task.data["clients"])                                   # (N, Q)
 
-  d = deltas(u, clients)
-  return {"zero_fraction": float(jnp.mean(d == 0)), "mean_abs_difference": float(jnp.mean(jnp.abs(d))),
-          "differences": int(d.size)}
+  out = []
+  for lam in smoothing:
+    d = deltas(jnp.asarray(lam, x0.dtype))
+    out.append({"zero_fraction": float(jnp.mean(d == 0)), "mean_abs_difference": float(jnp.mean(jnp.abs(d))),
+                "differences": int(d.size)})
+  return out
 
 
 def main(argv):
@@ -93,11 +95,12 @@ def main(argv):
               data_dir=FLAGS.data_dir, opt_metric=FLAGS.opt_metric, cache_dir=FLAGS.cache_dir,
               model_train_steps=FLAGS.model_train_steps, perturbation_box=FLAGS.perturbation_box)
   rows = []
+  lams = [float(lam) for lam in FLAGS.smoothing]
   for s in FLAGS.seeds:
-    for lam in FLAGS.smoothing:
-      row = {"seed": int(s), "smoothing": float(lam),
-             **differences_at_start(int(s), float(lam), fd_directions=FLAGS.fd_directions,
-                                    direction=FLAGS.direction, **opts)}
+    found = differences_at_start(int(s), lams, fd_directions=FLAGS.fd_directions, direction=FLAGS.direction,
+                                 **opts)
+    for lam, res in zip(lams, found, strict=True):
+      row = {"seed": int(s), "smoothing": lam, **res}
       rows.append(row)
       print(f"seed={s} lambda={lam}: {row['zero_fraction']:.1%} of {row['differences']} differences exactly 0, "
             f"mean |delta| {row['mean_abs_difference']:.3g}", flush=True)

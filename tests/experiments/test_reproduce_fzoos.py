@@ -256,8 +256,7 @@ def test_fd_resolution_counts_exact_zeros_on_a_real_metric_task(tmp_path):
   # clip at [0, 1] then moves theta by up to 0.2 per weight) flips some.
   from experiments.fzoos.fd_resolution import differences_at_start
   opts = dict(num_clients=3, portion=0.3, dataset="digits", cache_dir=str(tmp_path), model_train_steps=10)
-  small = differences_at_start(0, 0.01, fd_directions=4, **opts)
-  large = differences_at_start(0, 50.0, fd_directions=4, **opts)
+  small, large = differences_at_start(0, [0.01, 50.0], fd_directions=4, **opts)
   assert small == {"zero_fraction": 1.0, "mean_abs_difference": 0.0, "differences": 12}
   assert large["zero_fraction"] < 1.0 and large["mean_abs_difference"] > 0.0
 
