@@ -219,6 +219,8 @@ def test_attack_and_metric(tmp_path, finals, verdict):
   assert ev.verdict == verdict and "final success_rate fzoos" in ev.numbers
   reach = ev.numbers["rounds for FZooS to reach the best baseline's final objective"].mean
   assert (reach == 1.0) if finals[0] <= 2.0 else reach != reach  # nan: never reached
+  assert ev.numbers["seeds (targets) on which FZooS reaches the best baseline's final objective"] == (
+      1 if finals[0] <= 2.0 else 0)
   assert fz.metric(Ctx(tmp_path, {"metric_s0": run})).verdict == verdict
 
 

@@ -456,7 +456,9 @@ def _compare(ctx: Context, runs, metric_names: tuple[str, ...], tag: str, title:
   reach = [next((rec["round"] for rec in r["fzoos"] if rec["objective"] <= min(final(r[b], "objective")
                                                                               for b in base)), math.nan)
            for r in runs]
-  numbers["rounds for FZooS to reach the best baseline's final objective"] = Stat.of(reach)
+  numbers["rounds for FZooS to reach the best baseline's final objective"] = Stat.of(reach)  # nan: never
+  numbers["seeds (targets) on which FZooS reaches the best baseline's final objective"] = sum(
+      not math.isnan(r) for r in reach)
   # Diagnostic (not the verdict): the FD baselines spend about twice FZooS's queries per round
   # (App. E: 211 against 107 per client per round at T = 10), so compare at FZooS's total queries too.
   budget = min(r["fzoos"][-1]["queries"] for r in runs)
