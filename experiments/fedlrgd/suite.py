@@ -528,7 +528,8 @@ def precision():
   for (r, name), v in sorted(runs.items()):
     v = np.asarray(v)
     rows.append({"r": r, "run": name, "median_rel_err": float(np.median(v[:, 0])),
-                 "median_final_gap": float(np.median(v[:, 1])), "max_final_gap": float(np.max(v[:, 1]))})
+                 "median_final_gap": float(np.median(v[:, 1])), "max_final_gap": float(np.max(v[:, 1])),
+                 "rel_err_per_seed": [float(e) for e in v[:, 0]]})  # seed 0, 1, ...: paired across runs
     print(f"| {r} | {name} | {rows[-1]['median_rel_err']:.1e} | {rows[-1]['median_final_gap']:.1e} | "
           f"{rows[-1]['max_final_gap']:.1e} |")
   return {"rows": rows}

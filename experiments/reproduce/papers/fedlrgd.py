@@ -222,29 +222,36 @@ def fedlrgd_precision(ctx: Context) -> Evidence:
                    ranks=ctx.pick("8,16", "8,12,16,20"), seeds=ctx.pick(1, 3), rounds=ctx.pick(50, 300))
   res = _load(out, "results.json")
   err = {(row["r"], row["run"]): row["median_rel_err"] for row in res["rows"]}
+  per_seed = {(row["r"], row["run"]): row["rel_err_per_seed"] for row in res["rows"]}
   gap = {(row["r"], row["run"]): row["max_final_gap"] for row in res["rows"]}
   ranks = sorted({r for r, _ in err})
   n = res["flags"]["seeds"]
   numbers = {}
   ratio = {}
+  one = Stat.of([1.0])
   for r in ranks:
     for run in ("float64", "float32, float32 solve", "float32"):
       numbers[f"median rel. error r={r} {run} (median of {n} seeds)"] = err[(r, run)]
       numbers[f"max final gap r={r} {run}"] = gap[(r, run)]
-    ratio[r] = err[(r, "float32, float32 solve")] / err[(r, "float64")]
-    numbers[f"error ratio float32 weights / float64 r={r}"] = ratio[r]
+    # Paired by seed: each seed's runs share the task and the test points.
+    ratio[r] = Stat.of(a / b for a, b in zip(per_seed[(r, "float32, float32 solve")], per_seed[(r, "float64")],
+                                             strict=True))
+    numbers[f"per-seed error ratio float32 weights / float64 r={r}"] = ratio[r]
     numbers[f"error ratio engine float32 (float64 weights) / float64 r={r}"] = (
         err[(r, "float32")] / err[(r, "float64")])
-  similar = all(ratio[r] <= 2 for r in ranks if r <= 12)
-  worse = all(ratio[r] >= 3 for r in ranks if r >= 16)
+  similar = not any(beyond_noise(ratio[r], one) for r in ranks if r <= 12)  # float32 not worse
+  worse = all(beyond_noise(ratio[r], one) for r in ranks if r >= 16)
+  said = "; ".join(f"r = {r}: {ratio[r]}" for r in ranks)
   if similar and worse:
-    verdict, why = "reproduced", "float32 weights match float64 at r <= 12 and are >= 3x worse at r >= 16"
+    verdict, why = "reproduced", ("float32 weights are as accurate as float64 at r <= 12 and worse at r >= 16, "
+                                 "beyond ")
   elif similar:
-    verdict, why = "partly reproduced", ("float32 weights match float64 at r <= 12 but are not >= 3x worse "
-                                         "at every r >= 16 (see the ratios and the engine's float32 run)")
+    verdict, why = "partly reproduced", ("float32 weights are as accurate as float64 at r <= 12 but not worse at "
+                                         "every r >= 16 beyond ")
   else:
-    verdict, why = "not reproduced", "float32 weights are more than 2x worse already at some r <= 12"
-  return Evidence(verdict, why, numbers=numbers)
+    verdict, why = "not reproduced", "float32 weights are worse than float64 already at some r <= 12, beyond "
+  return Evidence(verdict, why + f"seed noise (per-seed error ratio float32 / float64, {said}; the spec's "
+                  "numerical check printed 9-18x at r = 16-20)", numbers=numbers)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -568,9 +575,10 @@ DEFERRED = [
     Claim("fedlrgd.precision", "Float32 weights are as accurate as float64 ones at r <= 12 and 9-18x worse "
           "in relative gradient error at r = 16-20 (cond(G) ~ 1e7-1e11).",
           "spec §6.3 [numerical check] (float32 vs float64)",
-          "reproduced: median relative error of the float32 run with a float32 solve <= 2x the float64 "
-          "run's at every r <= 12 and >= 3x at every r >= 16; partly: the r <= 12 part only; not "
-          "reproduced: otherwise", fedlrgd_precision),
+          "per seed (the runs of a seed share the task and the test points): ratio = the float32 run's (float32 "
+          "solve) median relative gradient error / the float64 run's; reproduced: at every r <= 12 the ratio is "
+          "not above 1 beyond seed noise and at every r >= 16 it is (mean - 1 > twice its std); partly: the "
+          "r <= 12 part only; not reproduced: otherwise", fedlrgd_precision),
     Claim("fedlrgd.s4_shift", "FedLRGD interpolates: its gradient error grows when the clients' data move "
           "away from the server's (it must extrapolate), not when heterogeneous clients stay inside the "
           "server's data box.", "spec §3.3 S4 (heterogeneity sweep; the paper runs no experiment)",
