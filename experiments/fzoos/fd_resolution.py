@@ -7,15 +7,16 @@ constant in x: it changes only when a prediction of client i flips. The FD basel
   delta_q = f_i(x + lambda u_q) - f_i(x),   q = 1..Q   (seed 000 eq. 3; Q = 20 orthonormal u_q)
 
 If every delta_q is exactly 0, the estimate is the zero vector, Adam takes no step and the
-method stays at F(x_0). For each seed (the run's task: same MLP cache, shards and x_0 = 0.5)
-and each smoothing radius lambda, this measures at x_0 the share of the N Q differences that
-are exactly 0 and the mean |delta_q|, with the baselines' own direction law.
+method stays at F(x_0). For each finished run given (``experiments.run`` output folders), this
+rebuilds the run's task from its ``config.json`` (same data, MLP cache, shards and x_0) and, with
+the baseline's own Q and direction law, measures at x_0 the share of the N Q differences that
+are exactly 0 and the mean |delta_q|, at the baseline's lambda times each of ``--scales``.
 
-Writes ``OUTPUT_DIR/fd_resolution.json``: ``{"rows": [{"seed", "smoothing", "zero_fraction",
-"mean_abs_difference", "differences"}], ...}`` and prints one line per row.
+Writes ``OUTPUT_DIR/fd_resolution.json``: ``{"label", "rows": [{"run", "seed", "smoothing",
+"zero_fraction", "mean_abs_difference", "differences"}]}`` and prints one line per row.
 
-Usage: python -m experiments.fzoos.fd_resolution --seeds=0,1 --smoothing=0.01,0.1,1 \\
-  --cache_dir=runs/reproduce/fzoos/classifiers --output_dir=runs/fd_resolution
+Usage: python -m experiments.fzoos.fd_resolution --runs=runs/m/metric_s0,runs/m/metric_s1 \\
+  --label=fedzo_fd --scales=1,10,100 --output_dir=runs/fd_resolution
 """
 
 from __future__ import annotations
@@ -30,32 +31,22 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-  flags.DEFINE_list("seeds", ["0"], "Run seeds (the task's MLP training and shard split, as experiments.run --seed).")
-  flags.DEFINE_list("smoothing", ["0.01", "0.1", "1"], "Smoothing radii lambda (the runs' is 0.01).")
-  flags.DEFINE_integer("fd_directions", 20, "Q, directions per client.")
-  flags.DEFINE_string("direction", "orthogonal", "Direction law (fedsim.estimators.finite_difference.LAWS).")
-  flags.DEFINE_integer("num_clients", 7, "N.")
-  flags.DEFINE_float("portion", 0.3, "P, the class-shard portion.")
-  flags.DEFINE_string("dataset", "digits", "Dataset of the metric task.")
-  flags.DEFINE_string("data_dir", None, "Its folder (None: the loader's default).")
-  flags.DEFINE_string("opt_metric", "precision", "The metric (1 - metric is the objective).")
-  flags.DEFINE_string("cache_dir", None, "The MLP cache the runs used.")
-  flags.DEFINE_integer("model_train_steps", 0, "The MLP's Adam steps (0: the task's default), as the runs'.")
-  flags.DEFINE_float("perturbation_box", 0.0, "eps (0: the task's default), as the runs'.")
+  flags.DEFINE_list("runs", [], "Finished experiments.run folders of the metric task (their config.json).")
+  flags.DEFINE_string("label", "fedzo_fd", "The FD baseline whose lambda, Q and direction law are used.")
+  flags.DEFINE_list("scales", ["1", "10", "100"], "Multiples of the baseline's lambda to try.")
   flags.DEFINE_string("output_dir", "runs/fd_resolution", "Where fd_resolution.json goes.")
 
 
-def differences_at_start(seed: int, smoothing: Sequence[float], *, fd_directions: int = 20,
-                         direction: str = "orthogonal", **task_options) -> list[dict]:
-  """The Q differences of every client at x_0, for each lambda (module docstring).
+def differences_at_start(task, seed: int, smoothing: Sequence[float], *, fd_directions: int = 20,
+                         direction: str = "orthogonal") -> list[dict]:
+  """The Q differences of every client of ``task`` at x_0, for each lambda (module docstring).
 
   Args:
-    seed: the run's ``--seed``; also keys the directions (the same for every lambda).
+    task: the metric task (``fedsim.tasks.make_task("metric_opt", ...)``).
+    seed: keys x_0 and the directions (the same for every lambda).
     smoothing: the radii lambda > 0.
     fd_directions: Q.
-    direction: the direction law.
-    **task_options: ``fedsim.tasks.make_task`` keywords of the metric task (num_clients,
-      dataset, portion, opt_metric, cache_dir, ...).
+    direction: the direction law (fedsim.estimators.finite_difference.LAWS).
 
   Returns:
     Per lambda, ``{"zero_fraction": share of the N Q differences exactly 0, "mean_abs_difference":
@@ -65,9 +56,7 @@ def differences_at_start(seed: int, smoothing: Sequence[float], *, fd_directions
   import jax.numpy as jnp
 
   from fedsim.estimators import finite_difference
-  from fedsim.tasks import make_task
 
-  task = make_task("metric_opt", seed=seed, **task_options)
   x0 = task.init_params(jax.random.key(seed))
   u = jax.vmap(lambda k: finite_difference.directions(k, fd_directions, x0.shape[0], direction, x0.dtype))(
       jax.random.split(jax.random.key(seed), task.num_clients))                    # (N, Q, d)
@@ -87,26 +76,42 @@ def differences_at_start(seed: int, smoothing: Sequence[float], *, fd_directions
   return out
 
 
+def run_differences(run_dir: str, label: str, scales: Sequence[float]) -> list[dict]:
+  """:func:`differences_at_start` on the task of the finished run ``run_dir``, with its ``label``
+  algorithm's lambda (x ``scales``), Q and direction law; one row per lambda.
+
+  Raises:
+    FileNotFoundError: no ``config.json`` there; KeyError: no ``label`` in the run.
+  """
+  import jax
+
+  import fedsim
+  from fedsim.api import build_task
+
+  with open(os.path.join(run_dir, "config.json")) as f:
+    stored = json.load(f)
+  config = fedsim.ExperimentConfig(**stored["experiment"])
+  alg = stored["algorithms"][label]
+  with jax.enable_x64(bool(stored["flags"].get("x64"))):  # the run's precision
+    task = build_task(config)
+    lams = [alg["smoothing"] * float(k) for k in scales]
+    found = differences_at_start(task, config.seed, lams, fd_directions=alg["fd_directions"],
+                                 direction=alg["direction"])
+  return [{"run": os.path.basename(os.path.normpath(run_dir)), "seed": config.seed, "smoothing": lam, **res}
+          for lam, res in zip(lams, found, strict=True)]
+
+
 def main(argv):
   del argv
-  import jax
-  jax.config.update("jax_enable_x64", True)  # the runs' --x64
-  opts = dict(num_clients=FLAGS.num_clients, portion=FLAGS.portion, dataset=FLAGS.dataset,
-              data_dir=FLAGS.data_dir, opt_metric=FLAGS.opt_metric, cache_dir=FLAGS.cache_dir,
-              model_train_steps=FLAGS.model_train_steps, perturbation_box=FLAGS.perturbation_box)
   rows = []
-  lams = [float(lam) for lam in FLAGS.smoothing]
-  for s in FLAGS.seeds:
-    found = differences_at_start(int(s), lams, fd_directions=FLAGS.fd_directions, direction=FLAGS.direction,
-                                 **opts)
-    for lam, res in zip(lams, found, strict=True):
-      row = {"seed": int(s), "smoothing": lam, **res}
+  for run in FLAGS.runs:
+    for row in run_differences(run, FLAGS.label, [float(k) for k in FLAGS.scales]):
       rows.append(row)
-      print(f"seed={s} lambda={lam}: {row['zero_fraction']:.1%} of {row['differences']} differences exactly 0, "
-            f"mean |delta| {row['mean_abs_difference']:.3g}", flush=True)
+      print(f"{row['run']} lambda={row['smoothing']:g}: {row['zero_fraction']:.1%} of {row['differences']} "
+            f"differences exactly 0, mean |delta| {row['mean_abs_difference']:.3g}", flush=True)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   with open(os.path.join(FLAGS.output_dir, "fd_resolution.json"), "w") as f:
-    json.dump({"fd_directions": FLAGS.fd_directions, "direction": FLAGS.direction, "rows": rows}, f, indent=1)
+    json.dump({"label": FLAGS.label, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -349,17 +349,13 @@ class Context:
     """
     return self._config(name)["algorithms"][label]
 
-  def run_flags(self, name: str) -> dict:
-    """The flags of the finished run ``name`` (its ``config.json``'s ``flags``: flagfile, overrides and
-    defaults resolved), so a diagnostic rebuilds the run's task from what the run used.
-
-    Raises:
-      FileNotFoundError: no such run.
-    """
-    return self._config(name)["flags"]
+  def run_dir(self, name: str) -> str:
+    """The folder of run ``name`` (``root/runs/<name>``, or the name :meth:`resolve` gave it on the
+    paper's own data), for a diagnostic that rebuilds a run's task from its ``config.json``."""
+    return os.path.join(self.root, "runs", self._renamed.get(name, name))
 
   def _config(self, name: str) -> dict:
-    with open(os.path.join(self.root, "runs", self._renamed.get(name, name), "config.json")) as f:
+    with open(os.path.join(self.run_dir(name), "config.json")) as f:
       return json.load(f)
 
   def script(self, name: str, module: str, **flags) -> str:

@@ -52,9 +52,9 @@ def test_junit_results_and_node_matching(tmp_path):
 class FakeContext:
   """A Context whose runs and tests are given, not executed."""
 
-  def __init__(self, root, runs=None, tests=None, configs=None, flags=None):
+  def __init__(self, root, runs=None, tests=None, configs=None):
     self.root, self.scale, self.batch_tests, self.commands = str(root), "smoke", (), []
-    self._runs, self._tests, self._configs, self._flags = runs or {}, tests or {}, configs or {}, flags or {}
+    self._runs, self._tests, self._configs = runs or {}, tests or {}, configs or {}
 
   def pick(self, smoke, paper):
     return smoke
@@ -74,9 +74,8 @@ class FakeContext:
     """``configs[label]``: the settings every run gives algorithm ``label``."""
     return self._configs[label]
 
-  def run_flags(self, name):
-    """``flags``: the flags every run used."""
-    return self._flags
+  def run_dir(self, name):
+    return os.path.join(self.root, "runs", name)
 
   def resolve(self, name, flagfile, flags):
     """No substitutes: every run as given (Context.resolve is tested on its own)."""
@@ -239,17 +238,14 @@ def test_algorithm_config_reads_the_settings_a_run_used(tmp_path):
   # What a claim quotes about its runs (a step size, a count) comes from their config.json.
   run = tmp_path / "runs" / "r_s0"
   run.mkdir(parents=True)
-  (run / "config.json").write_text(json.dumps({"algorithms": {"dzopa": {"lr": 0.005, "local_steps": None}},
-                                               "flags": {"seed": 0, "portion": 0.3}}))
+  (run / "config.json").write_text(json.dumps({"algorithms": {"dzopa": {"lr": 0.005, "local_steps": None}}}))
   ctx = C.Context(str(tmp_path), "smoke", log=lambda _: None)
   assert ctx.algorithm_config("r_s0", "dzopa") == {"lr": 0.005, "local_steps": None}
-  assert ctx.run_flags("r_s0") == {"seed": 0, "portion": 0.3}
+  assert ctx.run_dir("r_s0") == str(run)
   with pytest.raises(KeyError):
     ctx.algorithm_config("r_s0", "fedzo")
   with pytest.raises(FileNotFoundError):
     ctx.algorithm_config("r_s1", "dzopa")
-  with pytest.raises(FileNotFoundError):
-    ctx.run_flags("r_s1")
 
 
 def test_cli_rejects_an_unknown_claim(tmp_path):

@@ -25,8 +25,7 @@ class Ctx(FakeContext):
 
   def __init__(self, root, runs=None, drift=200.0, scale="smoke", zeros=None):
     super().__init__(root, runs=runs, configs={"fedzo_fd": {"smoothing": 0.01, "fd_directions": 20,
-                                                            "direction": "orthogonal"}},
-                     flags={"seed": 0, "portion": 0.3, "data_dir": None})
+                                                            "direction": "orthogonal"}})
     self.scale, self._drift, self.script_flags = scale, drift, {}
     self._zeros = zeros or {0.01: 1.0, 0.1: 1.0, 1.0: 0.9}  # lambda -> share of zero differences
 
@@ -39,8 +38,8 @@ class Ctx(FakeContext):
     out = os.path.join(self.root, "runs", name)
     os.makedirs(out, exist_ok=True)
     if module == "experiments.fzoos.fd_resolution":
-      rows = [{"seed": s, "smoothing": float(str(lam)), "zero_fraction": self._zeros[lam]}
-              for s in flags["seeds"] for lam in flags["smoothing"]]
+      rows = [{"run": os.path.basename(r), "seed": 0, "smoothing": 0.01 * k, "zero_fraction": self._zeros[0.01 * k]}
+              for r in flags["runs"] for k in flags["scales"]]
       with open(os.path.join(out, "fd_resolution.json"), "w") as f:
         json.dump({"rows": rows}, f)
       return out
@@ -246,21 +245,28 @@ def test_metric_reports_why_the_fd_baselines_stay_at_their_start(tmp_path):
   assert ev.numbers["share of FD differences exactly 0 at x_0, lambda=0.01"].mean == 1.0
   assert ev.numbers["share of FD differences exactly 0 at x_0, lambda=1"].mean == 0.9
   sent = ctx.script_flags["experiments.fzoos.fd_resolution"]
-  assert sent == {"seeds": [0], "smoothing": [0.01, 0.1, 1.0], "fd_directions": 20, "direction": "orthogonal",
-                  "portion": 0.3}
+  assert sent == {"runs": [str(tmp_path / "runs" / "metric_s0")], "label": "fedzo_fd", "scales": [1, 10, 100]}
   assert "fedzo_fd 1, scaffold_zo2 0 of 1 seeds" in ev.why
   assert "100.0% of their finite differences" in ev.why and "lambda = 0.1: 100.0%, 1: 90.0%" in ev.why
 
 
 def test_fd_resolution_counts_exact_zeros_on_a_real_metric_task(tmp_path):
-  # A tiny real metric task (10 Adam steps of the MLP): the runs' lambda = 0.01 moves theta by
-  # 0.4 lambda |u_j| ~ 1e-4 per weight, which flips no prediction; a lambda of 50 (the box
-  # clip at [0, 1] then moves theta by up to 0.2 per weight) flips some.
-  from experiments.fzoos.fd_resolution import differences_at_start
-  opts = dict(num_clients=3, portion=0.3, dataset="digits", cache_dir=str(tmp_path), model_train_steps=10)
-  small, large = differences_at_start(0, [0.01, 50.0], fd_directions=4, **opts)
-  assert small == {"zero_fraction": 1.0, "mean_abs_difference": 0.0, "differences": 12}
-  assert large["zero_fraction"] < 1.0 and large["mean_abs_difference"] > 0.0
+  # A real (tiny) metric run: 10 Adam steps of the MLP, N = 3, one FedZO-FD round. Rebuilt from its
+  # config.json, the runs' lambda = 0.01 moves theta by 0.4 lambda |u_j| ~ 1e-4 per weight, which flips
+  # no prediction; 5000 x lambda (x clipped to the box) flips some.
+  import subprocess
+  import sys
+
+  from experiments.fzoos.fd_resolution import run_differences
+  run = tmp_path / "metric"
+  subprocess.run([sys.executable, "-m", "experiments.run", "--flagfile=experiments/flagfiles/fzoos_metric_digits.cfg",
+                  "--algorithm=fedzo_fd", "--num_clients=3", "--clients_per_round=3", "--rounds=1", "--eval_every=1",
+                  "--model_train_steps=10", "--fd_directions=4", f"--cache_dir={tmp_path}", f"--output_dir={run}"],
+                 check=True, capture_output=True)
+  small, large = run_differences(str(run), "fedzo_fd", [1, 5000])
+  assert small == {"run": "metric", "seed": 0, "smoothing": 0.01, "zero_fraction": 1.0,
+                   "mean_abs_difference": 0.0, "differences": 12}
+  assert large["smoothing"] == 50.0 and large["zero_fraction"] < 1.0 and large["mean_abs_difference"] > 0.0
 
 
 def _attack_targets(series):

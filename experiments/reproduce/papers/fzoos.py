@@ -535,10 +535,7 @@ def attack_success(ctx: Context) -> Evidence:
                   numbers, figs)
 
 
-# The task flags the FD-resolution diagnostic rebuilds the metric runs' task from (fd_resolution's flags).
-_METRIC_TASK_FLAGS = ("num_clients", "portion", "dataset", "data_dir", "opt_metric", "cache_dir", "model_train_steps",
-                      "perturbation_box")
-# The smoothing radii the diagnostic tries, as multiples of the runs' lambda.
+# The smoothing radii the FD-resolution diagnostic tries, as multiples of the runs' lambda.
 FD_RESOLUTION_SCALES = (1, 10, 100)
 
 
@@ -546,24 +543,21 @@ def fd_resolution(ctx: Context, runs, names: Sequence[str], label: str = "fedzo_
   """Why the FD baselines do not move on the metric task: (numbers, sentence).
 
   Counts the seeds on which each FD baseline ends exactly at its F(x_0), and runs
-  :mod:`experiments.fzoos.fd_resolution` on the runs' task (their flags, seeds and the
-  ``label`` baseline's lambda, Q and direction law) at lambda x :data:`FD_RESOLUTION_SCALES`:
-  the share of the clients' finite differences f_i(x_0 + lambda u_q) - f_i(x_0) that are
-  exactly 0 (all 0: a zero estimate, so Adam takes no step).
+  :mod:`experiments.fzoos.fd_resolution` on the runs ``names`` (each run's own task, rebuilt from
+  its config.json, and the ``label`` baseline's Q and direction law) at its lambda x
+  :data:`FD_RESOLUTION_SCALES`: the share of the clients' finite differences
+  f_i(x_0 + lambda u_q) - f_i(x_0) that are exactly 0 (all 0: a zero estimate, so Adam takes no step).
   """
   base = [lab for lab in runs[0] if lab != "fzoos"]
   flat = {b: sum(final(r[b], "objective") == r[b][0]["objective"] for r in runs) for b in base}
   numbers: dict = {f"seeds on which {b} ends exactly at F(x_0)": flat[b] for b in base}
   alg = ctx.algorithm_config(names[0], label)
-  run_flags = ctx.run_flags(names[0])
-  lams = [alg["smoothing"] * k for k in FD_RESOLUTION_SCALES]
-  task = {k: run_flags[k] for k in _METRIC_TASK_FLAGS if run_flags.get(k) is not None}
   out = ctx.script(f"fd_resolution_{len(names)}seeds", "experiments.fzoos.fd_resolution",
-                   seeds=[ctx.run_flags(n)["seed"] for n in names], smoothing=lams,
-                   fd_directions=alg["fd_directions"], direction=alg["direction"], **task)
+                   runs=[ctx.run_dir(n) for n in names], label=label, scales=list(FD_RESOLUTION_SCALES))
   with open(os.path.join(out, "fd_resolution.json")) as f:
     rows = json.load(f)["rows"]
-  zeros = {lam: Stat.of(r["zero_fraction"] for r in rows if math.isclose(r["smoothing"], lam)) for lam in lams}
+  lams = sorted({r["smoothing"] for r in rows})
+  zeros = {lam: Stat.of(r["zero_fraction"] for r in rows if r["smoothing"] == lam) for lam in lams}
   numbers.update({f"share of FD differences exactly 0 at x_0, lambda={lam:g}": z for lam, z in zeros.items()})
   sentence = (f"Diagnostic: the FD baselines end exactly at F(x_0) on "
               f"{', '.join(f'{b} {flat[b]}' for b in base)} of {len(runs)} seeds; at x_0 "
