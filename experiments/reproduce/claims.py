@@ -270,9 +270,18 @@ class Context:
     return self._launch(argv, marker, command)
 
   def _launch(self, argv: list[str], marker: str, command: str) -> str:
+    key = self._command_key(command)
     if os.path.exists(marker):
-      self.run_seconds[marker] = _marker_seconds(marker)
-      return command
+      stored = _marker_command(marker)
+      if stored is None or stored == key:  # a marker from before commands were recorded is trusted
+        self.run_seconds[marker] = _marker_seconds(marker)
+        return command
+      # Same name, other settings: what the folder holds is not this command's evidence.
+      self.log(f"  settings changed since {os.path.dirname(marker)} ran; running it again")
+      if os.path.basename(marker) == ".complete":
+        shutil.rmtree(os.path.dirname(marker))
+      else:
+        os.remove(marker)
     self.log(f"  $ {command}")
     t0 = time.perf_counter()
     env = None
@@ -286,8 +295,15 @@ class Context:
     os.makedirs(os.path.dirname(marker), exist_ok=True)
     seconds = round(time.perf_counter() - t0, 1)
     with open(marker, "w") as f:
-      f.write(f"{seconds:.1f} s\n")
+      f.write(f"{seconds:.1f} s\n{key}\n")
     self.run_seconds[marker] = seconds
+    return command
+
+  def _command_key(self, command: str) -> str:
+    """``command`` with this context's root written ``<root>``, so the same run reached through a
+    relative or an absolute ``--output_dir`` has one key."""
+    for root in (os.path.abspath(self.root), os.path.normpath(self.root)):
+      command = command.replace(root + os.sep, "<root>" + os.sep)
     return command
 
   def run(self, name: str, flagfile: str | None = None, **flags) -> dict[str, list[dict]]:
@@ -447,13 +463,22 @@ class Context:
 
 
 def _marker_seconds(marker: str) -> float:
-  """The wall seconds a completion marker records (``"797.7 s"``); 0 for a marker without them."""
+  """The wall seconds a completion marker records (its first line, ``"797.7 s"``); 0 for a marker
+  without them."""
   with open(marker) as f:
     text = f.read().split()
   try:
     return float(text[0])
   except (IndexError, ValueError):
     return 0.0
+
+
+def _marker_command(marker: str) -> str | None:
+  """The command key a completion marker records (its second line); None for a marker written
+  before markers recorded it."""
+  with open(marker) as f:
+    lines = f.read().splitlines()
+  return lines[1] if len(lines) > 1 else None
 
 
 def junit_results(path: str) -> dict[str, bool]:

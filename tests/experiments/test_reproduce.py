@@ -227,11 +227,37 @@ def test_a_reevaluated_claim_still_reports_what_its_runs_took(tmp_path, monkeypa
   main_mod.reproduce("toy", "smoke", str(tmp_path))
   first = json.loads((tmp_path / "toy" / "claims.json").read_text())["claims"][0]
   assert first["run_seconds"] >= 0.5 and first["seconds"] >= first["run_seconds"]
-  assert (tmp_path / "r" / ".complete").read_text() == f"{first['run_seconds']:.1f} s\n"
+  assert (tmp_path / "r" / ".complete").read_text().splitlines()[0] == f"{first['run_seconds']:.1f} s"
   main_mod.reproduce("toy", "smoke", str(tmp_path), rerun=True)
   again = json.loads((tmp_path / "toy" / "claims.json").read_text())["claims"][0]
   assert again["run_seconds"] == first["run_seconds"] and again["seconds"] < 0.5
   assert f"its runs took {first['run_seconds']} s" in (tmp_path / "toy" / "report.md").read_text()
+
+
+def test_a_finished_run_is_reused_only_for_the_same_command(tmp_path, monkeypatch):
+  # A run is cached by its folder; its marker records the command (root-relative), so changed
+  # settings under the same name run again instead of passing the old evidence off as new.
+  count = tmp_path / "count"
+
+  def go(ctx, value):
+    out = os.path.join(ctx.root, "runs", "r")
+    code = f"open({str(count)!r}, 'a').write('x'); import os; os.makedirs({out!r}, exist_ok=True)"
+    ctx._execute([sys.executable, "-c", code, f"--value={value}", f"--output_dir={out}"],
+                 os.path.join(out, ".complete"))
+
+  root = tmp_path / "paper"
+  go(C.Context(str(root), "smoke", log=lambda _: None), 1)
+  go(C.Context(str(root), "smoke", log=lambda _: None), 1)
+  assert count.read_text() == "x"                                     # the same command: reused
+  monkeypatch.chdir(tmp_path)
+  go(C.Context("paper", "smoke", log=lambda _: None), 1)             # the same run through a relative root
+  assert count.read_text() == "x"
+  go(C.Context(str(root), "smoke", log=lambda _: None), 2)             # other settings: run again
+  assert count.read_text() == "xx"
+  assert "--value=2 --output_dir=<root>/runs/r" in (root / "runs" / "r" / ".complete").read_text()
+  (root / "runs" / "r" / ".complete").write_text("1.0 s\n")          # an old marker, no command: trusted
+  go(C.Context(str(root), "smoke", log=lambda _: None), 3)
+  assert count.read_text() == "xx"
 
 
 def test_algorithm_config_reads_the_settings_a_run_used(tmp_path):
