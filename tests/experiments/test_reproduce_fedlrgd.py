@@ -172,21 +172,23 @@ def precision_results(ratios):
   return {"rows": rows, "flags": {"seeds": 3}}
 
 
-SAME, WORSE = (0.6, 1.0, 1.4), (9.0, 10.0, 11.0)  # ratio 1 +- 0.4; 10 +- 1
+SAME, WORSE = (0.1, 1.0, 10.0), (5.0, 10.0, 20.0)  # log10: 0 +- 1; 1 +- 0.3
 
 
 @pytest.mark.parametrize("ratios, verdict", [
     ({8: SAME, 12: SAME, 16: WORSE, 20: WORSE}, "reproduced"),
-    ({8: SAME, 12: (1.1, 1.2, 1.3), 16: WORSE, 20: WORSE}, "reproduced"),    # 1.2 +- 0.1: within noise
-    ({8: SAME, 12: SAME, 16: WORSE, 20: (0.5, 3.0, 5.5)}, "partly reproduced"),  # 3 +- 2.5: not beyond
-    ({8: SAME, 12: (1.3, 1.4, 1.5), 16: WORSE, 20: WORSE}, "not reproduced"),   # 1.4 +- 0.1: worse
+    ({8: SAME, 12: (1.0, 2.0, 4.0), 16: WORSE, 20: WORSE}, "reproduced"),      # log10 0.3 +- 0.3: within noise
+    ({8: SAME, 12: SAME, 16: WORSE, 20: (0.5, 3.0, 100.0)}, "partly reproduced"),  # log10 0.7 +- 1.2: not beyond
+    ({8: SAME, 12: (2.0, 2.5, 3.0), 16: WORSE, 20: WORSE}, "not reproduced"),   # log10 0.4 +- 0.09: worse
 ])
 def test_precision_criterion(tmp_path, ratios, verdict):
   ctx = ScriptContext(tmp_path, {"precision": {"results.json": precision_results(ratios)}})
   ev = F.fedlrgd_precision(ctx)
   assert ev.verdict == verdict, ev.why
-  # Paired per seed: (9 e, 10 2e, 11 4e) / (e, 2e, 4e) -> 9, 10, 11 (the medians' ratio would also be 10).
-  assert ev.numbers["per-seed error ratio float32 weights / float64 r=16"].values == pytest.approx((9.0, 10.0, 11.0))
+  # Paired per seed: (5 e, 10 2e, 20 4e) / (e, 2e, 4e) -> 5, 10, 20; a raw-scale rule would call
+  # 11.7 +- 7.6 "not beyond 1"; on log10 it is 1.0 +- 0.3.
+  assert ev.numbers["per-seed error ratio float32 weights / float64 r=16"].values == pytest.approx((5.0, 10.0, 20.0))
+  assert ev.numbers["log10 of it r=16"].mean == pytest.approx(1.0)
 
 
 def convergence_results(gaps, s=40, m=100, S=30, T=30, b=10, every=10, corrupt=False):
