@@ -168,14 +168,17 @@ class Substitute:
   movable: bool = True
 
   def note(self, path: str | None) -> str:
-    """What a run of this flagfile used, in words: the paper's data at ``path``, or (None) the substitute."""
+    """What a run of this flagfile used, in words: the paper's data at ``path``, or (None) the substitute
+    (a note that contains :data:`SUBSTITUTE_NOTE`)."""
     if path:
       return f"{self.dataset}, the paper's data, from {path}"
-    if not self.movable:
-      return (f"{self.instead}, the offline substitute for the paper's {self.dataset} (no flagfile runs the "
-              "paper's settings on it yet)")
-    return (f"{self.instead}, the offline substitute for the paper's {self.dataset} "
-            f"(`--data_dir=DIR` with `DIR/{PAPER_DATA[self.dataset][0]}/` runs it at paper scale)")
+    how = ("no flagfile runs the paper's settings on it yet" if not self.movable else
+           f"`--data_dir=DIR` with `DIR/{PAPER_DATA[self.dataset][0]}/` runs it at paper scale")
+    return f"{self.instead}, {SUBSTITUTE_NOTE} {self.dataset} ({how})"
+
+
+# The words by which a record's Data note says its runs used a substitute (report.on_substitutes).
+SUBSTITUTE_NOTE = "the offline substitute for the paper's"
 
 
 # The papers' own data sets a ``--data_dir`` folder may hold: name -> (its folder under

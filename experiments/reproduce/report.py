@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 
-from experiments.reproduce.claims import Claim, Evidence, Stat, natural
+from experiments.reproduce.claims import SUBSTITUTE_NOTE, Claim, Evidence, Stat, natural
 
 METHOD_ORDER = ("fedavg", "fedzo", "dzopa", "zone_s", "hiso", "decomfl", "fzoos", "fedzo_fd",
                 "fedprox_zo", "scaffold_zo1", "scaffold_zo2", "fedavg_true_grad", "ffgb",
@@ -132,7 +132,7 @@ def claim_record(claim: Claim, ev: Evidence, scale: str, seconds: float, run_sec
 
 def on_substitutes(records: list[dict]) -> list[str]:
   """The ids of the claims whose runs used an offline substitute of the paper's data."""
-  return [r["id"] for r in records if any("substitute" in v for v in r.get("data", {}).values())]
+  return [r["id"] for r in records if any(SUBSTITUTE_NOTE in v for v in r.get("data", {}).values())]
 
 
 def _timing(r: dict) -> str:

@@ -74,7 +74,8 @@ def test_resolve_moves_a_substituted_run_onto_the_papers_data_at_paper_scale_onl
 def test_the_report_says_which_claims_ran_on_substitutes(tmp_path):
   claim = C.Claim("p.a", "A.", "Fig. 1", "reproduced: always", lambda ctx: None)
   ev = C.Evidence("reproduced", "it holds")
-  on_sub = report.claim_record(claim, ev, "paper", 1.0, data={"cifar10": "digits, the offline substitute ..."})
+  sub_note = C.Substitute("cifar10", "digits").note(None)  # "digits, the offline substitute for ..."
+  on_sub = report.claim_record(claim, ev, "paper", 1.0, data={"cifar10": sub_note})
   own = report.claim_record(C.Claim("p.b", "B.", "Fig. 2", "x", lambda ctx: None), ev, "paper", 1.0,
                             data={"cifar10": "cifar10, the paper's data, from /d"})
   plain = report.claim_record(C.Claim("p.c", "C.", "Eq. 3", "x", lambda ctx: None), ev, "paper", 1.0)
@@ -82,7 +83,7 @@ def test_the_report_says_which_claims_ran_on_substitutes(tmp_path):
   report.write_paper(str(tmp_path), "p", "P", [on_sub, own, plain], [])
   text = (tmp_path / "report.md").read_text()
   assert "Ran on offline substitutes of the paper's data (each claim's Data line says which): p.a." in text
-  assert "**Data**: digits, the offline substitute ..." in text
+  assert f"**Data**: {sub_note}" in text
   assert "**Data**: cifar10, the paper's data, from /d" in text
 
 
@@ -93,6 +94,9 @@ def test_fedzo_substitutes_name_its_flagfiles_and_their_data():
       "fedzo_fig1c_attack_aircomp.cfg": "cifar10", "fedzo_fig3_softmax_H.cfg": "fashion_mnist",
       "fedzo_fig4_softmax_M.cfg": "fashion_mnist", "fedzo_fig5_softmax_aircomp.cfg": "fashion_mnist"}
   assert not papers.PENDING["fedzo"]
+  # A renamed flagfile would silently stop being substituted: every paper's keys must exist.
+  flagfiles = os.path.join(C.REPO, "experiments", "flagfiles")
+  assert all(os.path.isfile(os.path.join(flagfiles, f)) for subs in papers.SUBSTITUTES.values() for f in subs)
 
 
 def test_fzoos_metric_moves_to_covertype_and_ffgb_stays_on_digits(tmp_path):

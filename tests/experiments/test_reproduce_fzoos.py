@@ -21,7 +21,7 @@ def _h(values, per=100, **extra):
 
 
 class Ctx(FakeContext):
-  """FakeContext with ``script`` (the drift diagnostic) and a scale."""
+  """FakeContext with ``script`` (the drift and FD-resolution diagnostics) and a scale."""
 
   def __init__(self, root, runs=None, drift=200.0, scale="smoke", zeros=None):
     super().__init__(root, runs=runs, configs={"fedzo_fd": {"smoothing": 0.01, "fd_directions": 20,
@@ -235,8 +235,8 @@ def test_attack_compares_at_fzoos_queries_too(tmp_path):
 
 
 def test_metric_reports_why_the_fd_baselines_stay_at_their_start(tmp_path):
-  # fedzo_fd never moves; scaffold_zo2 moves on the one seed. The diagnostic rebuilds the runs' task
-  # (their flags, None left out) at the runs' lambda and 10x, 100x it, with the baselines' Q and law.
+  # fedzo_fd never moves; scaffold_zo2 moves on the one seed. The diagnostic gets the runs' folders (it
+  # rebuilds each task from its config.json) and tries the runs' lambda, 10x and 100x it.
   run = {"fzoos": _h([4.0, 3.0]), "fedzo_fd": _h([4.0, 4.0]), "scaffold_zo2": _h([4.0, 3.5])}
   ctx = Ctx(tmp_path, {"metric_s0": run})
   ev = fz.metric(ctx)

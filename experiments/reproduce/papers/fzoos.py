@@ -476,9 +476,8 @@ def _compare(ctx: Context, runs, metric_names: tuple[str, ...], tag: str, title:
                     + budget_note, numbers, figs)
   return Evidence("partly reproduced" if below else "not reproduced",
                   f"FZooS ({fin['fzoos']}) is below {', '.join(below) + ' only' if below else 'no baseline'}, beyond "
-                  f"seed noise (best "
-                  f"baseline {best:.4g}); the numbers give each method's final objective and the rounds FZooS takes to "
-                  "reach the best baseline" + budget_note, numbers, figs)
+                  f"seed noise (best baseline {best:.4g}); the numbers give each method's final objective and the "
+                  "rounds FZooS takes to reach the best baseline" + budget_note, numbers, figs)
 
 
 def _small_algs(ctx: Context) -> dict:
