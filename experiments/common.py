@@ -376,7 +376,7 @@ def validate_distributed():
 
 # --- checks the library does not do (task settings, algorithm x task) ---------------------
 
-FFGB_TASKS = ("softmax", "mlp", "cnn", "shift_tabular")  # tasks with per-client points x (seed 002)
+FFGB_TASKS = ("softmax", "mlp", "cnn", "lenet", "shift_tabular")  # tasks with per-client points x (seed 002)
 
 
 def check_config(cfg) -> None:
@@ -467,8 +467,8 @@ def validate_ffgb(alg: str, hp: dict, where, cfg):
   if alg == "ffgb_l" and not (task == "shift_tabular" and tabular_loss == "square"):
     raise ConfigError("task", "ffgb_l needs square loss (problem (14)): --task=shift_tabular --tabular_loss=square")
   if hp["weak_learner"] == "cnn" and no_images:
-    raise ConfigError(where("weak_learner"), "cnn needs image data (--dataset=digits or mnist); "
-                      "accepted otherwise: scaled, rf_ridge, mlp")
+    raise ConfigError(where("weak_learner"), "cnn needs image data (--dataset=digits, mnist, fashion_mnist "
+                      "or cifar10); accepted otherwise: scaled, rf_ridge, mlp")
 
 
 def parse_flags_or_exit(argv):

@@ -71,8 +71,11 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
   folder = os.path.join(root, paper)
   os.makedirs(folder, exist_ok=True)
   done = _load(os.path.join(folder, "claims.json"))
-  todo = [c for c in papers.PAPERS[paper] if (not only or c.id in only) and scale in c.scales]
-  skipped = [c.id for c in papers.PAPERS[paper] if scale not in c.scales]
+  todo = [c for c in papers.PAPERS[paper] if (not only or c.id in only) and not c.missing(scale, data_dir)]
+  # Claims this scale and --data_dir cannot evaluate, with why; one evaluated earlier (on data
+  # --data_dir no longer names) keeps its record and is not listed.
+  skipped = {c.id: why for c in papers.PAPERS[paper] if (why := c.missing(scale, data_dir))
+             and not (c.needs and c.id in done)}
   pending = [c for c in todo if rerun or c.id not in done or done[c.id]["scale"] != scale]
   batch = tuple(dict.fromkeys(n for c in pending for n in c.tests))
   new: dict[str, dict] = {}
@@ -108,10 +111,10 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
   return records()
 
 
-def _pending(paper: str, skipped: list[str]) -> list[str]:
-  """The paper's pending items and, at smoke, its claims evaluated at paper scale only."""
-  return [*papers.PENDING[paper], *(f"{c}: evaluated at --scale=paper only (its runs exceed the smoke "
-                                    "budget)" for c in skipped)]
+def _pending(paper: str, skipped: dict[str, str]) -> list[str]:
+  """The paper's pending items and the claims not evaluated here, each with why
+  (:meth:`claims.Claim.missing`)."""
+  return [*papers.PENDING[paper], *(f"{c}: {why}" for c, why in skipped.items())]
 
 
 class ClaimsFailed(RuntimeError):

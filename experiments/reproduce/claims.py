@@ -135,6 +135,9 @@ class Claim:
     tests: the test node ids of a :func:`test_claim` (run in one batch per paper).
     scales: the scales it is evaluated at; a claim whose smoke run does not fit the
       smoke budget has ``("paper",)`` and is listed as "paper scale only" at smoke.
+    needs: a key of :data:`PAPER_DATA` (``cifar10``, ...) for a claim that runs only on the
+      paper's own data set (no offline substitute): evaluated at paper scale when ``--data_dir``
+      holds it, listed as needing it otherwise (:meth:`on_paper_data`).
   """
   id: str
   statement: str
@@ -143,10 +146,31 @@ class Claim:
   evaluate: Callable[[Context], Evidence]
   tests: tuple[str, ...] = ()
   scales: tuple[str, ...] = SCALES
+  needs: str | None = None
 
   def paper_only(self) -> Claim:
     """This claim, evaluated at ``--scale=paper`` only."""
     return dataclasses.replace(self, scales=("paper",))
+
+  def on_paper_data(self, dataset: str) -> Claim:
+    """This claim, evaluated at ``--scale=paper`` only and only where ``--data_dir`` holds
+    ``dataset`` (a key of :data:`PAPER_DATA`).
+
+    Raises:
+      ValueError: ``dataset`` is not a key of :data:`PAPER_DATA`.
+    """
+    if dataset not in PAPER_DATA:
+      raise ValueError(f"dataset {dataset!r}; accepted: {', '.join(PAPER_DATA)}")
+    return dataclasses.replace(self, scales=("paper",), needs=dataset)
+
+  def missing(self, scale: str, data_dir: str | None) -> str | None:
+    """Why this claim is not evaluated at ``scale`` with ``data_dir`` (None: it is), in words."""
+    if scale not in self.scales:
+      return "evaluated at --scale=paper only (its runs exceed the smoke budget)"
+    if self.needs and not find_paper_data(data_dir, self.needs):
+      return (f"runs on the paper's {self.needs} only: `--data_dir=DIR` with "
+              f"`DIR/{PAPER_DATA[self.needs][0]}/` evaluates it (at --scale=paper)")
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,21 +183,26 @@ class Substitute:
     instead: what the flagfile runs on without it, in words (``"digits"``).
     flagfile: the flagfile that runs the paper's settings on ``dataset`` (None: the same
       flagfile, its ``--dataset`` and ``--data_dir`` replaced).
-    movable: False where fedsim has no flagfile for the paper's settings on ``dataset`` yet:
-      the run stays on the substitute even with the data, and its record says so.
+    movable: False where the run stays on the substitute even with the data (its record says
+      so): the paper's settings on ``dataset`` differ from the substitute's beyond the data set.
+    elsewhere: for an unmovable substitute, the claims that run the paper's settings on
+      ``dataset`` instead (:meth:`Claim.on_paper_data`), in words; empty: none yet.
   """
   dataset: str
   instead: str
   flagfile: str | None = None
   movable: bool = True
+  elsewhere: str = ""
 
   def note(self, path: str | None) -> str:
     """What a run of this flagfile used, in words: the paper's data at ``path``, or (None) the substitute
     (a note that contains :data:`SUBSTITUTE_NOTE`)."""
     if path:
       return f"{self.dataset}, the paper's data, from {path}"
-    how = ("no flagfile runs the paper's settings on it yet" if not self.movable else
-           f"`--data_dir=DIR` with `DIR/{PAPER_DATA[self.dataset][0]}/` runs it at paper scale")
+    with_data = f"`--data_dir=DIR` with `DIR/{PAPER_DATA[self.dataset][0]}/`"
+    how = (f"{with_data} runs it at paper scale" if self.movable else
+           f"{self.elsewhere} run the paper's settings on it ({with_data})" if self.elsewhere else
+           "no flagfile runs the paper's settings on it yet")
     return f"{self.instead}, {SUBSTITUTE_NOTE} {self.dataset} ({how})"
 
 
@@ -426,6 +455,19 @@ class Context:
     self._renamed[name] = f"{name}_{sub.dataset}"
     return self._renamed[name], sub.flagfile or flagfile, {**flags, "dataset": PAPER_DATA[sub.dataset][1],
                                                            "data_dir": path}
+
+  def paper_data(self, dataset: str) -> dict[str, str]:
+    """The flags that read ``dataset`` (a key of :data:`PAPER_DATA`) from ``data_dir``, for the runs
+    of a claim made by :meth:`Claim.on_paper_data`; :attr:`data` records it.
+
+    Raises:
+      ValueError: ``data_dir`` does not hold ``dataset`` (:func:`find_paper_data`).
+    """
+    path = find_paper_data(self.data_dir, dataset)
+    if path is None:
+      raise ValueError(f"data_dir {self.data_dir!r} does not hold {dataset} ({PAPER_DATA[dataset][0]}/)")
+    self.data[dataset] = f"{dataset}, the paper's data, from {path}"
+    return {"dataset": PAPER_DATA[dataset][1], "data_dir": path}
 
   def _plan(self, name: str, module: str, flagfile: str | None, flags: dict) -> tuple[str, list[str], str, str]:
     """(output folder, argv, completion marker, command) of one run; clears an interrupted run's folder."""

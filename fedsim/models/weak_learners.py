@@ -380,6 +380,29 @@ class WeakLearnerCNN(nn.Module):
     return nn.Dense(self.num_outputs)(x)
 
 
+def weak_learner_cnn(num_outputs: int, feature_shape: Sequence[int], setting: str = "weak_learner"
+                     ) -> WeakLearnerCNN:
+  """The paper's CIFAR10 weak learner for images of ``feature_shape`` (App. B.1; specs/ffgb.md §3.1).
+
+  'VALID' padding as the PyTorch tutorial (17,090 parameters on (32, 32, 3)); 'SAME' on images
+  smaller than 16 pixels (8x8 digits), so two 5x5 convolutions fit. One definition for the
+  ``cnn`` oracle, the ``cnn`` learner family of ``wo_inf`` and ``--task=lenet`` (FedAvg trains
+  the same network, specs §3.1).
+
+  Args:
+    num_outputs: C.
+    feature_shape: (H, W) or (H, W, c) of one image.
+    setting: the setting named by the error (``weak_learner``, ``wo_family``).
+
+  Raises:
+    ValueError: ``feature_shape`` is not an image ((H, W) or (H, W, c)).
+  """
+  feature_shape = tuple(feature_shape)
+  if len(feature_shape) not in (2, 3):
+    raise ValueError(f"{setting}=cnn needs image inputs (H, W[, c]); got feature shape {feature_shape}")
+  return WeakLearnerCNN(num_outputs, padding="VALID" if min(feature_shape[:2]) >= 16 else "SAME")
+
+
 def cnn_oracle(num_outputs: int, feature_shape: Sequence[int], *, steps: int = 1000,
                lr: float = 0.005, batch: int = 128, dedup: bool = False) -> WeakOracle:
   """WO^2 by Adam on a fresh :class:`WeakLearnerCNN` (App. B.1, B.3), like :func:`mlp_oracle`.
@@ -396,11 +419,8 @@ def cnn_oracle(num_outputs: int, feature_shape: Sequence[int], *, steps: int = 1
     ValueError: ``feature_shape`` is not an image ((H, W) or (H, W, c)).
   """
   feature_shape = tuple(feature_shape)
-  if len(feature_shape) not in (2, 3):
-    raise ValueError(f"weak_learner=cnn needs image inputs (H, W[, c]); got feature shape {feature_shape}")
-  padding = "VALID" if min(feature_shape[:2]) >= 16 else "SAME"
-  return _adam_oracle("cnn", WeakLearnerCNN(num_outputs, padding=padding), feature_shape, steps, lr, batch,
-                      dedup)
+  return _adam_oracle("cnn", weak_learner_cnn(num_outputs, feature_shape, "weak_learner"), feature_shape,
+                      steps, lr, batch, dedup)
 
 
 # --------------------------------------------------------------------------- wo_inf / wo_lip
@@ -477,9 +497,7 @@ def learner_family(name: str, *, num_outputs: int, feature_shape: Sequence[int],
         raise ValueError(f"mlp init must be default or faithful; got {init!r}")
       model = WeakLearnerMLP(C, (32, 32), output_act, init, fnd)
     else:
-      if fnd not in (2, 3):
-        raise ValueError(f"wo_family=cnn needs image inputs (H, W[, c]); got feature shape {feature_shape}")
-      model = WeakLearnerCNN(C, padding="VALID" if min(feature_shape[:2]) >= 16 else "SAME")
+      model = weak_learner_cnn(C, feature_shape, "wo_family")
 
     def init_n(key):
       return {"train": model.init(key, jnp.zeros((1,) + feature_shape, jnp.float32)), "fixed": {}}

@@ -13,6 +13,7 @@ from fedsim.tasks.classification import make_classification_task
 from fedsim.tasks.quadratic import make_quadratic_task
 
 TASKS: tuple[str, ...] = ("softmax", "mlp", "quadratic", "attack_cw", "illcond_quadratic", "cnn", "finetune")
+TASKS += ("lenet",)  # seed 002 (FFGB) App. B.1: its CIFAR-10 weak learner, the model FedAvg trains
 TASKS += ("logistic_soft", "ridge")  # seed 004 (FedLRGD): smooth ERM with a server dataset
 TASKS += ("ackley", "levy")  # seed 000 (FZooS) [code]: federated Ackley / Levy
 TASKS += ("attack", "metric_opt")  # seed 000 (FZooS) §6.2-6.3: black-box attack, metric optimisation
@@ -43,7 +44,10 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
   distortion weight c. ``illcond_quadratic`` (seed 003 §5.1 toy) uses ``dim``,
   ``heterogeneity`` (spread of the client optima), ``spectrum_sigma`` (std of
   log lambda) and ``isotropic`` (all eigenvalues equal, same trace); ``cnn`` is
-  the small CNN of seed 003 §6 on ``dataset``; ``finetune`` pre-trains an MLP
+  the small CNN of seed 003 §6 on ``dataset``; ``lenet`` is FFGB's CIFAR-10 weak
+  learner (seed 002 App. B.1: the PyTorch-tutorial CNN, conv 6 - 16 5x5, FC 32 - 32,
+  leaky ReLU; fedsim.models.weak_learners.weak_learner_cnn) as a parametric model,
+  so FedAvg trains the same network as FFGB's ``cnn`` oracle (specs/ffgb.md §3.1); ``finetune`` pre-trains an MLP
   on ``dataset`` and fine-tunes it on its ``finetune_shift`` (flip, relabel, none).
   ``logistic_soft`` (seed 004 App. A) and ``ridge`` (the exact-rank case) take
   ``num_clients``, ``seed`` and the keyword arguments of
@@ -149,6 +153,14 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
     from fedsim.models.cnn import CNN
     from fedsim.tasks.classification import make_model_task
     return make_model_task(name, CNN(ds.num_classes), ds, clients, info=info)
+  if name == "lenet":
+    from fedsim.models.weak_learners import weak_learner_cnn
+    from fedsim.tasks.classification import make_model_task
+    try:
+      lenet = weak_learner_cnn(ds.num_classes, ds.feature_shape, "task")
+    except ValueError:
+      raise ConfigError("task", f"lenet needs image data; {ds.name} is not") from None
+    return make_model_task(name, lenet, ds, clients, info=info)
   if name == "mlp" and (hidden_layers != 1 or activation != "relu"):
     # ``hidden_layers`` x ``hidden_width`` with ``activation``: --hidden_layers=2
     # --hidden_width=32 --activation=leaky_relu is FFGB's MLP weak learner (seed 002

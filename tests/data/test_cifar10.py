@@ -134,7 +134,7 @@ def test_load_dataset_cifar10_needs_data_dir():
     load_dataset("fashion_mnist", "")
 
 
-@pytest.mark.parametrize("task", ["softmax", "cnn"])
+@pytest.mark.parametrize("task", ["softmax", "cnn", "lenet"])
 def test_task_on_tiny_cifar10(tmp_path, task):
   from fedsim.tasks import make_task
   make_cifar_dir(tmp_path / FOLDER)
@@ -149,9 +149,27 @@ def test_task_on_tiny_cifar10(tmp_path, task):
     assert kernel.shape == (3072, 10)
     metrics = t.evaluate(params, t.data)  # zero init: uniform logits, CE = log 10
     np.testing.assert_allclose(float(metrics["objective"]), math.log(10), rtol=1e-6)
-  else:
+  elif task == "cnn":
     assert params["params"]["Conv_0"]["kernel"].shape == (5, 5, 3, 16)
     assert np.isfinite(float(t.evaluate(params, t.data)["objective"]))
+  else:  # FFGB's CIFAR-10 weak learner (App. B.1): 17,090 parameters (specs/ffgb.md §3.1), the
+    # same tree as the cnn oracle's learner, so FedAvg trains the network FFGB's oracle fits
+    from fedsim.models.weak_learners import weak_learner_cnn
+    sizes = jax.tree.map(lambda a: a.shape, params)
+    assert sum(math.prod(s) for s in jax.tree.leaves(sizes, is_leaf=lambda x: isinstance(x, tuple))) == 17_090
+    learner = weak_learner_cnn(10, (32, 32, 3)).init(jax.random.PRNGKey(0), np.zeros((1, 32, 32, 3), np.float32))
+    assert jax.tree.map(lambda a: a.shape, learner) == sizes
+    assert params["params"]["Conv_0"]["kernel"].shape == (5, 5, 3, 6)  # 'VALID': 32 -> 28 -> 14 -> 10 -> 5
+    assert params["params"]["Dense_0"]["kernel"].shape == (400, 32)
+    assert np.isfinite(float(t.evaluate(params, t.data)["objective"]))
+
+
+def test_lenet_needs_images(tmp_path):
+  from fedsim.tasks import make_task
+  from tests.data.test_libsvm import write_random
+  write_random(tmp_path / "tab", 50, 6, ["-1", "+1"], 0)
+  with pytest.raises(ConfigError, match=r"^--task: lenet needs image data; libsvm"):
+    make_task("lenet", dataset="libsvm", data_dir=str(tmp_path / "tab"), num_clients=2, partition="iid")
 
 
 def test_finetune_flip_mirrors_width_not_channels(tmp_path):

@@ -110,7 +110,74 @@ def test_fzoos_metric_moves_to_covertype_and_ffgb_stays_on_digits(tmp_path):
   ffgb = C.Context(str(tmp_path), "paper", data_dir=str(data), substitutes=papers.SUBSTITUTES["ffgb"])
   assert ffgb.resolve("d_s0", "ffgb_digits_s01.cfg", {}) == ("d_s0", "ffgb_digits_s01.cfg", {})
   assert ffgb.data == {"cifar10": "digits (MLP weak learner), the offline substitute for the paper's cifar10 "
-                                  "(no flagfile runs the paper's settings on it yet)"}
+                                  "(ffgb.fig1_cifar10, ffgb.fig2a_cifar10, ffgb.fig2b_cifar10 run the paper's "
+                                  "settings on it (`--data_dir=DIR` with `DIR/cifar-10-batches-bin/`))"}
+  # No such claims yet: the note says so.
+  assert "(no flagfile runs the paper's settings on it yet)" in C.Substitute("cifar10", "x", movable=False).note(None)
+
+
+def test_a_claim_on_the_papers_own_data_runs_only_with_it(tmp_path, monkeypatch):
+  from experiments.reproduce import __main__ as main_mod
+  calls = []
+
+  def ev(ctx):
+    calls.append(ctx.scale)
+    return C.Evidence("reproduced", "fine", numbers={"x": 1.0})
+
+  claim = C.Claim("toy.cifar", "c", "Fig. 1", "rule", ev).on_paper_data("cifar10")
+  assert claim.scales == ("paper",) and claim.needs == "cifar10"
+  with pytest.raises(ValueError, match="accepted: cifar10, fashion_mnist, covtype"):
+    C.Claim("toy.x", "c", "Fig. 1", "rule", ev).on_paper_data("imagenet")
+  monkeypatch.setitem(papers.PAPERS, "toy", [claim])
+  monkeypatch.setitem(papers.TITLES, "toy", "Toy paper")
+  monkeypatch.setitem(papers.PENDING, "toy", [])
+  data = tmp_path / "data"
+  make_cifar_dir(data / "cifar-10-batches-bin")
+  out = tmp_path / "out"
+
+  def pending():
+    return json.loads((out / "toy" / "claims.json").read_text())["pending"]
+
+  main_mod.reproduce("toy", "paper", str(out))  # no --data_dir: listed with how to run it
+  assert calls == [] and pending() == ["toy.cifar: runs on the paper's cifar10 only: `--data_dir=DIR` with "
+                                       "`DIR/cifar-10-batches-bin/` evaluates it (at --scale=paper)"]
+  main_mod.reproduce("toy", "smoke", str(out), data_dir=str(data))  # never at smoke
+  assert calls == [] and pending()[0].startswith("toy.cifar: evaluated at --scale=paper only")
+  main_mod.reproduce("toy", "paper", str(out), data_dir=str(data))
+  assert calls == ["paper"] and pending() == []
+  # Its record is kept, and not listed as missing, when a later run has no --data_dir.
+  main_mod.reproduce("toy", "paper", str(out))
+  saved = json.loads((out / "toy" / "claims.json").read_text())
+  assert calls == ["paper"] and saved["pending"] == [] and [r["id"] for r in saved["claims"]] == ["toy.cifar"]
+
+
+def test_ffgb_fig1_cifar10_on_cifar_files(tmp_path, monkeypatch):
+  # ffgb.fig1_cifar10 end to end on tiny CIFAR-10 files: its flagfiles, the lenet task (FedAvg trains
+  # FFGB's CNN learner) and the evaluation. Scaled down: 3 clients, 2 seeds, 2 Adam steps, budget 26
+  # (FFGB N K = 12 / 9 models a round at s = 0.1 / 0.3: ceil(24 / 12) = 2 and ceil(24 / 9) = 3 rounds).
+  data = tmp_path / "data"
+  make_cifar_dir(data / "cifar-10-batches-bin")
+  small = dict(num_clients=3, clients_per_round=3, oracle_steps=2, comm_budget=26, fedavg_batch_size=2,
+               eval_every=1)
+  runs = C.Context.runs
+  monkeypatch.setattr(C.Context, "runs", lambda self, specs: runs(
+      self, [(n, f, {**fl, **small}) for n, f, fl in specs if n.endswith(("seed0", "seed1"))]))
+  claim = next(c for c in papers.PAPERS["ffgb"] if c.id == "ffgb.fig1_cifar10")
+  assert claim.needs == "cifar10"
+  ctx = C.Context(str(tmp_path / "out"), "paper", log=lambda _: None, data_dir=str(data), run_jobs=2,
+                  substitutes=papers.SUBSTITUTES["ffgb"])
+  ev = claim.evaluate(ctx)
+  assert ev.verdict in C.VERDICTS
+  for s, ffgb_rounds in ((1, 2), (3, 3)):
+    assert ev.numbers[f"s=0.{s} final test accuracy ffgb"].n == 2
+    assert f"s=0.{s} fedavg test accuracy at FFGB's last round ({ffgb_rounds})" in ev.numbers
+  assert set(k.split(" ")[-1] for k in ev.numbers if "final test accuracy" in k) == {"ffgb", "ffgb_nores", "fedavg"}
+  assert len(ev.figures) == 4
+  cifar = str(data / "cifar-10-batches-bin")
+  assert all("ffgb_cifar10_s0" in c and f"--data_dir={cifar}" in c for c in ctx.commands)
+  assert ctx.data == {"cifar10": f"cifar10, the paper's data, from {cifar}"}
+  with pytest.raises(ValueError, match="does not hold cifar10"):
+    C.Context(str(tmp_path), "paper", data_dir=str(tmp_path / "none")).paper_data("cifar10")
 
 
 def test_a_fedzo_softmax_run_on_fashion_mnist_files(tmp_path):
