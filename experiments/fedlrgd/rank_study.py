@@ -3,7 +3,9 @@ r"""The low-rank evidence of seed 004: App. C's rank histograms and Theorem 1's 
 **App. C** (specs/fedlrgd.md §3.1, §7 item 10): train a one-hidden-layer sigmoid
 MLP (784 -> K -> 10, softmax, cross-entropy; Adam, batch 200, 25 epochs) on
 MNIST (the 10,000-image split of ``../shared/data/mnist``: 8,000 train / 2,000
-test) or digits; take k random test samples x^(i) and k perturbations
+test) or digits, or (``--model=cnn``) App. C's CIFAR-10 CNN (:class:`AppCCNN`:
+conv 40 3x3 - conv 40 3x3 - maxpool 2 - dense 150 - 10, sigmoid; Adam, batch 200,
+15 epochs; p = 1,553,220 on CIFAR-10); take k random test samples x^(i) and k perturbations
 
     theta^(j) = theta* + (||theta*||_1 / p) g_j,   g_j ~ N(0, I_p)                    (75)
 
@@ -45,10 +47,13 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 STUDIES = ("appc", "theorem1", "logistic", "both")  # both: appc and theorem1
+MODELS = ("mlp", "cnn")  # App. C's MNIST MLP, its CIFAR-10 CNN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +63,7 @@ class RankStudyConfig:
   study: str = "both"
   dataset: str = "mnist"
   data_dir: str | None = "../shared/data/mnist"
+  model: str = "mlp"
   hidden: int = 784
   epochs: int = 25
   batch_size: int = 200
@@ -78,6 +84,8 @@ def validate(cfg: RankStudyConfig):
   from fedsim.core.errors import ConfigError
   if cfg.study not in STUDIES:
     raise ConfigError("study", f"unknown {cfg.study!r}; accepted: {', '.join(STUDIES)}")
+  if cfg.model not in MODELS:
+    raise ConfigError("model", f"unknown {cfg.model!r}; accepted: {', '.join(MODELS)}")
   for name in ("hidden", "epochs", "batch_size", "num_coords", "t1_n"):
     if getattr(cfg, name) < 1:
       raise ConfigError(name, f"must be >= 1; got {getattr(cfg, name)}")
@@ -117,30 +125,81 @@ def mlp_logits(params, x):
   return h @ params["w2"] + params["b2"]
 
 
-def example_loss(params, x, y):
+class Net(NamedTuple):
+  """App. C's network: ``init(key) -> params``; ``apply(params, x (B, *feature_shape)) -> (B, C)`` logits."""
+  init: Callable
+  apply: Callable
+
+
+def _app_c_cnn(classes: int):
+  """App. C's CIFAR-10 CNN (specs/fedlrgd.md §3.1): conv(40, 3x3, 'same') - conv(40, 3x3,
+  'same') - maxpool 2x2 - dense 150 - dense C, sigmoid activations, Keras' default
+  initialisers (Glorot-uniform kernels, zero biases). On (32, 32, 3) inputs p = 1120 + 14,440
+  + 1,536,150 + 1510 = 1,553,220, the paper's count (so both convolutions keep 32 x 32)."""
+  import flax.linen as nn
+
+  class AppCCNN(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+      init = nn.initializers.glorot_uniform()
+      if x.ndim == 3:
+        x = x[..., None]
+      x = nn.sigmoid(nn.Conv(40, (3, 3), padding="SAME", kernel_init=init)(x))
+      x = nn.sigmoid(nn.Conv(40, (3, 3), padding="SAME", kernel_init=init)(x))
+      x = nn.max_pool(x, (2, 2), strides=(2, 2))
+      x = nn.sigmoid(nn.Dense(150, kernel_init=init)(x.reshape(x.shape[0], -1)))
+      return nn.Dense(self.num_classes, kernel_init=init)(x)
+
+  return AppCCNN(classes)
+
+
+def network(model: str, hidden: int, feature_shape: tuple, classes: int) -> Net:
+  """App. C's ``model`` (:data:`MODELS`) for inputs of ``feature_shape``: ``mlp`` (the flattened
+  input -> ``hidden`` sigmoid units -> ``classes``; :func:`init_mlp`, :func:`mlp_logits`) or
+  ``cnn`` (:func:`_app_c_cnn`, image inputs).
+
+  Raises:
+    ValueError: an unknown ``model``, or ``cnn`` on inputs that are not images.
+  """
+  if model == "mlp":
+    d_in = math.prod(feature_shape)
+    return Net(lambda key: init_mlp(key, d_in, hidden, classes),
+               lambda params, x: mlp_logits(params, x.reshape(x.shape[0], -1)))
+  if model != "cnn":
+    raise ValueError(f"model {model!r}; accepted: {', '.join(MODELS)}")
+  if len(feature_shape) not in (2, 3):
+    raise ValueError(f"model cnn needs image inputs (H, W[, c]); got feature shape {feature_shape}")
+  import jax.numpy as jnp
+  cnn = _app_c_cnn(classes)
+  return Net(lambda key: cnn.init(key, jnp.zeros((1, *feature_shape), jnp.float32)), cnn.apply)
+
+
+def example_loss(net: Net, params, x, y):
   """Cross-entropy of one sample: f(x; theta)."""
   import optax
-  return optax.softmax_cross_entropy_with_integer_labels(mlp_logits(params, x[None]), y[None])[0]
+  return optax.softmax_cross_entropy_with_integer_labels(net.apply(params, x[None]), y[None])[0]
 
 
-def train_mlp(x, y, cfg: RankStudyConfig):
+def train(x, y, cfg: RankStudyConfig, net: Net):
   """Adam, batch ``batch_size``, ``epochs`` passes of shuffled mini-batches, one jitted scan.
 
   Returns:
-    the trained parameters (dict of float32 arrays).
+    the trained parameters (a pytree of float32 arrays).
   """
   import jax
   import jax.numpy as jnp
   import optax
-  n, d_in = x.shape
+  n = x.shape[0]
   bs = min(cfg.batch_size, n)
   steps_per_epoch = n // bs
   key = jax.random.key(cfg.seed)
-  params = init_mlp(jax.random.fold_in(key, 0), d_in, cfg.hidden, int(y.max()) + 1)
+  params = net.init(jax.random.fold_in(key, 0))
   opt = optax.adam(cfg.lr)
 
   def batch_loss(p, xb, yb):
-    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(mlp_logits(p, xb), yb))
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(net.apply(p, xb), yb))
 
   @jax.jit
   def run(params, x, y):
@@ -161,9 +220,13 @@ def train_mlp(x, y, cfg: RankStudyConfig):
     return run(params, jnp.asarray(x), jnp.asarray(y))
 
 
-def accuracy(params, x, y) -> float:
+def accuracy(net: Net, params, x, y, batch: int = 1000) -> float:
+  """Top-1 accuracy, ``batch`` samples at a time (lax.map)."""
+  import jax
   import jax.numpy as jnp
-  return float(jnp.mean(jnp.argmax(mlp_logits(params, jnp.asarray(x)), -1) == jnp.asarray(y)))
+  pred = jax.jit(lambda p, xs: jax.lax.map(lambda xi: jnp.argmax(net.apply(p, xi[None])[0]), xs,
+                                           batch_size=batch))(params, jnp.asarray(x))
+  return float(jnp.mean(pred == jnp.asarray(y)))
 
 
 def test_indices(n_test: int, k: int, seed: int):
@@ -181,7 +244,7 @@ def perturbation(theta, j, seed: int):
   return theta + (jnp.sum(jnp.abs(theta)) / theta.shape[0]) * g
 
 
-def gradient_slices(params, x_test, y_test, coords, k: int, seed: int):
+def gradient_slices(net: Net, params, x_test, y_test, coords, k: int, seed: int):
   """M (Q, k, k): M[q, i, j] = df/dtheta_{coords[q]}(x^(i); theta^(j)) (eq. (76)), with the
   perturbations theta^(j) of eq. (75). Gradients of the k samples at one theta^(j)
   at a time (lax.map over j), so only (k, p) gradients are ever in memory."""
@@ -197,7 +260,8 @@ def gradient_slices(params, x_test, y_test, coords, k: int, seed: int):
   def run(theta, xs, ys):
     def one_theta(j):
       th = perturbation(theta, j, seed)
-      g = jax.vmap(lambda x, y: ravel_pytree(jax.grad(example_loss)(unravel(th), x, y))[0])(xs, ys)
+      g = jax.vmap(lambda x, y: ravel_pytree(jax.grad(example_loss, argnums=1)(net, unravel(th), x, y))[0])(
+          xs, ys)
       return g[:, coords]                                               # (k_i, Q)
     return jax.lax.map(one_theta, jnp.arange(k))                        # (k_j, k_i, Q)
 
@@ -216,10 +280,9 @@ def appc(cfg: RankStudyConfig) -> dict:
   from fedsim.data import load_dataset
   t0 = time.perf_counter()
   ds = load_dataset(cfg.dataset, cfg.data_dir, seed=0)
-  def flat(a):
-    return a.reshape(a.shape[0], -1)
-  x_tr, x_te = flat(ds.x_train), flat(ds.x_test)
-  params = jax.block_until_ready(train_mlp(x_tr, ds.y_train, cfg))
+  x_tr, x_te = ds.x_train, ds.x_test
+  net = network(cfg.model, cfg.hidden, tuple(ds.x_train.shape[1:]), int(ds.y_train.max()) + 1)
+  params = jax.block_until_ready(train(x_tr, ds.y_train, cfg, net))
   t_train = time.perf_counter() - t0
   theta, _ = ravel_pytree(params)
   theta = np.asarray(theta)
@@ -227,7 +290,7 @@ def appc(cfg: RankStudyConfig) -> dict:
   nontrivial = np.flatnonzero(np.abs(theta) >= cfg.threshold)
   coords = rng.choice(nontrivial, size=min(cfg.num_coords, nontrivial.size), replace=False)
   all_coords = rng.choice(theta.size, size=min(cfg.num_coords, theta.size), replace=False)
-  M = gradient_slices(params, x_te, ds.y_test, np.concatenate([coords, all_coords]), cfg.k, cfg.seed)
+  M = gradient_slices(net, params, x_te, ds.y_test, np.concatenate([coords, all_coords]), cfg.k, cfg.seed)
   norms = np.linalg.norm(M.reshape(M.shape[0], -1), axis=1)
   ranks = np.array([approximate_rank(Mq, cfg.energy) if nq > 0 else 0 for Mq, nq in zip(M, norms)])
   r_nt, n_nt = ranks[: coords.size], norms[: coords.size]
@@ -235,9 +298,10 @@ def appc(cfg: RankStudyConfig) -> dict:
   nz = r_nt[n_nt > 0]
   nz_all = r_all[n_all > 0]
   return {
-      "dataset": ds.name, "dataset_info": ds.info, "p": int(theta.size), "hidden": cfg.hidden, "k": cfg.k,
-      "train_accuracy": accuracy(params, x_tr, ds.y_train),
-      "test_accuracy": accuracy(params, x_te, ds.y_test),
+      "dataset": ds.name, "dataset_info": ds.info, "model": cfg.model, "p": int(theta.size),
+      "hidden": cfg.hidden, "k": cfg.k,
+      "train_accuracy": accuracy(net, params, x_tr, ds.y_train),
+      "test_accuracy": accuracy(net, params, x_te, ds.y_test),
       "nontrivial_coords": int(nontrivial.size), "sampled": int(coords.size),
       "zero_slices": int(np.sum(n_nt == 0)),
       "ranked": int(nz.size),
@@ -362,7 +426,8 @@ def plot(summary: dict, output_dir: str):
       ax.hist(s["ranks"], bins=np.arange(0.5, max(s["ranks"]) + 1.5), edgecolor="k")
     ax.set_xlabel("approximate rank (90% energy, eq. (77))")
     ax.set_ylabel("frequency")
-    ax.set_title(f"{s['dataset']}, K={s['hidden']}, k={s['k']}: median {s['median_rank']:g}, "
+    net = f"K={s['hidden']}" if s.get("model", "mlp") == "mlp" else "CNN"
+    ax.set_title(f"{s['dataset']}, {net}, k={s['k']}: median {s['median_rank']:g}, "
                  f"{100 * s['frac_rank_le_10']:.0f}% <= 10", fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(output_dir, "rank_hist.png"), dpi=120)
@@ -421,9 +486,12 @@ def _define_flags():
   from absl import flags
   d = RankStudyConfig()
   flags.DEFINE_string("study", d.study, f"which study: {', '.join(STUDIES)}")
-  flags.DEFINE_string("dataset", d.dataset, "App. C dataset: mnist (IDX files in --data_dir), digits")
-  flags.DEFINE_string("data_dir", d.data_dir, "folder with the MNIST IDX files")
-  flags.DEFINE_integer("hidden", d.hidden, "K, hidden sigmoid units (App. C: 784)")
+  flags.DEFINE_string("dataset", d.dataset, "App. C dataset: mnist (IDX files in --data_dir), digits, cifar10 "
+                      "(the binary release in --data_dir)")
+  flags.DEFINE_string("data_dir", d.data_dir, "folder with the dataset's files")
+  flags.DEFINE_string("model", d.model, f"App. C network: {', '.join(MODELS)} (mlp: MNIST's 784 -> K -> 10; "
+                      "cnn: CIFAR-10's conv 40 - conv 40 - pool - 150 - 10)")
+  flags.DEFINE_integer("hidden", d.hidden, "K, hidden sigmoid units of --model=mlp (App. C: 784)")
   flags.DEFINE_integer("epochs", d.epochs, "training epochs (App. C: 25)")
   flags.DEFINE_integer("batch_size", d.batch_size, "Adam batch size (App. C: 200)")
   flags.DEFINE_float("lr", d.lr, "Adam learning rate (Keras default 1e-3)")
@@ -450,21 +518,24 @@ def main(argv):
       dims, etas = tuple(int(v) for v in F.t1_dims), tuple(float(v) for v in F.t1_etas)
     except ValueError:
       raise ConfigError("t1_dims", "t1_dims must be integers and t1_etas numbers") from None
-    cfg = RankStudyConfig(study=F.study, dataset=F.dataset, data_dir=F.data_dir, hidden=F.hidden,
+    cfg = RankStudyConfig(study=F.study, dataset=F.dataset, data_dir=F.data_dir, model=F.model, hidden=F.hidden,
                           epochs=F.epochs, batch_size=F.batch_size, lr=F.lr, k=F.k,
                           num_coords=F.num_coords, threshold=F.threshold, energy=F.energy, seed=F.seed,
                           t1_n=F.t1_n, t1_dims=dims, t1_etas=etas, output_dir=F.output_dir)
     validate(cfg)
     if cfg.study in ("appc", "both"):
       from fedsim.data import load_dataset
-      load_dataset(cfg.dataset, cfg.data_dir, seed=0)     # data errors before any training
+      ds = load_dataset(cfg.dataset, cfg.data_dir, seed=0)     # data errors before any training
+      if cfg.model == "cnn" and len(ds.feature_shape) not in (2, 3):
+        raise ConfigError("model", f"cnn needs image data; {ds.name} is not")
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   summary = run(cfg)
   if "appc" in summary:
     s = summary["appc"]
-    print(f"[appc] {s['dataset']} K={s['hidden']} p={s['p']} train acc {s['train_accuracy']:.4f} test acc "
+    print(f"[appc] {s['dataset']} {s['model']} K={s['hidden']} p={s['p']} train acc {s['train_accuracy']:.4f} "
+          f"test acc "
           f"{s['test_accuracy']:.4f}; {s['ranked']} non-trivial non-zero slices (+{s['zero_slices']} zero): "
           f"median rank {s['median_rank']:g}, <=5: {100 * s['frac_rank_le_5']:.1f}%, "
           f"<=10: {100 * s['frac_rank_le_10']:.1f}%, max {s['max_rank']}; {s['seconds']:.1f}s", flush=True)

@@ -56,13 +56,15 @@ def test_gradient_slices_are_eq_76(tmp_path):
   x = np.random.default_rng(1).uniform(size=(40, 6)).astype(np.float32)
   y = np.arange(40, dtype=np.int32) % 3
   cfg = rs.RankStudyConfig(hidden=5, epochs=3, batch_size=10, seed=2)
-  params = rs.train_mlp(x, y, cfg)
+  net = rs.network("mlp", 5, (6,), 3)
+  params = rs.train(x, y, cfg, net)
   coords = np.array([0, 17, 33, 40])
-  M = rs.gradient_slices(params, x, y, coords, k=6, seed=2)
+  M = rs.gradient_slices(net, params, x, y, coords, k=6, seed=2)
   assert M.shape == (4, 6, 6)
   theta, unravel = ravel_pytree(params)
   pick = np.asarray(rs.test_indices(40, 6, 2))
-  direct = jax.jit(lambda th, xx, yy: ravel_pytree(jax.grad(rs.example_loss)(unravel(th), xx, yy))[0])
+  direct = jax.jit(lambda th, xx, yy: ravel_pytree(jax.grad(rs.example_loss, argnums=1)(net, unravel(th), xx,
+                                                                                        yy))[0])
   for i, j in [(0, 0), (2, 5), (5, 3)]:
     g = direct(rs.perturbation(theta, j, 2), jnp.asarray(x[pick[i]]), jnp.asarray(y[pick[i]]))
     np.testing.assert_allclose(M[:, i, j], np.asarray(g)[coords], rtol=1e-5, atol=1e-7)
@@ -121,6 +123,28 @@ def test_appc_on_digits_writes_summary(tmp_path):
   assert os.path.exists(tmp_path / "rank_hist.png")
 
 
+def test_app_c_cnn_has_the_papers_parameter_count():
+  # specs/fedlrgd.md §3.1: p = 1120 + 14,440 + 1,536,150 + 1510 = 1,553,220 on CIFAR-10, which needs
+  # both convolutions 'same' (a 'valid' second one gives 15 x 15 x 40 into the dense layer).
+  net = rs.network("cnn", 0, (32, 32, 3), 10)
+  theta, _ = ravel_pytree(net.init(jax.random.key(0)))
+  assert theta.size == 1_553_220
+  assert net.apply(net.init(jax.random.key(0)), jnp.zeros((2, 32, 32, 3))).shape == (2, 10)
+  with pytest.raises(ValueError, match="model cnn needs image inputs"):
+    rs.network("cnn", 0, (64,), 10)
+
+
+def test_appc_cnn_on_tiny_cifar10(tmp_path):
+  from tests.data.test_cifar10 import make_cifar_dir
+  make_cifar_dir(tmp_path / "cifar-10-batches-bin")
+  cfg = rs.RankStudyConfig(study="appc", dataset="cifar10", data_dir=str(tmp_path), model="cnn", epochs=1,
+                           batch_size=5, k=3, num_coords=20, threshold=0.0, output_dir=str(tmp_path / "out"))
+  s = rs.run(cfg)["appc"]
+  assert s["model"] == "cnn" and s["p"] == 1_553_220 and s["sampled"] == 20
+  assert s["ranked"] + s["zero_slices"] == 20 and 1 <= s["max_rank"] <= 3  # a 3 x 3 slice (3 test images) has rank <= 3
+  assert (tmp_path / "out" / "rank_hist.png").exists()
+
+
 def _run(module, *args):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True,
@@ -130,6 +154,7 @@ def _run(module, *args):
 @pytest.mark.parametrize("module, args, flag", [
     ("experiments.fedlrgd.suite", ["--ranks=0,4"], "--ranks"),
     ("experiments.run", ["--task=logistic_soft", "--algorithm=fedlrgd", "--rank=40", "--max_rank=32"], "--rank"),
+    ("experiments.fedlrgd.rank_study", ["--model=rnn"], "--model"),
 ])
 def test_bad_flags_exit_2(module, args, flag, tmp_path):
   proc = _run(module, *args, f"--output_dir={tmp_path}")

@@ -291,6 +291,25 @@ def test_appc_criterion(tmp_path, le10, median, verdict):
   assert F.fedlrgd_appc(ctx).verdict == verdict
 
 
+@pytest.mark.parametrize("hist, verdict", [
+    ({"2": 50, "6": 30, "7": 20}, "reproduced"),              # 80 % <= 6
+    ({"2": 50, "6": 29, "7": 21}, "partly reproduced"),       # 79 % <= 6, 100 % <= 10
+    ({"2": 50, "6": 29, "10": 1, "11": 20}, "partly reproduced"),  # 80 % <= 10: rank 10 counts
+    ({"2": 50, "6": 29, "11": 21}, "not reproduced"),
+])
+def test_appc_cifar10_criterion(tmp_path, hist, verdict):
+  summary = rank_summary(0.9, 4.0)
+  summary["summary.json"]["appc"]["histogram"] = hist
+  ctx = ScriptContext(tmp_path, {"rank_study_cifar10": summary})
+  ctx.paper_data = lambda dataset: {"dataset": dataset, "data_dir": "/d"}
+  ev = F.fedlrgd_appc_cifar10(ctx)
+  assert ev.verdict == verdict
+  assert ctx.flags["rank_study_cifar10"] == {"flagfile": "experiments/flagfiles/fedlrgd_rank_study_cifar10.cfg",
+                                             "dataset": "cifar10", "data_dir": "/d"}
+  total = sum(hist.values())
+  assert ev.numbers["fraction rank <= 6"] == sum(c for k, c in hist.items() if int(k) <= 6) / total
+
+
 @pytest.mark.parametrize("slopes_ok, bound, verdict", [
     ((True,) * 6, True, "reproduced"),
     ((True,) * 6, False, "partly reproduced"),                      # d = 1, 2 at eta = 0.5 fail the bound
