@@ -29,8 +29,9 @@ the query model) it measures:
   ``noise_ratio[snr]`` = noise_cost / progress and ``noise_over_seed[snr]`` =
   noise_cost / seed_std; also the mean |M_t| / N and E||n||^2 / ||Dbar||^2.
 
-All of these are per round. The result is one JSON file (``--result``) with a
-list of such dictionaries, one per point of ``--at_rounds``.
+All of these are per round. The result is one JSON file (``--result``; default
+``<--output_dir>/result.json``) with a list of such dictionaries, one per point
+of ``--at_rounds``.
 
 Usage (any FedZO flagfile; the first fedzo entry's hyperparameters are used,
 ``clients_per_round`` ignored):
@@ -60,7 +61,8 @@ def define_flags():
   flags.DEFINE_list("at_rounds", ["0"], "measure at x after these many full-participation FedZO rounds")
   flags.DEFINE_integer("repeats", 4, "independent draws of all N deltas (seed noise per round)")
   flags.DEFINE_integer("channel_draws", 16, "channel + noise draws per repeat for the AirComp cost")
-  flags.DEFINE_string("result", None, "JSON file written with the measurements")
+  flags.DEFINE_string("result", None, "JSON file written with the measurements (default: "
+                      "<--output_dir>/result.json)")
 
 
 def measure(task, hp: dict, ms, snrs, at_rounds, repeats: int, channel_draws: int, seed: int) -> list[dict]:
@@ -191,10 +193,10 @@ def main(argv):
     sys.exit(2)
   recs = measure(task, hp, ms, [float(s) for s in FLAGS.snrs], sorted(int(r) for r in FLAGS.at_rounds),
                  FLAGS.repeats, FLAGS.channel_draws, cfg.seed)
-  if FLAGS.result:
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.result)), exist_ok=True)
-    with open(FLAGS.result, "w") as fh:
-      json.dump(recs, fh, indent=1)
+  result = FLAGS.result or os.path.join(cfg.output_dir, "result.json")
+  os.makedirs(os.path.dirname(os.path.abspath(result)), exist_ok=True)
+  with open(result, "w") as fh:
+    json.dump(recs, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from fedsim import results
 
 VERDICTS = ("reproduced", "partly reproduced", "not reproduced")
 SCALES = ("smoke", "paper")
+FLAGFILES = "experiments/flagfiles/"  # the flagfiles' folder, relative to the repository
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -410,7 +411,9 @@ class Context:
     """Runs ``python -m module --KEY=VALUE ... --output_dir=root/runs/name`` once (unless finished).
 
     For the analysis binaries that are not ``experiments.run`` (diagnostics, the
-    FedLRGD suite, table scripts); the claim parses what the script wrote.
+    FedLRGD suite, table scripts); the claim parses what the script wrote. A
+    ``flagfile`` under :data:`FLAGFILES` is resolved like a run's (:meth:`resolve`:
+    onto the paper's own data where ``data_dir`` has it).
 
     Args:
       name: the run's folder under ``root/runs`` (unique per settings).
@@ -423,6 +426,10 @@ class Context:
     Raises:
       RuntimeError: the command failed (its last lines in the message).
     """
+    flagfile = flags.get("flagfile")
+    if isinstance(flagfile, str) and flagfile.startswith(FLAGFILES):
+      flags = {k: v for k, v in flags.items() if k != "flagfile"}
+      return self._run_module(name, module, flagfile[len(FLAGFILES):], flags)
     return self._run_module(name, module, None, flags)
 
   def _run_module(self, name: str, module: str, flagfile: str | None, flags: dict) -> str:
@@ -475,7 +482,7 @@ class Context:
     out = os.path.join(self.root, "runs", name)
     argv = [sys.executable, "-m", module]
     if flagfile:
-      argv.append(f"--flagfile=experiments/flagfiles/{flagfile}")
+      argv.append(f"--flagfile={FLAGFILES}{flagfile}")
     for key, value in flags.items():
       value = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
       argv.append(f"--{key}={value}")

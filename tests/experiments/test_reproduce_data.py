@@ -71,6 +71,24 @@ def test_resolve_moves_a_substituted_run_onto_the_papers_data_at_paper_scale_onl
   assert "`--data_dir=DIR` with `DIR/cifar-10-batches-bin/`" in bare.data["cifar10"]
 
 
+def test_a_script_on_a_substituted_flagfile_moves_onto_the_papers_data(tmp_path, monkeypatch):
+  data = tmp_path / "data"
+  make_cifar_dir(data / "cifar-10-batches-bin")
+  launched = []
+  monkeypatch.setattr(C.Context, "_launch", lambda self, argv, marker, command: launched.append(command))
+  ctx = C.Context(str(tmp_path), "paper", data_dir=str(data), substitutes=SUBS)
+  out = ctx.script("v", "experiments.fedzo.variance_cost", flagfile=C.FLAGFILES + "attack.cfg", ms=(5, 50))
+  assert out == str(tmp_path / "runs" / "v_cifar10")
+  assert launched == [f"python -m experiments.fedzo.variance_cost --flagfile=experiments/flagfiles/attack.cfg "
+                      f"--ms=5,50 --dataset=cifar10 --data_dir={data / 'cifar-10-batches-bin'} --output_dir={out}"]
+  # Without the data, or for a flagfile that is no substitute: as given.
+  bare = C.Context(str(tmp_path), "paper", substitutes=SUBS)
+  assert bare.script("v", "m", flagfile=C.FLAGFILES + "attack.cfg") == str(tmp_path / "runs" / "v")
+  assert bare.script("w", "m", flagfile="other/x.cfg", k=1) == str(tmp_path / "runs" / "w")
+  assert launched[1:] == [f"python -m m --flagfile=experiments/flagfiles/attack.cfg --output_dir={tmp_path}/runs/v",
+                          f"python -m m --flagfile=other/x.cfg --k=1 --output_dir={tmp_path}/runs/w"]
+
+
 def test_the_report_says_which_claims_ran_on_substitutes(tmp_path):
   claim = C.Claim("p.a", "A.", "Fig. 1", "reproduced: always", lambda ctx: None)
   ev = C.Evidence("reproduced", "it holds")

@@ -29,12 +29,14 @@ class Ctx(FakeContext):
       return {"lr": 5e-3, "local_steps": None, "variant": "paper"}
     return {"lr": 1e-3, "local_steps": int(label.rsplit("=", 1)[1])}
 
-  def _execute(self, argv, marker):
-    result = next(a.split("=", 1)[1] for a in argv if a.startswith("--result="))
-    os.makedirs(os.path.dirname(result), exist_ok=True)
-    with open(result, "w") as f:
-      json.dump(self._diags[os.path.basename(os.path.dirname(result))], f)
-    self.commands.append(" ".join(argv[1:]))
+  def script(self, name, module, **flags):
+    out = os.path.join(self.root, "runs", name)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "result.json"), "w") as f:
+      json.dump(self._diags[name], f)
+    self.commands.append(" ".join([f"-m {module}", *(f"--{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
+                                                     for k, v in flags.items())]))
+    return out
 
 
 def _hist(final, start=7.0, rounds=100, **extra):
@@ -102,7 +104,7 @@ def test_fig1b_runs_the_diagnostic_script_with_the_fig1c_flagfile(tmp_path):
   F.fedzo_fig1b_m(ctx)
   script = next(c for c in ctx.commands if "experiments.fedzo.variance_cost" in c)
   assert "--flagfile=experiments/flagfiles/fedzo_fig1c_attack_aircomp.cfg" in script
-  assert "--ms=5,50" in script and "--result=" in script
+  assert "--ms=5,50" in script
 
 
 @pytest.mark.parametrize("ratio,verdict", [(1e-4, "reproduced"), (5e-3, "partly reproduced"),

@@ -17,14 +17,23 @@ import json
 import math
 import os
 
-from experiments.reproduce.claims import T_ALG, Claim, Context, Evidence, Stat, beyond_noise, log10_stat, test_claim
+from experiments.reproduce.claims import (
+  FLAGFILES,
+  T_ALG,
+  Claim,
+  Context,
+  Evidence,
+  Stat,
+  beyond_noise,
+  log10_stat,
+  test_claim,
+)
 from experiments.reproduce.report import plot_curves
 
 TITLE = "FedLRGD and FedAve (seed 004): low-rank gradient descent"
 
 SUITE = "experiments.fedlrgd.suite"
 RANK_STUDY = "experiments.fedlrgd.rank_study"
-FLAGFILES = "experiments/flagfiles/"
 
 
 def _load(folder: str, name: str) -> dict:

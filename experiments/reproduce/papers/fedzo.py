@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 
 from experiments.reproduce.claims import (
+  FLAGFILES,
   NOISE_K,
   T_ALG,
   Claim,
@@ -143,20 +143,14 @@ AUTHORS_CODE_M = ("quoted from an earlier measurement with the authors' code (no
 
 
 def variance_cost(ctx: Context, name: str, flagfile: str, **flags) -> list[dict]:
-  """Runs ``python -m experiments.fedzo.variance_cost`` once (cached like a run) and reads its JSON.
+  """Runs ``python -m experiments.fedzo.variance_cost`` on ``flagfile`` once (cached like a run; on
+  the paper's own data where ``--data_dir`` has it, :meth:`Context.script`) and reads its JSON.
 
   Returns:
     The script's records, one per ``--at_rounds`` point (see its docstring).
   """
-  name, flagfile, flags = ctx.resolve(name, flagfile, flags)  # the paper's own data, where --data_dir has it
-  out = os.path.join(ctx.root, "runs", name)
-  result = os.path.join(out, "result.json")
-  argv = [sys.executable, "-m", "experiments.fedzo.variance_cost", f"--flagfile=experiments/flagfiles/{flagfile}"]
-  for key, value in flags.items():
-    argv.append(f"--{key}={','.join(map(str, value)) if isinstance(value, (list, tuple)) else value}")
-  argv.append(f"--result={result}")
-  ctx._execute(argv, os.path.join(out, ".complete"))  # Context has no public hook for scripts yet
-  with open(result) as f:
+  out = ctx.script(name, "experiments.fedzo.variance_cost", flagfile=FLAGFILES + flagfile, **flags)
+  with open(os.path.join(out, "result.json")) as f:
     return json.load(f)
 
 
