@@ -528,6 +528,8 @@ def main(argv):
       ds = load_dataset(cfg.dataset, cfg.data_dir, seed=0)     # data errors before any training
       if cfg.model == "cnn" and len(ds.feature_shape) not in (2, 3):
         raise ConfigError("model", f"cnn needs image data; {ds.name} is not")
+      if cfg.k > ds.x_test.shape[0]:
+        raise ConfigError("k", f"must be <= the {ds.x_test.shape[0]} test samples of {ds.name}; got {cfg.k}")
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

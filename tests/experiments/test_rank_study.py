@@ -155,6 +155,7 @@ def _run(module, *args):
     ("experiments.fedlrgd.suite", ["--ranks=0,4"], "--ranks"),
     ("experiments.run", ["--task=logistic_soft", "--algorithm=fedlrgd", "--rank=40", "--max_rank=32"], "--rank"),
     ("experiments.fedlrgd.rank_study", ["--model=rnn"], "--model"),
+    ("experiments.fedlrgd.rank_study", ["--study=appc", "--dataset=digits", "--k=5000"], "--k"),
 ])
 def test_bad_flags_exit_2(module, args, flag, tmp_path):
   proc = _run(module, *args, f"--output_dir={tmp_path}")
