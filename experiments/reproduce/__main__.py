@@ -76,6 +76,8 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
   # --data_dir no longer names) keeps its record and is not listed.
   skipped = {c.id: why for c in papers.PAPERS[paper] if (why := c.missing(scale, data_dir))
              and not (c.needs and c.id in done)}
+  for cid in sorted(set(only) & skipped.keys()):  # asked for by --claims, but not evaluable here
+    print(f"[{paper}] {cid}: not evaluated: {skipped[cid]}", flush=True)
   pending = [c for c in todo if rerun or c.id not in done or done[c.id]["scale"] != scale]
   batch = tuple(dict.fromkeys(n for c in pending for n in c.tests))
   new: dict[str, dict] = {}

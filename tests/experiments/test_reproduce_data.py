@@ -134,7 +134,7 @@ def test_fzoos_metric_moves_to_covertype_and_ffgb_stays_on_digits(tmp_path):
   assert "(no flagfile runs the paper's settings on it yet)" in C.Substitute("cifar10", "x", movable=False).note(None)
 
 
-def test_a_claim_on_the_papers_own_data_runs_only_with_it(tmp_path, monkeypatch):
+def test_a_claim_on_the_papers_own_data_runs_only_with_it(tmp_path, monkeypatch, capsys):
   from experiments.reproduce import __main__ as main_mod
   calls = []
 
@@ -156,7 +156,8 @@ def test_a_claim_on_the_papers_own_data_runs_only_with_it(tmp_path, monkeypatch)
   def pending():
     return json.loads((out / "toy" / "claims.json").read_text())["pending"]
 
-  main_mod.reproduce("toy", "paper", str(out))  # no --data_dir: listed with how to run it
+  main_mod.reproduce("toy", "paper", str(out), only={"toy.cifar"})  # no --data_dir: listed with how to run it
+  assert "toy.cifar: not evaluated: runs on the paper's cifar10 only" in capsys.readouterr().out
   assert calls == [] and pending() == ["toy.cifar: runs on the paper's cifar10 only: `--data_dir=DIR` with "
                                        "`DIR/cifar-10-batches-bin/` evaluates it (at --scale=paper)"]
   main_mod.reproduce("toy", "smoke", str(out), data_dir=str(data))  # never at smoke
