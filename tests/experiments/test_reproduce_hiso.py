@@ -176,3 +176,63 @@ def test_final_comparisons_count_only_beyond_seed_noise():
   # Fig. 5: "better final accuracy" needs HiSo above DeComFL beyond seed noise.
   assert H.fig5_verdict(2.0, S([0.90, 0.91, 0.89]), S([0.85, 0.86, 0.84]))[0] == "reproduced"
   assert H.fig5_verdict(2.0, S([0.90, 0.95, 0.85]), S([0.85, 0.90, 0.80]))[0] == "partly reproduced"
+
+
+class PaperContext(FakeContext):
+  scale = "paper"
+
+  def __init__(self, root, runs):
+    super().__init__(root, runs=runs)
+    self.scale = "paper"
+
+  def pick(self, smoke, paper):
+    return paper
+
+
+def _fig5_seed(decomfl_diverges: bool, hiso_best_smallest: bool):
+  """One seed's Fig. 5 grid runs (lr 0.003 / 0.01 / 0.03), every 50 rounds."""
+  h = {"h_median": 1.0, "h_tail_ratio": 2.0}
+  acc = lambda a: _recs(a, every=50, metric="test_accuracy", h=h)  # noqa: E731
+
+  def gone(a):  # stopped at round 100 on a NaN objective (the engine's divergence stop)
+    recs = acc(a)[:3]
+    recs[-1].update(objective=None, nonfinite={"objective": "nan", "test_loss": "nan"})
+    return recs
+  out = {"hiso-lr=0.003": acc([0.1, 0.6, 0.8, 0.85] if hiso_best_smallest else [0.1, 0.5, 0.6, 0.7]),
+         "hiso-lr=0.01": acc([0.1, 0.5, 0.6, 0.7] if hiso_best_smallest else [0.1, 0.6, 0.8, 0.85]),
+         "hiso-lr=0.03": gone([0.1, 0.3, 0.098])}
+  for lr, end in (("0.003", 0.75), ("0.01", 0.8), ("0.03", 0.7)):
+    out[f"decomfl-lr={lr}"] = gone([0.1, 0.64, 0.098]) if decomfl_diverges else acc([0.1, 0.5, 0.7, end])
+    out[f"hiso-preconditioner=scalar-lr={lr}"] = acc([0.1, 0.4, 0.6, 0.7])
+  return out
+
+
+def test_fig5_extends_an_untuned_grid_one_step_down(tmp_path):
+  # DeComFL diverges at every lr of the grid and HiSo's best is the grid's smallest: without the
+  # extension DeComFL's best final accuracy would be the chance level it stopped at.
+  grid = {f"hiso_fig5_cnn_s{s}": _fig5_seed(True, True) for s in (0, 1, 2)}
+  low = {f"hiso_fig5_cnn_lr0.001_s{s}": {"hiso-lr=0.001": _recs([0.1, 0.4, 0.7, 0.9], every=50,
+                                                                 metric="test_accuracy",
+                                                                 h={"h_median": 1.0, "h_tail_ratio": 2.0}),
+                                          "decomfl-lr=0.001": _recs([0.1, 0.5, 0.7, 0.8], every=50,
+                                                                    metric="test_accuracy")}
+         for s in (0, 1, 2)}
+  ctx = PaperContext(tmp_path, {**grid, **low})
+  ev = H.FIG5_CLAIM.evaluate(ctx)
+  assert "run hiso_fig5_cnn_lr0.001_s2" in ctx.commands
+  assert "decomfl (seed 0): every lr diverged" in ev.why and "hiso (seed 1): its best lr 0.003 is the grid's smallest" \
+      in ev.why and "extended to lr 0.001" in ev.why
+  assert ev.numbers["best final test accuracy decomfl"].mean == pytest.approx(0.8)  # lr 0.001, not 0.098
+  assert ev.numbers["lrs that diverged decomfl (per seed)"].mean == 3
+  assert ev.numbers["lrs that diverged hiso (per seed)"].mean == 1
+  # DeComFL's best 0.8 at round 150; HiSo (lr 0.003) at round 100: 1.5x; ends 0.9 vs 0.8.
+  assert ev.verdict == "reproduced"
+  assert "Still untuned on the extended grid: hiso (seed 0): its best lr 0.001" in ev.why  # at the edge again
+
+
+def test_fig5_keeps_a_grid_that_tunes_both(tmp_path):
+  ctx = PaperContext(tmp_path, {f"hiso_fig5_cnn_s{s}": _fig5_seed(False, False) for s in (0, 1, 2)})
+  ev = H.FIG5_CLAIM.evaluate(ctx)                     # asks for no lr 0.001 runs (none are given)
+  assert not any("lr0.001" in c for c in ctx.commands) and "extended" not in ev.why
+  assert ev.numbers["lrs that diverged decomfl (per seed)"].mean == 0
+  assert H.lr_at_edge({"decomfl-lr=0.01": _recs([0.1, 0.5], metric="test_accuracy")}, "hiso") is None
