@@ -302,7 +302,10 @@ class Context:
     self.commands.append(command)
     return self._launch(argv, marker, command)
 
-  def _launch(self, argv: list[str], marker: str, command: str) -> str:
+  def _launch(self, argv: list[str], marker: str, command: str,
+              accept: Callable[[int], bool] | None = None) -> str:
+    """Runs ``argv`` unless ``marker`` records the same command; writes ``marker`` when it ends
+    with status 0, or with a status ``accept`` takes (``experiments.run``'s divergence exit)."""
     key = self._command_key(command)
     if os.path.exists(marker):
       stored = _marker_command(marker)
@@ -322,7 +325,9 @@ class Context:
       # Side by side on one GPU, each process must not reserve 75% of its memory up front.
       env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
+    if proc.returncode != 0 and accept is not None and accept(proc.returncode):
+      self.log(f"  finished; some algorithms stopped on divergence (exit {proc.returncode}): {command}")
+    elif proc.returncode != 0:
       tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
       raise RuntimeError(f"command failed (exit {proc.returncode}): {command}\n{tail}")
     os.makedirs(os.path.dirname(marker), exist_ok=True)
@@ -353,7 +358,7 @@ class Context:
     Raises:
       RuntimeError: the command failed (its last lines in the message).
     """
-    return self._read_run(self._run_module(name, "experiments.run", flagfile, flags))
+    return self.runs([(name, flagfile, flags)])[0]
 
   def runs(self, specs: Sequence[tuple[str, str | None, dict]]) -> list[dict[str, list[dict]]]:
     """:meth:`run` for each ``(name, flagfile, flags)``, ``run_jobs`` at a time.
@@ -372,7 +377,7 @@ class Context:
 
     def go(plan):
       out, argv, marker, command = plan
-      self._launch(argv, marker, command)
+      self._launch(argv, marker, command, accept=lambda rc, out=out: rc == 1 and stopped_on_divergence(out))
       return self._read_run(out)
 
     if self.run_jobs <= 1 or len(plans) <= 1:
@@ -523,6 +528,23 @@ def _marker_seconds(marker: str) -> float:
     return float(text[0])
   except (IndexError, ValueError):
     return 0.0
+
+
+def stopped_on_divergence(out: str) -> bool:
+  """Whether the ``experiments.run`` output ``out`` is finished with some algorithms stopped on
+  divergence (its exit status 1): every algorithm of its config.json has its metrics, and at least
+  one ends on a non-finite objective (:func:`fedsim.api.diverged`). A lr grid is expected to
+  diverge at its large end; those runs are evidence, not failures."""
+  try:
+    with open(os.path.join(out, "config.json")) as f:
+      labels = list(json.load(f)["algorithms"])
+  except (OSError, ValueError, KeyError):
+    return False
+  paths = [os.path.join(out, label, "metrics.jsonl") for label in labels]
+  if not labels or not all(os.path.exists(p) for p in paths):
+    return False
+  from fedsim.api import diverged
+  return bool(diverged({label: results.read_metrics(p) for label, p in zip(labels, paths)}))
 
 
 def _marker_command(marker: str) -> str | None:

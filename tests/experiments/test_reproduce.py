@@ -345,3 +345,23 @@ def test_figure_band_is_the_sample_std_clipped_to_a_bounded_metric():
   _, low, high = report.band([[0.0], [1.0], [1.0]], bounds=(0.0, 1.0))
   assert low[0] == pytest.approx(2 / 3 - math.sqrt(1 / 3)) and high[0] == 1.0
   assert report.band([[2.0, 3.0]])[1].tolist() == [2.0, 3.0]  # one seed: no band
+
+
+def test_a_run_whose_grid_diverges_in_part_is_finished_evidence(tmp_path):
+  # experiments.run exits 1 when an algorithm stopped on a NaN objective (lr 1e38 here); the other
+  # entries finished. That run is evidence (an lr grid's large end), kept and marked complete; a
+  # command that fails otherwise still raises.
+  ctx = C.Context(str(tmp_path), "paper", log=lambda _: None)
+  runs = ctx.run("grid", algorithm="fedavg:lr=1e38,fedavg:lr=0.1", rounds=3, eval_every=1, num_clients=4,
+                 clients_per_round=4)
+  assert set(runs) == {"fedavg-lr=1e38", "fedavg-lr=0.1"} and runs["fedavg-lr=0.1"][-1]["round"] == 3
+  assert not math.isfinite(runs["fedavg-lr=1e38"][-1]["objective"])
+  assert C.stopped_on_divergence(str(tmp_path / "runs" / "grid"))
+  assert (tmp_path / "runs" / "grid" / ".complete").exists()
+  ok = tmp_path / "runs" / "ok"
+  ctx.run("ok", algorithm="fedavg:lr=0.1", rounds=1, eval_every=1, num_clients=4, clients_per_round=4)
+  assert not C.stopped_on_divergence(str(ok))                       # nothing diverged
+  (ok / "fedavg-lr=0.1" / "metrics.jsonl").unlink()
+  assert not C.stopped_on_divergence(str(ok))                       # an algorithm without metrics
+  with pytest.raises(RuntimeError, match=r"exit 2"):
+    ctx.run("bad", algorithm="fedavg:lr=-1")
