@@ -85,7 +85,7 @@ class FakeContext:
 def _fake_launch_factory(active, peak, lock):
   import time as time_mod
 
-  def fake_launch(self, argv, marker, command):
+  def fake_launch(self, argv, marker, command, accept=None):
     out = os.path.dirname(marker)
     seed = int(next(a for a in argv if a.startswith("--seed=")).split("=")[1])
     with lock:
