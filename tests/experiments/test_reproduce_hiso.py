@@ -3,10 +3,12 @@ verdict branch of each curve/table claim, and the Table 2 rounds ratio (no real 
 
 import json
 import os
+import tempfile
 
 import pytest
 
 from experiments.reproduce.papers import hiso as H
+from fedsim import results
 from tests.experiments.test_reproduce import FakeContext
 
 
@@ -14,7 +16,7 @@ def _recs(gaps, every=25, metric="optimality_gap", h=None):
   out = []
   for i, g in enumerate(gaps):
     rec = {"round": i * every, metric: g, "bytes_up": 160 * i, "bytes_down": 160 * i,
-           "participants": 8 * i, "queries": 48 * i}
+           "participants": 8 * i, "queries": 48 * i, "objective": 1.0}
     if h is not None:
       rec.update(h)
     out.append(rec)
@@ -189,15 +191,23 @@ class PaperContext(FakeContext):
     return paper
 
 
+def _stopped(recs):
+  """``recs`` as the engine leaves a run that stopped on a NaN objective, read back from disk: its
+  metrics.jsonl line holds ``"objective": null`` and ``"nonfinite"``, which read_metrics turns into NaN."""
+  recs = [dict(r) for r in recs]
+  recs[-1].update(objective=None, test_loss=None, nonfinite={"objective": "nan", "test_loss": "nan"})
+  with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "metrics.jsonl")
+    with open(path, "w") as f:
+      f.writelines(json.dumps(r) + "\n" for r in recs)
+    return results.read_metrics(path)
+
+
 def _fig5_seed(decomfl_diverges: bool, hiso_best_smallest: bool):
   """One seed's Fig. 5 grid runs (lr 0.003 / 0.01 / 0.03), every 50 rounds."""
   h = {"h_median": 1.0, "h_tail_ratio": 2.0}
   acc = lambda a: _recs(a, every=50, metric="test_accuracy", h=h)  # noqa: E731
-
-  def gone(a):  # stopped at round 100 on a NaN objective (the engine's divergence stop)
-    recs = acc(a)[:3]
-    recs[-1].update(objective=None, nonfinite={"objective": "nan", "test_loss": "nan"})
-    return recs
+  gone = lambda a: _stopped(acc(a))  # noqa: E731  # stopped at round 100 (the engine's divergence stop)
   out = {"hiso-lr=0.003": acc([0.1, 0.6, 0.8, 0.85] if hiso_best_smallest else [0.1, 0.5, 0.6, 0.7]),
          "hiso-lr=0.01": acc([0.1, 0.5, 0.6, 0.7] if hiso_best_smallest else [0.1, 0.6, 0.8, 0.85]),
          "hiso-lr=0.03": gone([0.1, 0.3, 0.098])}
@@ -207,27 +217,55 @@ def _fig5_seed(decomfl_diverges: bool, hiso_best_smallest: bool):
   return out
 
 
-def test_fig5_extends_an_untuned_grid_one_step_down(tmp_path):
+def _fig5_low(lr, hiso, decomfl):
+  """One seed's extension runs at ``lr``: both methods' test accuracy every 50 rounds."""
+  h = {"h_median": 1.0, "h_tail_ratio": 2.0}
+  return {f"hiso-lr={lr}": _recs(hiso, every=50, metric="test_accuracy", h=h),
+          f"decomfl-lr={lr}": _recs(decomfl, every=50, metric="test_accuracy")}
+
+
+def test_fig5_extends_an_untuned_grid_down_until_tuned(tmp_path):
   # DeComFL diverges at every lr of the grid and HiSo's best is the grid's smallest: without the
-  # extension DeComFL's best final accuracy would be the chance level it stopped at.
+  # extension DeComFL's best final accuracy would be the chance level it stopped at. At lr 0.001
+  # HiSo's best is the smallest again, so both go on to 0.0003, where neither improves: tuned.
   grid = {f"hiso_fig5_cnn_s{s}": _fig5_seed(True, True) for s in (0, 1, 2)}
-  low = {f"hiso_fig5_cnn_lr0.001_s{s}": {"hiso-lr=0.001": _recs([0.1, 0.4, 0.7, 0.9], every=50,
-                                                                 metric="test_accuracy",
-                                                                 h={"h_median": 1.0, "h_tail_ratio": 2.0}),
-                                          "decomfl-lr=0.001": _recs([0.1, 0.5, 0.7, 0.8], every=50,
-                                                                    metric="test_accuracy")}
+  low = {f"hiso_fig5_cnn_lr0.001_s{s}": _fig5_low("0.001", [0.1, 0.4, 0.7, 0.9], [0.1, 0.5, 0.7, 0.8])
          for s in (0, 1, 2)}
-  ctx = PaperContext(tmp_path, {**grid, **low})
+  lower = {f"hiso_fig5_cnn_lr0.0003_s{s}": _fig5_low("0.0003", [0.1, 0.3, 0.5, 0.6], [0.1, 0.3, 0.5, 0.6])
+           for s in (0, 1, 2)}
+  ctx = PaperContext(tmp_path, {**grid, **low, **lower})
   ev = H.FIG5_CLAIM.evaluate(ctx)
-  assert "run hiso_fig5_cnn_lr0.001_s2" in ctx.commands
+  assert "run hiso_fig5_cnn_lr0.001_s2" in ctx.commands and "run hiso_fig5_cnn_lr0.0003_s2" in ctx.commands
+  assert not any("lr0.0001" in c for c in ctx.commands)
   assert "decomfl (seed 0): every lr diverged" in ev.why and "hiso (seed 1): its best lr 0.003 is the grid's smallest" \
       in ev.why and "extended to lr 0.001" in ev.why
+  assert "On the grid down to lr 0.001 hiso (seed 0): its best lr 0.001 is the grid's smallest" in ev.why
+  assert "extended to lr 0.0003" in ev.why and "still untuned" not in ev.why.lower()
   assert ev.numbers["best final test accuracy decomfl"].mean == pytest.approx(0.8)  # lr 0.001, not 0.098
   assert ev.numbers["lrs that diverged decomfl (per seed)"].mean == 3
   assert ev.numbers["lrs that diverged hiso (per seed)"].mean == 1
-  # DeComFL's best 0.8 at round 150; HiSo (lr 0.003) at round 100: 1.5x; ends 0.9 vs 0.8.
+  # DeComFL's best 0.8 at round 150; HiSo (lr 0.003) at round 100: 1.5x; ends 0.9 (lr 0.001) vs 0.8.
+  assert ev.numbers["best final test accuracy hiso"].mean == pytest.approx(0.9)
   assert ev.verdict == "reproduced"
-  assert "Still untuned on the extended grid: hiso (seed 0): its best lr 0.001" in ev.why  # at the edge again
+
+
+def test_fig5_says_when_the_grid_stays_untuned_at_its_last_step(tmp_path):
+  grid = {f"hiso_fig5_cnn_s{s}": _fig5_seed(True, True) for s in (0, 1, 2)}
+  low = {f"hiso_fig5_cnn_lr{lr}_s{s}": _fig5_low(lr, [0.1, 0.4, 0.7, end], [0.1, 0.5, 0.7, end - 0.05])
+         for s in (0, 1, 2) for lr, end in (("0.001", 0.86), ("0.0003", 0.87), ("0.0001", 0.88))}
+  ev = H.FIG5_CLAIM.evaluate(PaperContext(tmp_path, {**grid, **low}))
+  assert "Still untuned on the grid down to lr 0.0001: hiso (seed 0): its best lr 0.0001 is the grid's smallest" \
+      in ev.why
+  assert ev.numbers["best final test accuracy hiso"].mean == pytest.approx(0.88)
+
+
+def test_fig5_counts_a_run_stopped_on_nan_as_diverged():
+  # The record as read back from metrics.jsonl, not as the engine held it: a check on the file's
+  # "nonfinite" marker would never fire here (read_metrics drops it).
+  recs = _stopped(_recs([0.1, 0.5, 0.098], every=50, metric="test_accuracy"))
+  assert "nonfinite" not in recs[-1] and H.diverged(recs)
+  assert not H.diverged(_recs([0.1, 0.5], every=50, metric="test_accuracy"))
+  assert H.lr_at_edge({"decomfl-lr=0.01": recs, "decomfl-lr=0.03": recs}, "decomfl") == "every lr diverged"
 
 
 def test_fig5_keeps_a_grid_that_tunes_both(tmp_path):
