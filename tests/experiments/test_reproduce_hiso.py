@@ -224,6 +224,12 @@ def _fig5_low(lr, hiso, decomfl):
           f"decomfl-lr={lr}": _recs(decomfl, every=50, metric="test_accuracy")}
 
 
+def _fig5_scalar(lr, acc):
+  """The scalar-H ablation's extension run at ``lr`` (a run of its own)."""
+  return {f"hiso-preconditioner=scalar-lr={lr}": _recs(acc, every=50, metric="test_accuracy",
+                                                       h={"h_median": 1.0, "h_tail_ratio": 1.0})}
+
+
 def test_fig5_extends_an_untuned_grid_down_until_tuned(tmp_path):
   # DeComFL diverges at every lr of the grid and HiSo's best is the grid's smallest: without the
   # extension DeComFL's best final accuracy would be the chance level it stopped at. At lr 0.001
@@ -233,7 +239,9 @@ def test_fig5_extends_an_untuned_grid_down_until_tuned(tmp_path):
          for s in (0, 1, 2)}
   lower = {f"hiso_fig5_cnn_lr0.0003_s{s}": _fig5_low("0.0003", [0.1, 0.3, 0.5, 0.6], [0.1, 0.3, 0.5, 0.6])
            for s in (0, 1, 2)}
-  ctx = PaperContext(tmp_path, {**grid, **low, **lower})
+  scalar = {f"hiso_fig5_cnn_scalar_lr{lr}_s{s}": _fig5_scalar(lr, [0.1, 0.4, 0.6, end])
+            for s in (0, 1, 2) for lr, end in (("0.001", 0.75), ("0.0003", 0.72))}
+  ctx = PaperContext(tmp_path, {**grid, **low, **lower, **scalar})
   ev = H.FIG5_CLAIM.evaluate(ctx)
   assert "run hiso_fig5_cnn_lr0.001_s2" in ctx.commands and "run hiso_fig5_cnn_lr0.0003_s2" in ctx.commands
   assert not any("lr0.0001" in c for c in ctx.commands)
@@ -246,6 +254,9 @@ def test_fig5_extends_an_untuned_grid_down_until_tuned(tmp_path):
   assert ev.numbers["lrs that diverged hiso (per seed)"].mean == 1
   # DeComFL's best 0.8 at round 150; HiSo (lr 0.003) at round 100: 1.5x; ends 0.9 (lr 0.001) vs 0.8.
   assert ev.numbers["best final test accuracy hiso"].mean == pytest.approx(0.9)
+  # The ablation runs on the extended grid too: its best (0.75 at lr 0.001) beats the grid's 0.7.
+  assert "run hiso_fig5_cnn_scalar_lr0.0003_s1" in ctx.commands
+  assert ev.numbers["best final test accuracy hiso-preconditioner=scalar"].mean == pytest.approx(0.75)
   assert ev.verdict == "reproduced"
 
 
@@ -253,6 +264,8 @@ def test_fig5_says_when_the_grid_stays_untuned_at_its_last_step(tmp_path):
   grid = {f"hiso_fig5_cnn_s{s}": _fig5_seed(True, True) for s in (0, 1, 2)}
   low = {f"hiso_fig5_cnn_lr{lr}_s{s}": _fig5_low(lr, [0.1, 0.4, 0.7, end], [0.1, 0.5, 0.7, end - 0.05])
          for s in (0, 1, 2) for lr, end in (("0.001", 0.86), ("0.0003", 0.87), ("0.0001", 0.88))}
+  low.update({f"hiso_fig5_cnn_scalar_lr{lr}_s{s}": _fig5_scalar(lr, [0.1, 0.4, 0.6, 0.7])
+              for s in (0, 1, 2) for lr in ("0.001", "0.0003", "0.0001")})
   ev = H.FIG5_CLAIM.evaluate(PaperContext(tmp_path, {**grid, **low}))
   assert "Still untuned on the grid down to lr 0.0001: hiso (seed 0): its best lr 0.0001 is the grid's smallest" \
       in ev.why
