@@ -450,8 +450,13 @@ def hiso_fig5(ctx: Context) -> Evidence:
     why += (f". The learned H is nearly flat (q99.9 / median {tail:.3g}; see hiso.h_curvature for why it stays "
             "near a multiple of 1)")
     if "hiso-preconditioner=scalar" in acc:
-      why += (f"; the scalar-H ablation (paper scale) ends at {acc['hiso-preconditioner=scalar'].mean:.4f}: "
-              "what the diagonal H adds over a scalar step scale")
+      why += (f"; the scalar-H ablation (H replaced by mean(H) 1, paper scale) ends at "
+              f"{acc['hiso-preconditioner=scalar'].mean:.4f} against HiSo's {acc['hiso'].mean:.4f}: what the "
+              "diagonal H adds over a scalar step scale")
+    gone = {v: numbers[f"lrs that diverged {v} (per seed)"].mean for v in ("hiso", "decomfl")}
+    if gone["decomfl"] > gone["hiso"]:
+      why += (f". DeComFL stopped on a NaN objective at {gone['decomfl']:.3g} lrs per seed, HiSo at "
+              f"{gone['hiso']:.3g}: at lrs above the tuned one HiSo's step stays stable where DeComFL's does not")
   cur = _best_curves(runs, ("hiso", "decomfl", *variants[1:]), "test_accuracy", True)
   fig = plot_curves(os.path.join(ctx.root, "fig", "hiso_fig5.png"), cur, "round", "test accuracy (best lr each)",
                     "Fig. 5: " + ctx.pick("digits MLP (smoke stand-in)", "MNIST CNN, M = 64, m = 8"))
