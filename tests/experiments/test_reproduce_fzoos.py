@@ -269,11 +269,11 @@ def test_fd_resolution_counts_exact_zeros_on_a_real_metric_task(tmp_path):
   assert large["smoothing"] == 50.0 and large["zero_fraction"] < 1.0 and large["mean_abs_difference"] > 0.0
 
 
-def _attack_targets(series):
+def _attack_targets(series, tag=""):
   """Paper-scale attack runs: target t's objective per round for each method (success when < 0)."""
   out = {}
   for t in range(15):
-    out[f"attack_t{t}"] = {lab: [{"round": 5 * r, "queries": 100 * r, "objective": v, "success_rate": float(v < 0)}
+    out[f"attack_{tag}t{t}"] = {lab: [{"round": 5 * r, "queries": 100 * r, "objective": v, "success_rate": float(v < 0)}
                                  for r, v in enumerate(vals(t))] for lab, vals in series.items()}
   return out
 
@@ -394,3 +394,44 @@ def test_fig4_cosine_within_seed_noise(tmp_path):
   # Paired diagnostic: FZooS (0.15, 0.2, 0.25, 0.3, 0.35 by seed) above the FD baselines' 0.2 on 3 seeds.
   assert ev.numbers["seeds with the fzoos cosine above fedzo_fd"] == 3.0
   assert "FZooS above on 3 of 5 seeds" in ev.why
+
+
+def test_fig8_sweeps_judge_every_setting_on_the_15_targets(tmp_path):
+  # T = 10 (the attack claims' own runs): FZooS first succeeds at round 5 on every target, fedzo_fd
+  # at round 10: earlier beyond noise (stds 0), and 15/15 against 15/15.
+  early = {"fzoos": lambda t: (1.0, -1.0, -1.0), "fedzo_fd": lambda t: (1.0, 0.5, -1.0)}
+  # T = 5: both first succeed at round 10 on targets 0-13; FZooS never on target 14, fedzo_fd does.
+  late = {"fzoos": lambda t: (1.0, 0.5, -1.0 if t < 14 else 0.5), "fedzo_fd": lambda t: (1.0, 0.5, -1.0)}
+  ctx = Ctx(tmp_path, {**_attack_targets(early), **_attack_targets(late, "local_steps5_")}, scale="paper")
+  ev = _claim("fzoos.fig8_T").evaluate(ctx)
+  assert "run attack_local_steps5_t14" in ctx.commands and "run attack_t14" in ctx.commands
+  assert ev.numbers["success rate at R fzoos, local_steps=5"].mean == pytest.approx(14 / 15)
+  assert ev.numbers["success rate at R fedzo_fd, local_steps=10"].n == 15
+  # Never attacked: round 11 (last + 1): (14 x 10 + 11) / 15.
+  assert ev.numbers["round of first success fzoos, local_steps=5 (never: last + 1)"].mean == pytest.approx(151 / 15)
+  assert ev.numbers["round of first success fzoos, local_steps=10 (never: last + 1)"].mean == pytest.approx(5.0)
+  assert ev.verdict == "partly reproduced", ev.why
+  assert "local_steps=5: success rate at R below some baseline's" in ev.why
+  assert "local_steps=10: success rate at R at least baseline's, first success earlier than every" in ev.why
+  assert len(ev.figures) == 4 and all(os.path.exists(tmp_path / f) for f in ev.figures)
+  ctx = Ctx(tmp_path, {**_attack_targets(early), **_attack_targets(early, "local_steps5_")}, scale="paper")
+  assert _claim("fzoos.fig8_T").evaluate(ctx).verdict == "reproduced"
+  # P = 0.5 runs are named after the portion, and the base is the attack claims' P = 0.7 runs.
+  ctx = Ctx(tmp_path, {**_attack_targets(late), **_attack_targets(late, "portion0.5_")}, scale="paper")
+  ev = _claim("fzoos.fig8_P").evaluate(ctx)
+  assert ev.verdict == "not reproduced" and "run attack_portion0.5_t0" in ctx.commands
+
+
+def test_fig8_verdict_counts_a_first_success_gap_only_beyond_noise():
+  rate = {"fzoos": Stat.of([1.0, 1.0]), "fedzo_fd": Stat.of([1.0, 1.0])}
+  near = {"fzoos": Stat.of([5.0, 15.0]), "fedzo_fd": Stat.of([10.0, 15.0])}  # gap 2.5, stds ~7
+  assert fz.attack_sweep_verdict({"T=5": rate}, {"T=5": near})[0] == "partly reproduced"
+  far = {"fzoos": Stat.of([5.0, 5.0]), "fedzo_fd": Stat.of([10.0, 15.0])}
+  assert fz.attack_sweep_verdict({"T=5": rate}, {"T=5": far})[0] == "reproduced"
+  worse = {"fzoos": Stat.of([0.5, 0.5]), "fedzo_fd": Stat.of([1.0, 1.0])}
+  assert fz.attack_sweep_verdict({"T=5": worse}, {"T=5": near})[0] == "not reproduced"
+  assert fz.attack_sweep_verdict({"T=5": worse}, {"T=5": far})[0] == "partly reproduced"  # faster, fewer hits
+
+
+def _claim(claim_id):
+  return next(c for c in fz.CLAIMS if c.id == claim_id)
