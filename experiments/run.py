@@ -9,7 +9,10 @@ alpha = 0.5, 10 clients per round, FedAvg and FedZO side by side, 300 rounds.
 Writes under --output_dir: config.json, <algorithm>/metrics.jsonl (one JSON
 object per evaluation) and curves.png. Bad flags exit with status 2 and one line
 before anything compiles; a NaN/inf objective stops that algorithm (its metrics
-so far stay on disk) and the binary exits with status 1 at the end.
+so far stay on disk), the others run on, and the binary exits with status 3
+(``fedsim.results.EXIT_DIVERGED``) at the end, after one line naming them. An lr
+grid whose large end diverges is a finished run: scripts can tell it from a
+crash (1) or bad flags (2).
 
 Long runs: ``--checkpoint_every=K`` saves each algorithm's full state under
 <output_dir>/<alg>/checkpoints (orbax; the last 2 kept); ``--resume`` continues
@@ -39,6 +42,7 @@ import sys
 from absl import app, flags, logging
 
 from experiments import common
+from fedsim import results
 from fedsim.core.errors import ConfigError
 from fedsim.runner import ProgressWriter  # noqa: F401 (re-exported: the binary's writer)
 
@@ -66,8 +70,10 @@ def main(argv):
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  if fedsim.api.diverged(histories):
-    sys.exit(1)
+  if gone := fedsim.api.diverged(histories):
+    print(f"finished; stopped on a non-finite objective: {', '.join(gone)} (exit {results.EXIT_DIVERGED})",
+          file=sys.stderr)
+    sys.exit(results.EXIT_DIVERGED)
 
 
 def _own_flags():

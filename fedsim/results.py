@@ -31,6 +31,9 @@ from fedsim.files import restore_record
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.json"
+# The exit status of ``experiments.run`` when it finished but an algorithm stopped on a non-finite
+# objective (its metrics up to there are on disk): distinct from 1 (a crash) and 2 (bad input).
+EXIT_DIVERGED = 3
 COLUMNS = ("run", "run_dir", "algorithm")  # the columns load_runs adds to every record
 
 

@@ -377,7 +377,8 @@ class Context:
 
     def go(plan):
       out, argv, marker, command = plan
-      self._launch(argv, marker, command, accept=lambda rc, out=out: rc == 1 and stopped_on_divergence(out))
+      self._launch(argv, marker, command,
+                   accept=lambda rc, out=out: rc == results.EXIT_DIVERGED and stopped_on_divergence(out))
       return self._read_run(out)
 
     if self.run_jobs <= 1 or len(plans) <= 1:
@@ -532,9 +533,10 @@ def _marker_seconds(marker: str) -> float:
 
 def stopped_on_divergence(out: str) -> bool:
   """Whether the ``experiments.run`` output ``out`` is finished with some algorithms stopped on
-  divergence (its exit status 1): every algorithm of its config.json has its metrics, and at least
-  one ends on a non-finite objective (:func:`fedsim.api.diverged`). A lr grid is expected to
-  diverge at its large end; those runs are evidence, not failures."""
+  divergence (its exit status :data:`fedsim.results.EXIT_DIVERGED`): every algorithm of its
+  config.json has its metrics, and at least one ends on a non-finite objective
+  (:func:`fedsim.api.diverged`). A lr grid is expected to diverge at its large end; those runs are
+  evidence, not failures."""
   try:
     with open(os.path.join(out, "config.json")) as f:
       labels = list(json.load(f)["algorithms"])

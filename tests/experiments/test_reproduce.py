@@ -348,7 +348,7 @@ def test_figure_band_is_the_sample_std_clipped_to_a_bounded_metric():
 
 
 def test_a_run_whose_grid_diverges_in_part_is_finished_evidence(tmp_path):
-  # experiments.run exits 1 when an algorithm stopped on a NaN objective (lr 1e38 here); the other
+  # experiments.run exits 3 when an algorithm stopped on a NaN objective (lr 1e38 here); the other
   # entries finished. That run is evidence (an lr grid's large end), kept and marked complete; a
   # command that fails otherwise still raises.
   ctx = C.Context(str(tmp_path), "paper", log=lambda _: None)

@@ -168,3 +168,13 @@ def test_progress_writer_keeps_records_up_to_checkpoint_and_silent_mode(tmp_path
   q({"round": 0, "objective": 1.0, "queries": 0, "wall_time_s": 0.0})
   q.close()
   assert not other.exists() and len(q.history) == 1
+
+
+def test_a_grid_that_diverges_in_part_finishes_and_exits_3(tmp_path):
+  # An lr grid's large end diverging is a finished run: exit 3 (not 1, a crash), one line naming
+  # the entries that stopped, every entry's metrics on disk.
+  proc = _run("--algorithm=fedavg:lr=1e38,fedavg:lr=0.1", "--rounds=3", "--eval_every=1", "--num_clients=4",
+              "--clients_per_round=4", f"--output_dir={tmp_path}")
+  assert proc.returncode == 3, proc.stderr[-2000:]
+  assert "finished; stopped on a non-finite objective: fedavg-lr=1e38 (exit 3)" in proc.stderr
+  assert _metrics(tmp_path / "fedavg-lr=0.1" / "metrics.jsonl")[-1]["round"] == 3
