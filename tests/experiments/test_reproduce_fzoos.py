@@ -410,6 +410,11 @@ def test_fig8_sweeps_judge_every_setting_on_the_15_targets(tmp_path):
   # Never attacked: round 11 (last + 1): (14 x 10 + 11) / 15.
   assert ev.numbers["round of first success fzoos, local_steps=5 (never: last + 1)"].mean == pytest.approx(151 / 15)
   assert ev.numbers["round of first success fzoos, local_steps=10 (never: last + 1)"].mean == pytest.approx(5.0)
+  # Paired by target: at T = 10 FZooS (round 5) is earlier on all 15; at T = 5 neither is earlier on
+  # targets 0-13 (both round 10) and FZooS is later on target 14 (never: 11 against 10).
+  assert ev.numbers["targets FZooS first succeeds earlier than fedzo_fd, local_steps=10"] == 15
+  assert ev.numbers["targets FZooS first succeeds earlier than fedzo_fd, local_steps=5"] == 0
+  assert ev.numbers["targets FZooS first succeeds later than fedzo_fd, local_steps=5"] == 1
   assert ev.verdict == "partly reproduced", ev.why
   assert "local_steps=5: FZooS's success rate at R 0.933, below fedzo_fd's; its first success at round 10.1, " \
       "not earlier beyond noise than fedzo_fd's" in ev.why

@@ -591,6 +591,11 @@ def _attack_sweep(flag: str):
       numbers.update({f"success rate at R {lab}, {key}": v for lab, v in rates[key].items()})
       numbers.update({f"round of first success {lab}, {key} (never: last + 1)": v
                       for lab, v in firsts[key].items()})
+      mine = [first_success(r["fzoos"])[0] for r in runs]  # paired by target (not in the verdict)
+      for lab in (b for b in runs[0] if b != "fzoos"):
+        theirs = [first_success(r[lab])[0] for r in runs]
+        numbers[f"targets FZooS first succeeds earlier than {lab}, {key}"] = sum(a < b for a, b in zip(mine, theirs))
+        numbers[f"targets FZooS first succeeds later than {lab}, {key}"] = sum(a > b for a, b in zip(mine, theirs))
       figs += [_fig(ctx, f"fzoos_fig8_{flag}{value:g}_{x}.png", runs, "success_rate", x,
                     "success rate (mean over targets)", f"FZooS attack ({dataset}), {key}", bounds=(0.0, 1.0))
                for x in ("round", "queries")]
