@@ -587,15 +587,15 @@ def _attack_sweep(flag: str):
       setting = {**({} if value == FIG8_BASE[flag] else {flag: value}), **ctx.pick({"model_train_steps": 60}, {})}
       runs, dataset = _attack_runs(ctx, **setting)
       rates[key] = {lab: Stat.of(final(r[lab], "success_rate") for r in runs) for lab in runs[0]}
-      firsts[key] = {lab: Stat.of(first_success(r[lab])[0] for r in runs) for lab in runs[0]}
+      rounds = {lab: [first_success(r[lab])[0] for r in runs] for lab in runs[0]}  # per target
+      firsts[key] = {lab: Stat.of(v) for lab, v in rounds.items()}
       numbers.update({f"success rate at R {lab}, {key}": v for lab, v in rates[key].items()})
       numbers.update({f"round of first success {lab}, {key} (never: last + 1)": v
                       for lab, v in firsts[key].items()})
-      mine = [first_success(r["fzoos"])[0] for r in runs]  # paired by target (not in the verdict)
-      for lab in (b for b in runs[0] if b != "fzoos"):
-        theirs = [first_success(r[lab])[0] for r in runs]
-        numbers[f"targets FZooS first succeeds earlier than {lab}, {key}"] = sum(a < b for a, b in zip(mine, theirs))
-        numbers[f"targets FZooS first succeeds later than {lab}, {key}"] = sum(a > b for a, b in zip(mine, theirs))
+      for lab in (b for b in rounds if b != "fzoos"):  # paired by target (not in the verdict)
+        pairs = list(zip(rounds["fzoos"], rounds[lab]))
+        numbers[f"targets FZooS first succeeds earlier than {lab}, {key}"] = sum(a < b for a, b in pairs)
+        numbers[f"targets FZooS first succeeds later than {lab}, {key}"] = sum(a > b for a, b in pairs)
       figs += [_fig(ctx, f"fzoos_fig8_{flag}{value:g}_{x}.png", runs, "success_rate", x,
                     "success rate (mean over targets)", f"FZooS attack ({dataset}), {key}", bounds=(0.0, 1.0))
                for x in ("round", "queries")]

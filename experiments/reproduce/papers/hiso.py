@@ -411,11 +411,13 @@ def hiso_fig5(ctx: Context) -> Evidence:
     algs = [f"{a}:lr={lr}" for a in ("hiso", "decomfl", "hiso:preconditioner=scalar") for lr in FIG5_GRID]
     runs = ctx.runs([(f"hiso_fig5_cnn_s{s}", "hiso_mnist_cnn.cfg", dict(seed=s, algorithm=",".join(algs)))
                      for s in seeds])
+    def untuned(runs):
+      return [f"{b} (seed {s}): {w}" for b in ("hiso", "decomfl") for s, r in zip(seeds, runs)
+              if (w := lr_at_edge(r, b))]
+
     grid = "the flagfile's grid"
     for lr in FIG5_BELOW:
-      edges = [f"{b} (seed {s}): {w}" for b in ("hiso", "decomfl") for s, r in zip(seeds, runs)
-               if (w := lr_at_edge(r, b))]
-      if not edges:
+      if not (edges := untuned(runs)):
         break
       notes.append(f"on {grid} " + "; ".join(edges) + f", so it did not tune them: the verdict uses the grid "
                    f"extended to lr {lr:g} for both methods (same seeds)")
@@ -423,11 +425,11 @@ def hiso_fig5(ctx: Context) -> Evidence:
                        dict(seed=s, algorithm=f"hiso:lr={lr:g},decomfl:lr={lr:g}")) for s in seeds]
                      + [(f"hiso_fig5_cnn_scalar_lr{lr:g}_s{s}", "hiso_mnist_cnn.cfg",  # the ablation, same grid
                          dict(seed=s, algorithm=f"hiso:preconditioner=scalar:lr={lr:g}")) for s in seeds])
-      runs = [{**r, **extra, **scalar} for r, extra, scalar in zip(runs, low, low[len(seeds):])]
+      pairs, scalars = low[:len(seeds)], low[len(seeds):]
+      runs = [{**r, **pair, **scalar} for r, pair, scalar in zip(runs, pairs, scalars)]
       grid = f"the grid down to lr {lr:g}"
     else:
-      if still := [f"{b} (seed {s}): {w}" for b in ("hiso", "decomfl") for s, r in zip(seeds, runs)
-                   if (w := lr_at_edge(r, b))]:
+      if still := untuned(runs):
         notes.append(f"still untuned on {grid}: " + "; ".join(still))
   rr = [rounds_ratio(r, "hiso", "decomfl", metric="test_accuracy") for r in runs]
   variants = [v for v in ("hiso", "hiso-preconditioner=scalar") if v in rr[0]["variants"]]
