@@ -10,16 +10,22 @@ a deterministic function of the data, the seed and :class:`TrainConfig`.
 The cache file is a numpy ``.npz`` holding the parameters flattened with
 ``flax.traverse_util.flatten_dict`` ("/"-joined keys) and a ``__meta__`` entry,
 the JSON of the cache key; it is written atomically (temporary file, then
-``os.replace``), so concurrent writers never leave a torn file.
+``os.replace``), so concurrent writers never leave a torn file; and
+:func:`train_or_load` holds an exclusive lock on ``<file>.lock`` (POSIX
+``fcntl.flock``) while it trains, so processes that need the same classifier at
+once (``experiments.reproduce --run_jobs=2``) train it once: the others wait,
+then load it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +166,25 @@ def load_params(path: str | os.PathLike, template: PyTree, meta: dict) -> PyTree
   return traverse_util.unflatten_dict({k: jnp.asarray(stored[k]) for k in want}, sep="/")
 
 
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+  """Holds an exclusive ``flock`` on ``path`` (created if missing) for the block; a no-op where
+  ``fcntl`` does not exist (Windows: concurrent processes then may train the same model twice,
+  which the atomic write keeps sound)."""
+  try:
+    import fcntl
+  except ImportError:  # pragma: no cover - not POSIX
+    yield
+    return
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(path, "a") as f:
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 def train_or_load(model: nn.Module, x: np.ndarray, y: np.ndarray, *, seed: int,
                   config: TrainConfig, key: dict, cache_dir: str | os.PathLike | None = None,
                   prefix: str = "classifier") -> tuple[PyTree, str, bool]:
@@ -178,7 +203,8 @@ def train_or_load(model: nn.Module, x: np.ndarray, y: np.ndarray, *, seed: int,
 
   Returns:
     ``(params, path, loaded)``: the parameters, the cache file path, and
-    whether they were loaded (True) or freshly trained (False).
+    whether they were loaded (True) or freshly trained (False). A caller that
+    waited on another process training the same key loads its result.
 
   Raises:
     OSError: the cache folder or file cannot be written.
@@ -191,7 +217,11 @@ def train_or_load(model: nn.Module, x: np.ndarray, y: np.ndarray, *, seed: int,
   params = load_params(path, template, key)
   if params is not None:
     return params, str(path), True
-  logging.info("training %s (%d samples, %d steps; cached to %s)", safe, len(y), config.steps, path)
-  params = train_classifier(model, x, y, seed, config)
-  save_params(path, params, key)
+  with _exclusive(path.with_name(path.name + ".lock")):
+    params = load_params(path, template, key)  # trained by whoever held the lock before us
+    if params is not None:
+      return params, str(path), True
+    logging.info("training %s (%d samples, %d steps; cached to %s)", safe, len(y), config.steps, path)
+    params = train_classifier(model, x, y, seed, config)
+    save_params(path, params, key)
   return params, str(path), False
