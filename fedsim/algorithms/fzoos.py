@@ -111,6 +111,20 @@ PRESETS = {
 }
 
 
+def accept_if_improves_hparam():
+  """The ``accept_if_improves`` setting, declared once for FZooS and the ZO baselines (the
+  authors' code applies its server rule to every algorithm)."""
+  return hparam(None, help="1 keeps x_{r-1} unless the true F improves (authors' code; outside the "
+                "query model); None: the variant's", choices=(0, 1),
+                source="[code] run_server, settings.py l. 79-80")
+
+
+def track_cosine_hparam():
+  """The ``track_cosine`` setting (Fig. 4's diagnostic), declared once for FZooS and the ZO baselines."""
+  return hparam(0, help="1 logs grad_cosine, cos(local direction, true grad F) (true F outside the "
+                "query model)", choices=(0, 1), source="seed 000 Fig. 4, App. F.1")
+
+
 @chex.dataclass(frozen=True)
 class FZooSConfig:
   """FZooS hyperparameters (seed 000 App. E and the authors' code, specs/fzoos.md §2.6).
@@ -202,11 +216,8 @@ class FZooSConfig:
                                "ablations)", choices=GAMMA_SCHEDULES, source="seed 000 §6, Fig. 6b")
   correction_point: str = hparam("current", help="FZooS correction at: current iterate (eq. 8), round_start "
                                  "(Fig. 6b)", choices=CORRECTION_POINTS, source="seed 000 eq. 8, Fig. 6b")
-  accept_if_improves: int | None = hparam(None, help="1 keeps x_{r-1} unless the true F improves (authors' "
-                                          "code; outside the query model); None: the variant's",
-                                          choices=(0, 1), source="[code] run_server, settings.py l. 79-80")
-  track_cosine: int = hparam(0, help="1 logs grad_cosine, cos(local direction, true grad F) (true F outside "
-                             "the query model)", choices=(0, 1), source="seed 000 Fig. 4, App. F.1")
+  accept_if_improves: int | None = accept_if_improves_hparam()
+  track_cosine: int = track_cosine_hparam()
   variant: str = hparam("paper", help="paper, code (the authors' code preset of kernel, gp_lengthscale and "
                         "accept_if_improves)", choices=VARIANTS)
 

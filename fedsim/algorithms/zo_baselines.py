@@ -58,7 +58,15 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedsim.algorithms.fzoos import VARIANTS, accept_if_improves, cosine_metrics, global_objective, preset
+from fedsim.algorithms.fzoos import (
+  VARIANTS,
+  accept_if_improves,
+  accept_if_improves_hparam,
+  cosine_metrics,
+  global_objective,
+  preset,
+  track_cosine_hparam,
+)
 from fedsim.algorithms.local import BYTES_PER_REAL, LOCAL_OPTIMIZERS, flat_problem, flat_solution, local_optimizer
 from fedsim.config import hparam, validate
 from fedsim.core import rng
@@ -115,11 +123,8 @@ class ZOBaselineConfig:
                              finite=True, source="[code] 1")
   fd_normalization: str = hparam("code", help="FD baselines: code (divide by lambda Q), unbiased (d/(lambda Q))",
                                  choices=FD_NORMALIZATIONS)
-  accept_if_improves: int | None = hparam(None, help="1 keeps x_{r-1} unless the true F improves (authors' "
-                                          "code; outside the query model); None: the variant's",
-                                          choices=(0, 1), source="[code] settings.py l. 79-80")
-  track_cosine: int = hparam(0, help="1 logs grad_cosine, cos(local direction, true grad F) (true F outside "
-                             "the query model)", choices=(0, 1), source="seed 000 Fig. 4")
+  accept_if_improves: int | None = accept_if_improves_hparam()
+  track_cosine: int = track_cosine_hparam()
   estimator: str = hparam("fd", help="fd (eq. 3) or true (exact local gradients, [code] gd_opt; set by the "
                           "registry name)", choices=ESTIMATORS, cli=False)
   variant: str = hparam("paper", help="paper, code (the authors' code preset of accept_if_improves)",
