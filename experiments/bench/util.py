@@ -183,7 +183,7 @@ def compile_chunk(alg, task, length: int, seed: int = 0):
   from fedsim.core import engine, rng
 
   key = jax.random.key(seed)
-  state = jax.jit(alg.init)(*rng.init_keys(key))
+  state = engine.init_state(alg, key)
   rounds_key = rng.stream(key, "rounds")
   t = time.perf_counter()
   lowered = engine.make_chunk(alg).lower(state, task.data, rounds_key, jnp.int32(0), length)

@@ -491,7 +491,7 @@ def precision():
 
   from fedsim import algorithms
   from fedsim.algorithms import fedlrgd as fl
-  from fedsim.core import rng
+  from fedsim.core import engine
   from fedsim.tasks.logistic_soft import LOSSES, logistic_objective_np, with_server_size
   ranks, S = _ints("ranks"), FLAGS.rounds
   grad_f = jax.grad(lambda th, ex: LOSSES["logistic_soft"](th, ex, FLAGS.l2_penalty))
@@ -508,7 +508,7 @@ def precision():
                                     jnp.float32, -1.0, 1.0).astype(dt)
         for r in ranks:
           task = with_server_size(base, r)
-          state = jax.jit(algorithms.build("fedlrgd", task).init)(*rng.init_keys(jax.random.key(seed)))
+          state = engine.init_state(algorithms.build("fedlrgd", task), jax.random.key(seed))
           d = task.data
           def pooled(a, b, r=r):
             return np.concatenate([np.asarray(a, np.float64)[:r],

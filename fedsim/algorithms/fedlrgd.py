@@ -63,12 +63,15 @@ are zero in (41).
 
 **Precision.** cond(G^(i)) grows fast with r (1e7 - 1e11 from r ~ 8-12 on
 the 2-feature logistic task; specs §0 item 8, §6.3), so lines 2-10 always run
-in float64, in ``init`` (:func:`setup_float64`): in the compiled graph when x64
-is enabled (``--x64``), otherwise through ``jax.pure_callback`` on the host CPU
-under a scoped ``jax.enable_x64(True)`` (nothing global changes), on the run's
-data and anchors upcast exactly to float64; W and the diagnostics come back
-rounded to the run's float dtype. (``init`` is a single-device computation,
-so the set-up also runs when the clients are sharded over devices.) The GD
+in float64: in ``init``'s compiled graph when x64 is enabled (``--x64``),
+otherwise in the algorithm's host-side ``setup`` (:func:`setup_float64`), run
+once by the engine after ``init`` and outside any compiled program, on the host
+CPU under a scoped ``jax.enable_x64(True)`` (nothing global changes), on the
+run's data and anchors upcast exactly to float64; W and the diagnostics come
+back rounded to the run's float dtype. (It used to run inside ``init`` through
+``jax.pure_callback``; a callback that dispatches JAX work can deadlock the CPU
+runtime, jax-ml/jax#24255, and did, on an idle 2-core machine.) The set-up
+runs on one device, so it also runs when the clients are sharded over devices. The GD
 steps of line 11 run in the run's dtype. Measured (2 features, m = 50, s = 40,
 3 seeds, 20 random theta, S = 300): with float64
 weights a float32 run matches the x64 run at r <= 12 (median relative
@@ -449,41 +452,38 @@ def setup_float64(grad_f, data, anchors, solver: str = "solve", rcond: float = 1
                   ridge_lambda: float = 1e-10) -> Setup:
   """Algorithm 1, lines 1-10 (:func:`setup`) computed in float64 whatever the run's precision.
 
-  With float64 anchors (x64 enabled) this is :func:`setup` in the compiled
-  graph. With float32 anchors, a ``jax.pure_callback`` runs :func:`setup` on the
-  host CPU under a scoped ``jax.enable_x64(True)`` (nothing global changes) on
-  the server / client data and anchors upcast exactly to float64; the results
-  are rounded to float32 on the way back. Jit-able; under ``vmap`` the callback
-  runs once per batch element.
+  With float64 anchors (x64 enabled) this is :func:`setup`, traceable (it runs
+  in ``init``'s compiled graph). With float32 anchors it is a host function, not
+  traceable: it compiles :func:`setup` under a scoped ``jax.enable_x64(True)``
+  (nothing global changes) and runs it on the host CPU on the data and anchors
+  upcast exactly to float64; the results are rounded to float32. FedLRGD calls
+  it from its ``setup`` (``FederatedAlgorithm.setup``), outside any compiled
+  program: JAX must not run inside a host callback (jax-ml/jax#24255).
 
   Args:
     grad_f: ``(theta (p,), example) -> (p,)``; must be dtype-polymorphic (it is
       traced again with float64 inputs).
     data: a task's data with ``server`` (R samples, mask) and ``clients``.
-    anchors: (R, p) float32 or float64.
+    anchors: (R, p) float32 or float64; concrete (not traced) when float32.
     solver, rcond, ridge_lambda: see :func:`server_factors`.
 
   Returns:
     :class:`Setup` in the anchors' dtype (W (p, R), sigma_max, sigma_min, cond (p,)).
+
+  Raises:
+    TypeError: float32 anchors given as traced values (inside ``jit``/``vmap``).
   """
   if anchors.dtype == jnp.float64:
     return setup(grad_f, data, anchors, solver, rcond, ridge_lambda)
+  if isinstance(anchors, jax.core.Tracer):
+    raise TypeError("setup_float64 with float32 anchors runs on the host: call it outside jit/vmap "
+                    "(FedLRGD does, from FederatedAlgorithm.setup)")
   dt = anchors.dtype
-  R, p = anchors.shape
-  fn = jax.jit(lambda d, a: setup(grad_f, d, a, solver, rcond, ridge_lambda))   # traced under x64
-
-  def host(server, clients, anch):
-    cpu = jax.devices("cpu")[0]
-    with jax.enable_x64(True), jax.default_device(cpu):
-      d = jax.tree_util.tree_map(_upcast64, {"server": server, "clients": clients})
-      res = jax.device_get(fn(d, _upcast64(anch)))
-    # Host side of pure_callback: numpy leaves in the Setup pytree (fields typed jax.Array).
-    return Setup(*(np.asarray(v).astype(dt) for v in res))  # type: ignore[arg-type]
-
-  # The callback's result spec: the Setup pytree with ShapeDtypeStruct leaves.
-  shapes = Setup(jax.ShapeDtypeStruct((p, R), dt), *([jax.ShapeDtypeStruct((p,), dt)] * 3))  # type: ignore[arg-type]
-  return jax.pure_callback(host, shapes, data["server"], data["clients"], anchors,
-                           vmap_method="sequential")
+  with jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]):
+    d = jax.tree_util.tree_map(_upcast64, data)
+    fn = jax.jit(lambda d, a: setup(grad_f, d, a, solver, rcond, ridge_lambda))
+    res = jax.device_get(fn(d, _upcast64(anchors)))
+  return Setup(*(jnp.asarray(np.asarray(v).astype(dt)) for v in res))
 
 
 def num_samples(data):
@@ -586,8 +586,9 @@ def make_fedlrgd(task: Task, cfg: FedLRGDConfig, name: str = "fedlrgd") -> Feder
 
   ``init(key, shared_key)`` draws theta^(0) = the task's ``init_params(key)``
   (the same start as every other algorithm) and the anchors (line 1, from
-  :func:`anchor_key`), and runs lines 2-10 on the task's data in float64
-  (:func:`setup_float64`; a host callback unless x64 is enabled). ``round`` is
+  :func:`anchor_key`); lines 2-10 run on the task's data in float64, in ``init``
+  when x64 is enabled, otherwise in ``setup`` on the host (:func:`setup_float64`;
+  ``init`` alone then leaves NaN weights: use ``fedsim.core.engine.init_state``). ``round`` is
   one GD step of line 11 (eqs. (41)-(42)); the first round also charges the
   set-up's epochs to the ledgers (module doc). ``round`` must be given the data
   of the task the algorithm was built with (as ``fedsim.core.simulate`` does):
@@ -626,16 +627,31 @@ def make_fedlrgd(task: Task, cfg: FedLRGDConfig, name: str = "fedlrgd") -> Feder
   setup_data = jax.tree_util.tree_map(np.asarray, {"server": task.data["server"],
                                                    "clients": task.data["clients"]})
 
+  def setup_data_as(dtype):
+    """The set-up's data with float leaves in the run's dtype (then upcast exactly to float64)."""
+    return jax.tree_util.tree_map(lambda a: np.asarray(a, dtype if a.dtype.kind == "f" else a.dtype), setup_data)
+
   def init(key, shared_key):
     del shared_key  # no draws shared by all parties (rng.init_keys)
     theta0, _ = ravel_pytree(task.init_params(key))
     anchors = draw_anchors(anchor_key(key), theta0, R, cfg.anchor_dist, cfg.anchor_scale)   # line 1
-    data = jax.tree_util.tree_map(lambda a: jnp.asarray(a, theta0.dtype if a.dtype.kind == "f" else a.dtype),
-                                  setup_data)
-    res = setup_float64(grad_f, data, anchors, cfg.weights_solver, cfg.rcond,               # lines 2-10
+    if theta0.dtype == jnp.float64:   # x64: lines 2-10 in this compiled graph
+      res = setup(grad_f, setup_data_as(np.float64), anchors, cfg.weights_solver, cfg.rcond, cfg.ridge_lambda)
+      weights, sigma_min, cond = res.weights, res.sigma_min, res.cond
+    else:   # float32: lines 2-10 in float64 on the host, in host_setup; NaN until then
+      weights = jnp.full((p, R), jnp.nan, theta0.dtype)
+      sigma_min = cond = jnp.full((p,), jnp.nan, theta0.dtype)
+    return FedLRGDState(theta=theta0, anchors=anchors, weights=weights, charged=jnp.asarray(False),
+                        sigma_min=sigma_min, cond=cond, ledger=zero_ledger())
+
+  def host_setup(state: FedLRGDState) -> FedLRGDState:
+    """Lines 2-10 in float64 for a float32 run (:func:`setup_float64`); x64 runs did them in init."""
+    if state.anchors.dtype == jnp.float64:
+      return state
+    anchors = np.asarray(state.anchors)
+    res = setup_float64(grad_f, setup_data_as(anchors.dtype), anchors, cfg.weights_solver, cfg.rcond,
                         cfg.ridge_lambda)
-    return FedLRGDState(theta=theta0, anchors=anchors, weights=res.weights, charged=jnp.asarray(False),
-                        sigma_min=res.sigma_min, cond=res.cond, ledger=zero_ledger())
+    return state._replace(weights=res.weights, sigma_min=res.sigma_min, cond=res.cond)
 
   def round_fn(state: FedLRGDState, key, data):
     del key  # FedLRGD is deterministic once the anchors are drawn
@@ -657,7 +673,8 @@ def make_fedlrgd(task: Task, cfg: FedLRGDConfig, name: str = "fedlrgd") -> Feder
     return state._replace(theta=theta, ledger=ledger, charged=jnp.asarray(True)), stats
 
   return attach_metrics(FederatedAlgorithm(name=name, init=init, round=round_fn,
-                                           solution=lambda s: unravel(s.theta), hparams=cfg), cfg.phi)
+                                           solution=lambda s: unravel(s.theta), hparams=cfg,
+                                           setup=host_setup), cfg.phi)
 
 
 def diagnostics(state: FedLRGDState, r: int) -> dict:

@@ -658,15 +658,16 @@ def attach_learner_writer(alg: FederatedAlgorithm, out_dir: str, cfg: FFGBConfig
   """
   if cfg.store_learners <= 0:
     raise ValueError("store_learners must be > 0 to write learners")
-  if jax.process_index() == 0:
+  writer = jax.process_index() == 0   # read here: the callback body makes no JAX call
+  if writer:
     os.makedirs(out_dir, exist_ok=True)
   clip_h = (2.0 - cfg.gamma) * cfg.clip_G / cfg.gamma if variant == "ffgb_c" else np.inf
   clip_B = clip_radius_B(cfg) if variant == "ffgb_c" else np.inf
 
   def write(store):
-    if jax.process_index() != 0:  # multi-host: one writer
+    if not writer:  # multi-host: one writer
       return
-    leaves = jax.tree_util.tree_leaves(store["params"])
+    leaves = jax.tree_util.tree_leaves(store["params"])   # pytree flattening: pure Python
     for s, t in enumerate(np.asarray(store["t"])):
       path = os.path.join(out_dir, f"round_{int(t):05d}.npz")
       if t < 0 or os.path.exists(path):

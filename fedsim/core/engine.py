@@ -69,6 +69,37 @@ def task_evaluator(evaluate: Callable) -> Callable:
   return compile_options.jit(evaluate_task)
 
 
+def _apply_setup(algorithm: FederatedAlgorithm, state):
+  """``algorithm.setup(state)`` (if any) placed on the shardings ``state`` has."""
+  if algorithm.setup is None:
+    return state
+  shardings = jax.tree_util.tree_map(lambda a: a.sharding, state)
+  return jax.device_put(algorithm.setup(state), shardings)
+
+
+def init_state(algorithm: FederatedAlgorithm, key: jax.Array):
+  """The initial state of a run with root ``key``, as :func:`simulate` makes it.
+
+  ``algorithm.init`` on the run's init and shared streams (``rng.init_keys``),
+  compiled, then its host-side ``setup`` (if any) outside the compiled program.
+  Use this, not ``jax.jit(algorithm.init)`` alone, wherever a state is needed
+  outside :func:`simulate`: an algorithm with a ``setup`` (FedLRGD in float32)
+  returns placeholders from ``init`` alone (NaN interpolation weights).
+
+  Example::
+
+    state = init_state(algorithms.build("fedavg", task), jax.random.key(0))
+
+  Args:
+    algorithm: the algorithm.
+    key: the run's root key (``jax.random.key(seed)``).
+
+  Returns:
+    The state ``round`` starts from (round 0).
+  """
+  return _apply_setup(algorithm, compile_options.jit(algorithm.init)(*rng.init_keys(key)))
+
+
 def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_every: int,
              key: jax.Array, *, on_eval: Callable[[dict], None] | None = None,
              state=None, start_round: int = 0, totals: dict | None = None,
@@ -139,7 +170,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       init = compile_options.jit(algorithm.init, out_shardings=NamedSharding(mesh, PartitionSpec()))
     else:
       init = compile_options.jit(algorithm.init)
-    state = init(*init_keys)
+    state = _apply_setup(algorithm, init(*init_keys))
   rounds_key = rng.stream(key, "rounds")
   chunk = make_chunk(algorithm)
   evaluate_task = task_evaluator(task.evaluate)     # one program per task, not per algorithm

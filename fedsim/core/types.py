@@ -252,6 +252,14 @@ class FederatedAlgorithm(NamedTuple):
     metrics: optional ``state -> dict[str, scalar]`` of algorithm-specific
       measurements merged into every evaluation record (e.g. FedLRGD's
       oracle-complexity ledger, Definition 1 of seed 004).
+    setup: optional ``state -> state``, a host-side set-up run once on the
+      state ``init`` returns, before the first round and outside any compiled
+      program (it may run compiled JAX programs of its own, e.g. FedLRGD's
+      float64 set-up of Algorithm 1 lines 2-10 in a float32 run). JAX must never
+      run inside a host callback of a compiled program (it can deadlock the CPU
+      runtime, jax-ml/jax#24255), so work that needs its own program goes here.
+      The engine applies it (``fedsim.core.engine.init_state``); a resumed state
+      has already had it. ``None``: ``init`` is the whole initial state.
   """
   name: str
   init: Callable[[Array, Array], PyTree]
@@ -259,3 +267,4 @@ class FederatedAlgorithm(NamedTuple):
   solution: Callable[[PyTree], PyTree]
   hparams: Any = None
   metrics: Callable[[PyTree], dict] | None = None
+  setup: Callable[[PyTree], PyTree] | None = None

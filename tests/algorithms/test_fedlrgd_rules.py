@@ -31,7 +31,7 @@ import pytest
 from fedsim import algorithms
 from fedsim.algorithms import fedave as fa
 from fedsim.algorithms import fedlrgd as fl
-from fedsim.core import rng
+from fedsim.core import engine, rng
 from fedsim.core.sampling import sample_clients
 from fedsim.tasks.logistic_soft import LOSSES, make_smooth_erm_task
 
@@ -89,7 +89,7 @@ def test_fedlrgd_alg1_weights_steps_and_ledger():
   with jax.enable_x64(True):
     task = make(r=r, R=R, m=m, s=s, p=p)
     alg = algorithms.build("fedlrgd", task, phi=phi)
-    state = jax.jit(alg.init)(*rng.init_keys(jax.random.key(3)))
+    state = engine.init_state(alg, jax.random.key(3))
     round_fn = jax.jit(alg.round)
     d = host(task)
     A = np.asarray(state.anchors)[:r]
@@ -115,8 +115,8 @@ def test_fedlrgd_alg1_weights_steps_and_ledger():
       assert (int(led.compute), int(led.uploads)) == (r * r + r * s + r * t, m * r)
       assert (int(led.epochs), int(led.comm_epochs)) == (r + 2, r)
     assert fl.oracle_complexity(state.ledger, phi) == r * r + r * s + r * S + phi * m * r
-    assert float(np.linalg.norm(theta - np.asarray(jax.jit(alg.init)(
-        *rng.init_keys(jax.random.key(3))).theta))) > 1e-3                  # the iterates moved
+    theta0 = np.asarray(engine.init_state(alg, jax.random.key(3)).theta)
+    assert float(np.linalg.norm(theta - theta0)) > 1e-3                  # the iterates moved
 
 
 def test_fedlrgd_step_size_and_projection():
@@ -126,7 +126,7 @@ def test_fedlrgd_step_size_and_projection():
     d = host(task)
     for hp, clip in [(dict(step_size=0.37), None), (dict(project_box=0.05), 0.05)]:
       alg = algorithms.build("fedlrgd", task, **hp)
-      st = jax.jit(alg.init)(*rng.init_keys(jax.random.key(5)))
+      st = engine.init_state(alg, jax.random.key(5))
       W = alg1_weights_np(d, np.asarray(st.anchors), r)
       new, _ = jax.jit(alg.round)(st, jax.random.key(0), task.data)
       ref = alg1_step_np(np.asarray(st.theta), d, W, r, m * s + r, hp.get("step_size", 1.0 / task.info["L1"]))
@@ -140,12 +140,25 @@ def test_fedlrgd_step_size_and_projection():
 # Precision: the weight solve is float64 whatever --x64 says.
 # ------------------------------------------------------------------------------------------
 
+def test_float32_init_alone_leaves_nan_weights_that_setup_fills():
+  """In float32 the set-up is the host-side ``setup`` (no JAX inside a callback, issue 35): ``init``
+  alone gives NaN placeholders, so a caller that forgets it diverges visibly at the first step."""
+  task = make(r=3, R=4, m=3, s=4, seed=0)
+  alg = algorithms.build("fedlrgd", task)
+  bare = jax.jit(alg.init)(*rng.init_keys(jax.random.key(0)))
+  assert np.isnan(np.asarray(bare.weights)).all() and np.isnan(np.asarray(bare.cond)).all()
+  full = engine.init_state(alg, jax.random.key(0))
+  assert np.isfinite(np.asarray(full.weights)).all()
+  np.testing.assert_array_equal(full.anchors, bare.anchors)
+  np.testing.assert_array_equal(full.theta, bare.theta)
+
+
 def test_float32_run_gets_float64_weights_at_ill_conditioned_rank():
   r, m, s = 16, 6, 5
   task = make(r=r, R=r, m=m, s=s, seed=0)                      # x64 off: float32 data
   assert task.data["server"]["x"].dtype == jnp.float32
   alg = algorithms.build("fedlrgd", task)
-  state = jax.jit(alg.init)(*rng.init_keys(jax.random.key(0)))
+  state = engine.init_state(alg, jax.random.key(0))
   assert state.weights.dtype == jnp.float32
   d = host(task)                                               # the float32 data, upcast exactly
   A = np.asarray(state.anchors).astype(np.float64)
@@ -168,7 +181,7 @@ def test_x64_run_weights_match_reference():
   r, m, s = 16, 6, 5
   with jax.enable_x64(True):
     task = make(r=r, R=r, m=m, s=s, seed=0)
-    state = jax.jit(algorithms.build("fedlrgd", task).init)(*rng.init_keys(jax.random.key(0)))
+    state = engine.init_state(algorithms.build("fedlrgd", task), jax.random.key(0))
     W = alg1_weights_np(host(task), np.asarray(state.anchors), r)
     np.testing.assert_allclose(state.weights, W, rtol=0, atol=1e-6 * np.abs(W).max())
 
@@ -179,7 +192,7 @@ def _draws():
   out = {"x": np.asarray(task.data["clients"]["x"]), "y": np.asarray(task.data["server"]["y"])}
   init_keys = rng.init_keys(jax.random.key(7))
   lr = algorithms.build("fedlrgd", task)
-  st = jax.jit(lr.init)(*init_keys)
+  st = engine.init_state(lr, jax.random.key(7))
   out["theta0"], out["anchors_uniform"] = np.asarray(st.theta), np.asarray(st.anchors)
   out["anchors"] = np.asarray(fl.draw_anchors(jax.random.key(3), st.theta, 4, "gaussian", 0.5))
   fave = algorithms.build("fedave", task, clients_per_round=2, local_steps=2, batch_size=3,
@@ -250,7 +263,7 @@ def test_fedave_partial_participation_local_steps_and_schedule(schedule):
     kappa = task.info["kappa"]
     T0 = math.ceil(4 * kappa)
     eta_of = (lambda t: 4.0 / (MU * ((t + T0) * b + 1.0))) if schedule == "fedpaq" else (lambda t: 0.7)
-    state = jax.jit(alg.init)(*rng.init_keys(jax.random.key(4)))
+    state = engine.init_state(alg, jax.random.key(4))
     round_fn = jax.jit(alg.round)
     d = host(task)
     theta = np.asarray(state.theta)
@@ -291,7 +304,7 @@ def test_gd_pooled_steps_and_ledger():
   with jax.enable_x64(True):
     task = make(r=r, R=R, m=m, s=s, p=p, seed=3)
     alg = algorithms.build("gd", task, phi=5.0)
-    state = jax.jit(alg.init)(*rng.init_keys(jax.random.key(2)))
+    state = engine.init_state(alg, jax.random.key(2))
     d = host(task)
     x = np.concatenate([d["server"]["x"][:r], d["clients"]["x"].reshape(-1, p)])   # eq. (3): n = m s + r
     y = np.concatenate([d["server"]["y"][:r], d["clients"]["y"].reshape(-1)])
