@@ -110,6 +110,8 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
                                        isotropic=isotropic, seed=seed)
   if name not in TASKS:
     raise ConfigError("task", f"unknown {name!r}{did_you_mean(name, TASKS)}; accepted: {', '.join(TASKS)}")
+  if name in ("mlp", "finetune") and hidden_width < 1:
+    raise ConfigError("hidden_width", f"must be >= 1; got {hidden_width}")
   from fedsim import data as fdata
   ds = fdata.load_dataset(dataset, data_dir, seed=0)
   if name in ("attack", "metric_opt"):  # seed 000 (FZooS) §6.2-6.3

@@ -107,6 +107,7 @@ def test_hparams_binary_refuses_an_unknown_name_with_a_suggestion():
     (["--seed=-1"], "error: --seed: must be >= 0; got -1"),
     (["--quantity_sigma=-1"], "error: --quantity_sigma: must be >= 0 and finite; got -1.0"),
     (["--quantity_law=lognorm"], "error: --quantity_law: unknown quantity_law 'lognorm' (did you mean 'lognormal'?)"),
+    (["--task=mlp", "--hidden_width=0"], "error: --hidden_width: must be >= 1; got 0"),
     (["foo"], "error: unexpected argument 'foo': flags are --NAME=VALUE (--help lists them)"),
     (["--flagfile=nope.cfg"], "error: --flagfile: cannot read nope.cfg: No such file or directory"),
 ])
