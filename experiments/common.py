@@ -18,12 +18,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import re
 import sys
 
 from absl import flags
 
 from fedsim import algorithms, api, config
+from fedsim.config import did_you_mean
 from fedsim.core import compile_options
 from fedsim.core.errors import ConfigError
 from fedsim.data import DATASETS
@@ -48,19 +50,30 @@ def _derive_hparams():
   Raises:
     TypeError: two config classes declare the same field with different types.
   """
-  types, helps, choices = {}, {}, {}
-  for cls in dict.fromkeys(entry[0] for entry in algorithms.REGISTRY.values()):
+  types: dict = {}
+  helps: dict[str, dict[str, list[str]]] = {}  # name -> help -> the algorithms whose field has it
+  choices: dict = {}
+  for alg, (cls, _, _) in algorithms.REGISTRY.items():
     for f in config.hparam_fields(cls):
       if not f.metadata["cli"]:
         continue
       typ = config.field_type(cls, f.name)
       if types.setdefault(f.name, typ) is not typ:
         raise TypeError(f"{cls.__name__}.{f.name} is {typ.__name__}, elsewhere {types[f.name].__name__}")
-      if f.metadata["help"] not in helps.setdefault(f.name, []):
-        helps[f.name].append(f.metadata["help"])
+      helps.setdefault(f.name, {}).setdefault(f.metadata["help"], []).append(alg)
       if f.metadata["choices"] is not None:
         choices.setdefault(f.name, f.metadata["choices"])
-  return {n: (t, " | ".join(helps[n])) for n, t in types.items()}, choices
+  return {n: (t, _shared_help(n, helps[n])) for n, t in types.items()}, choices
+
+
+def _shared_help(name: str, helps: dict[str, list[str]]) -> str:
+  """The help of the shared flag ``--NAME``: the fields' help when they all say the same, else the
+  most common one, naming whose it is and where the others' are (each help is given once)."""
+  text, algs = max(helps.items(), key=lambda item: len(item[1]))
+  if len(helps) == 1:
+    return text
+  return (f"{text} ({', '.join(algs[:3])}{', ...' if len(algs) > 3 else ''}; for other algorithms it differs: "
+          f"see --ALG_{name} or python -m experiments.hparams ALG)")
 
 
 HPARAMS, CHOICES = _derive_hparams()
@@ -83,21 +96,11 @@ _NOT_FLAGS = ("algorithms", "hparams", "task_options", "progress", "flags", "sou
 
 
 def define_flags():
-  """Defines the core flags (DESIGN.md) and the hyperparameter flags."""
+  """Defines the core flags (DESIGN.md): one per ``fedsim.ExperimentConfig`` field (made from its
+  metadata), the task options and the multi-host flags; then the hyperparameter flags."""
   flags.DEFINE_list("algorithm", ["fedavg", "fedzo"],
                     "comma-separated algorithms run side by side, each NAME or NAME:HP=VALUE[:HP=VALUE] "
                     f"(e.g. fedzo:local_steps=20); NAME in: {', '.join(algorithms.REGISTRY)}")
-  flags.DEFINE_string("task", "softmax", f"task: {', '.join(TASKS)}")
-  flags.DEFINE_string("dataset", "digits", f"dataset (supervised tasks): {', '.join(DATASETS)}")
-  flags.DEFINE_string("data_dir", None, "folder (or LIBSVM file) with the dataset's files")
-  flags.DEFINE_integer("num_clients", 100, "N, number of clients")
-  flags.DEFINE_integer("clients_per_round", 10, "M, clients sampled per round (M = N: full participation)")
-  flags.DEFINE_integer("rounds", 300, "T, communication rounds")
-  flags.DEFINE_string("partition", "dirichlet", f"partition: {', '.join(PARTITIONS)}")
-  flags.DEFINE_float("dirichlet_alpha", 0.5, "Dirichlet concentration of the label (or quantity) skew")
-  flags.DEFINE_integer("shards_per_client", 2, "shards per client (--partition=shards)")
-  flags.DEFINE_string("quantity_law", "lognormal", "client-size law (--partition=quantity): lognormal, dirichlet")
-  flags.DEFINE_float("quantity_sigma", 1.0, "log-normal sigma of client sizes (--partition=quantity)")
   flags.DEFINE_float("heterogeneity", 5.0, "C, heterogeneity of the synthetic tasks")
   flags.DEFINE_integer("dim", 300, "d, dimension of the synthetic tasks")
   flags.DEFINE_integer("hidden_width", 64, "hidden units of --task=mlp")
@@ -130,13 +133,6 @@ def define_flags():
   flags.DEFINE_integer("raw_dim", 1, "D: dimension of the raw points of --feature_map=holder")
   flags.DEFINE_bool("x64", False, "enable float64 (jax_enable_x64) before anything is built; same random "
                     "draws (FedLRGD: its weight solve is float64 either way, its GD steps need x64 at r >= 16)")
-  flags.DEFINE_integer("seed", 0, "root seed (data partition, initialisation, all randomness)")
-  flags.DEFINE_integer("eval_every", 10, "rounds per compiled chunk / between evaluations")
-  flags.DEFINE_string("output_dir", "runs/main", "where config.json, metrics and curves.png go")
-  flags.DEFINE_integer("num_devices", 0, "devices of the 'clients' mesh axis (0 = all)")
-  flags.DEFINE_float("homo_ratio", 0.1, "s: IID fraction of --partition=homo_ratio (FFGB §4)")
-  flags.DEFINE_integer("comm_budget", 0, "models per client (FFGB m*K a round, FedAvg 2, both start "
-                       "at 2); > 0 sets each algorithm's rounds to ceil((budget - 2) / cost)")
   # --task=attack / metric_opt (seed 000 §6.2-6.3; specs/fzoos.md §3.2-3.3).
   flags.DEFINE_float("portion", None, "P in (0,1]: each client's share of the classes (attack: "
                      "default 0.7; metric_opt: class shards, default 0.3); larger P = less heterogeneous")
@@ -148,32 +144,12 @@ def define_flags():
                        "more test points near a decision boundary")
   flags.DEFINE_float("perturbation_box", 0.0, "attack / metric_opt box eps of the perturbation "
                      "(0 = task default: attack 0.3, metric_opt 0.2)")
-  flags.DEFINE_bool("save_learners", False, "FFGB family: write each round's learners to "
-                    "<output_dir>/<alg>/learners/ (needs store_learners >= eval_every)")
-  flags.DEFINE_integer("blas_threads", 1, "threads of the BLAS/LAPACK libraries behind XLA's CPU linear "
-                       "algebra (threadpoolctl; 0 = the libraries' default). 1 by default: jaxlib's "
-                       "Cholesky/LU (FZooS GP and RFF fits, FFGB rf_ridge) runs 2 spinning OpenBLAS "
-                       "threads that slow it 100x when other processes share the cores")
-  flags.DEFINE_string("compilation_cache", "auto", "JAX's persistent compilation cache, so a second run of "
-                      "the same configuration does not compile again: auto = ~/.cache/fedsim/jax "
-                      "($XDG_CACHE_HOME/fedsim/jax), empty = off, else a folder")
-  flags.DEFINE_enum("xla_cpu_emitters", "classic", list(compile_options.EMITTERS), "XLA's CPU code emitters for the "
-                    "engine's programs (fedsim.core.compile_options): classic compiles 1.4x-2x faster, "
-                    "fusion (XLA's default) runs FedAvg on the MLP 9-13% faster; same results")
-  # Checkpoint/resume and multi-host runs (issue 8; BUILD.md "Devices and hosts").
-  flags.DEFINE_integer("checkpoint_every", 0, "save the full state every K rounds (at the first chunk "
-                       "end at or after each multiple; last 2 kept) under <output_dir>/<alg>/checkpoints; "
-                       "0 = off")
-  flags.DEFINE_bool("resume", False, "continue each algorithm from its newest checkpoint in "
-                    "<output_dir>/<alg>/checkpoints (metrics.jsonl kept up to it and appended); refused "
-                    "when <output_dir>/config.json has other settings (each named, stored and given)")
-  flags.DEFINE_bool("overwrite", False, "replace the run that --output_dir holds when it has other "
-                    "settings (without this or --resume such a directory is refused)")
+  _define_config_flags()
   flags.DEFINE_string("coordinator_address", None, "multi-host: host:port of process 0's "
                       "jax.distributed coordinator (needs --num_processes > 1)")
   flags.DEFINE_integer("num_processes", 1, "multi-host: number of processes (one per host/GPU); 1 = single process")
   flags.DEFINE_integer("process_id", 0, "multi-host: this process's index in [0, num_processes)")
-  for name, (typ, help_) in HPARAMS.items():
+  for name, (typ, help_) in HPARAMS.items():  # after the others: --helpfull lists them last
     if name not in CORE_HPARAMS:
       _define(name, typ, None, f"{help_}; sets it for every algorithm of the run that has it "
               "(default: each algorithm's own)")
@@ -184,6 +160,23 @@ def define_flags():
         _define(f"{alg}_{name}", typ, None, f"{config.describe(f)}; for {alg} only (default: {default})")
 
 
+# ExperimentConfig fields whose flag has another default (experiments.sweep sets output_dir's again).
+CLI_DEFAULTS = {"output_dir": "runs/main"}
+
+
+def _define_config_flags():
+  """A flag for each ExperimentConfig field declared with ``fedsim.config.hparam`` (name, type, default,
+  help with its range: the field's), but the ones in :data:`_NOT_FLAGS`."""
+  names = {"task": TASKS, "dataset": DATASETS, "partition": PARTITIONS}
+  for f in config.hparam_fields(api.ExperimentConfig):
+    if f.name in _NOT_FLAGS:
+      continue
+    help_ = config.describe(f) + (f": {', '.join(names[f.name])}" if f.name in names else "")
+    default = CLI_DEFAULTS.get(f.name, f.default)
+    if f.name == "xla_cpu_emitters":
+      flags.DEFINE_enum(f.name, default, list(compile_options.EMITTERS), help_)
+    else:
+      _define(f.name, config.field_type(api.ExperimentConfig, f.name), default, help_)
 
 
 def _field(alg: str, name: str):
@@ -254,17 +247,33 @@ def _flag_of(source: str, hp: str) -> str:
   return "algorithm" if source == "algorithm entry" else hp
 
 
+# ExperimentConfig fields whose flag has another name.
+_FIELD_FLAGS = {"algorithms": "algorithm"}
+
+
+def flag_error(flag: str, line: str) -> ConfigError:
+  """A ConfigError of ``flag`` whose text is ``line`` (e.g. ``--algorithm fedzo: lr must be > 0 ...``)."""
+  err = ConfigError(flag, "")
+  err.args = (line,)
+  return err
+
+
 @contextlib.contextmanager
 def cli_errors():
-  """Re-raises the library's ConfigErrors under the flag that set the value (exit 2, one line)."""
+  """Re-raises the library's ConfigErrors under the flag that set the value (exit 2, one line): an
+  ``--algorithm`` entry's as ``--algorithm NAME: HP ...``, a message naming other settings in their
+  flag form (``FieldError.cli``)."""
   try:
     yield
   except api.HparamError as e:
-    raise ConfigError(_flag_of(e.source, e.hparam), e.message) from None
-  except ConfigError as e:
-    if e.flag == "algorithms":
-      raise ConfigError("algorithm", str(e).split(": ", 1)[1]) from None
-    raise
+    flag = _flag_of(e.source, e.hparam)
+    if flag == "algorithm":
+      sep = " " if e.message.startswith("must") else ": "  # "lr must be > 0", "direction: unknown 'x'"
+      raise flag_error(flag, f"--algorithm {e.name}: {e.hparam}{sep}{e.message}") from None
+    raise ConfigError(flag, e.message) from None
+  except config.FieldError as e:
+    flag = _FIELD_FLAGS.get(e.field, e.field)
+    raise (flag_error(flag, e.cli) if e.cli else ConfigError(flag, e.message)) from None
 
 
 # --- flags -> ExperimentConfig -----------------------------------------------------------
@@ -427,7 +436,8 @@ def _check_fzoos_task_options(cfg):
     _check_one_of("opt_metric", opts["opt_metric"], METRICS)
   if cfg.task == "attack":
     if opts["classifier"] not in ("cnn", "mlp"):
-      raise ConfigError("classifier", f"unknown {opts['classifier']!r} for --task=attack; accepted: cnn, mlp")
+      hint = did_you_mean(opts["classifier"], ("cnn", "mlp"))
+      raise ConfigError("classifier", f"unknown {opts['classifier']!r}{hint} for --task=attack; accepted: cnn, mlp")
     if cfg.dataset not in ("digits", "mnist"):
       raise ConfigError("dataset", "--task=attack needs images; accepted: digits, mnist")
 
@@ -435,7 +445,7 @@ def _check_fzoos_task_options(cfg):
 def _check_one_of(flag: str, value, accepted) -> None:
   """Raises ConfigError(flag, "unknown V; accepted: A, B") unless ``value`` is in ``accepted``."""
   if value not in accepted:
-    raise ConfigError(flag, f"unknown {value!r}; accepted: {', '.join(accepted)}")
+    raise ConfigError(flag, f"unknown {value!r}{did_you_mean(value, accepted)}; accepted: {', '.join(accepted)}")
 
 
 def validate_ffgb(alg: str, hp: dict, where, cfg):
@@ -471,13 +481,109 @@ def validate_ffgb(alg: str, hp: dict, where, cfg):
                       "or cifar10); accepted otherwise: scaled, rf_ridge, mlp")
 
 
+# --- --help: the run's own flags, grouped -------------------------------------------------
+
+HELP_GROUPS = (
+    ("experiment", ("rounds", "eval_every", "seed", "num_clients", "clients_per_round", "comm_budget", "flagfile")),
+    ("data", ("dataset", "data_dir", "partition", "dirichlet_alpha", "shards_per_client", "quantity_law",
+              "quantity_sigma", "homo_ratio")),
+    ("task (each option applies to the tasks it names)", ("task", *TASK_OPTION_FLAGS)),
+    ("algorithm selection", ("algorithm",)),
+    ("output", ("output_dir", "overwrite", "resume", "checkpoint_every", "save_learners")),
+    ("compute", ("x64", "num_devices", "blas_threads", "compilation_cache", "xla_cpu_emitters")),
+    ("multi-host", ("coordinator_address", "num_processes", "process_id")),
+)
+HELP_FLAGS = ("--help", "-help", "-h", "--h", "-?", "--helpshort", "-helpshort")
+_WIDTH = 118
+
+
+def _is_hparam_flag(name: str) -> bool:
+  return (name in HPARAMS and name not in CORE_HPARAMS) or any(
+      name.startswith(f"{alg}_") and name[len(alg) + 1:] in HPARAMS for alg in algorithms.REGISTRY)
+
+
+def _flag_line(flag) -> list[str]:
+  """``  --name=DEFAULT  help`` in at most three lines of :data:`_WIDTH` (--helpfull has the whole help)."""
+  import textwrap
+  if isinstance(flag.default, bool):
+    head = f"  --[no]{flag.name} (default {'true' if flag.default else 'false'})"
+  elif flag.default is None or flag.default == "" or flag.default == []:
+    head = f"  --{flag.name}"
+  elif isinstance(flag.default, float):
+    head = f"  --{flag.name}={flag.default:g}"
+  else:
+    head = f"  --{flag.name}={flag.default_as_str.strip(chr(39))}"
+  lines = textwrap.wrap(" ".join(flag.help.split()), width=_WIDTH, initial_indent=head.ljust(34) + "  ",
+                        subsequent_indent=" " * 36, max_lines=None if flag.name == "algorithm" else 3,
+                        placeholder=" ...")
+  return lines or [head]
+
+
+def help_text() -> str:
+  """What ``--help`` prints: the binary's summary and usage, then its own flags by group (the
+  algorithms' hyperparameter flags are summarised), ending with how to see one algorithm's."""
+  main = sys.modules.get("__main__")
+  doc = (getattr(main, "__doc__", None) or "").strip("\n")
+  paragraphs = doc.split("\n\n")
+  intro = paragraphs[0]
+  usage = next((p for p in paragraphs[1:4] if p.startswith("  python -m")), "")
+  out = [intro] + (["", usage] if usage else [])
+  own = [f for f in FLAGS.get_flags_for_module(sys.modules[__name__]) if not _is_hparam_flag(f.name)]
+  by_name = {f.name: f for f in own}
+  by_name["flagfile"] = flags.FlagHolder  # absl's own (no Flag object): its line is written here
+  binary = [f for f in FLAGS.get_flags_for_module(sys.argv[0]) if f.name not in by_name] if sys.argv else []
+  grouped = {n for _, names in HELP_GROUPS for n in names}
+  groups = [(title, [by_name[n] for n in names if n in by_name]) for title, names in HELP_GROUPS]
+  groups.append(("other", [f for f in own if f.name not in grouped]))
+  if binary:
+    groups.insert(0, (f"{os.path.basename(sys.argv[0]).removesuffix('.py')}", binary))
+  for title, members in groups:
+    if not members:
+      continue
+    out += ["", f"{title}:"]
+    for f in members:
+      out += (["  --flagfile=FILE".ljust(36) + "read flags from FILE, one a line (# comments; repeatable, nestable)"]
+              if f is flags.FlagHolder else _flag_line(f))
+    if title == "algorithm selection":
+      shared = [n for n in HPARAMS if n not in CORE_HPARAMS]
+      out += [f"  hyperparameters ({len(shared)} names): --HP=V sets HP for every algorithm of the run that has "
+              "it, --ALG_HP=V for ALG", "    only, an --algorithm=ALG:HP=V entry for that entry (later wins: "
+              "entry > --ALG_HP > --HP > the algorithm's default)"]
+  out += ["", "One algorithm's hyperparameters (type, default, accepted values, source):",
+          "  python -m experiments.hparams NAME        (e.g. python -m experiments.hparams fedzo)",
+          "Every flag, absl's included: --helpfull"]
+  return "\n".join(out)
+
+
 def parse_flags_or_exit(argv):
-  """absl flags parser that turns a flag error into one line and exit status 2."""
+  """absl flags parser that turns a flag error into one line and exit status 2.
+
+  ``--help`` (``-h``, ``--helpshort``) prints :func:`help_text` and exits 0; ``--helpfull``
+  prints absl's list of every flag and exits 0. A positional argument, or a flagfile that cannot
+  be read, is an error (one line).
+  """
   _ARGV[:] = argv
+  args = list(argv[1:])
+  args = args[:args.index("--")] if "--" in args else args
+  if any(a in HELP_FLAGS for a in args):
+    print(help_text())
+    sys.exit(0)
+  if any(a in ("--helpfull", "-helpfull") for a in args):  # absl's, exit 0 (absl exits 1)
+    from absl import app
+    app.usage(shorthelp=False, writeto_stdout=True)
+    sys.exit(0)
   try:
     argv = FLAGS(argv)
+  except flags.CantOpenFlagFileError as e:
+    m = re.search(r"\[Errno \d+\] ([^:]*): '(.*)'$", str(e))
+    why = f"cannot read {m.group(2)}: {m.group(1)}" if m else str(e).replace("ERROR:: ", "")
+    print(f"error: --flagfile: {why}", file=sys.stderr)
+    sys.exit(2)
   except flags.Error as e:
     print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  if len(argv) > 1:
+    print(f"error: unexpected argument {argv[1]!r}: flags are --NAME=VALUE (--help lists them)", file=sys.stderr)
     sys.exit(2)
   if "x64" in FLAGS and FLAGS.x64:  # before any array exists (specs/fedlrgd.md §6.3)
     import jax

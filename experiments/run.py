@@ -66,7 +66,8 @@ def main(argv):
   try:  # the flags' ExperimentConfig, checked; config.json records each value's flag or flagfile
     config = common.experiment_config(
         flags={k: v for k, v in FLAGS.flag_values_dict().items() if k in _own_flags()})
-    histories = fedsim.run(config)  # checks the task and every algorithm before writing anything
+    with common.cli_errors():  # the library's messages in flag form
+      histories = fedsim.run(config)  # checks the task and every algorithm before writing anything
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

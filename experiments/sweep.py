@@ -54,6 +54,7 @@ from absl import app, flags, logging
 
 from experiments import common
 from fedsim import api
+from fedsim.config import did_you_mean
 from fedsim.core import compile_options
 from fedsim.core.errors import ConfigError
 from fedsim.files import atomic_open, atomic_write
@@ -121,7 +122,8 @@ def parse_sweeps() -> list[tuple[str, list]]:
       why = "use --seeds" if name == "seed" else (
           f"accepted: a run flag such as {', '.join(HETEROGENEITY[:4])}, lr, fedzo_lr "
           f"(any of {len(sweepable)} flags; not {', '.join(NOT_SWEEPABLE)})")
-      raise ConfigError("sweep", f"cannot sweep {name!r}; {why}")
+      hint = "" if name == "seed" else did_you_mean(name, sweepable)
+      raise ConfigError("sweep", f"cannot sweep {name!r}{hint}; {why}")
     if name in seen:
       raise ConfigError("sweep", f"{name} is swept twice; give one --sweep={name}=... with all values")
     seen.add(name)
@@ -158,7 +160,8 @@ def parse_target(keys: set[str] | None = None) -> Target | None:
   if not math.isfinite(v):
     raise ConfigError("target", f"value must be finite; got {value}")
   if keys is not None and metric not in keys:
-    raise ConfigError("target", f"unknown metric {metric!r}; accepted: {', '.join(sorted(keys))}")
+    raise ConfigError("target", f"unknown metric {metric!r}{did_you_mean(metric, keys)}; "
+                      f"accepted: {', '.join(sorted(keys))}")
   return Target(metric, v, lower)
 
 
@@ -591,12 +594,13 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
   out_dir = FLAGS.output_dir
   try:
-    sweep = Sweep()  # validates the flags at every grid point
+    with common.cli_errors():  # the library's messages in flag form
+      sweep = Sweep()  # validates the flags at every grid point
+      api.check_output_dir(out_dir)
     config = {k: v for k, v in sorted(FLAGS.flag_values_dict().items())
               if k in _own_flags() and k != "output_dir"}
     config = json.loads(json.dumps(config, default=str))
     cfg_path = os.path.join(out_dir, "sweep_config.json")
-    api.check_output_dir(out_dir)
     if FLAGS.overwrite:  # a fresh sweep: the old table goes (the flags are recorded anew)
       for name in ("sweep_config.json", "results.csv"):
         if os.path.exists(os.path.join(out_dir, name)):
@@ -608,9 +612,8 @@ def main(argv):
       old.pop("overwrite", None)
       diff = sorted(api.settings_diff(old, config))
       if diff:
-        raise ConfigError("output_dir", f"{out_dir} holds a sweep with other flags (differs in "
-                          f"{', '.join('--' + d for d, _, _ in diff)}: "
-                          f"{api.describe_diff([('--' + d, a, b) for d, a, b in diff])}); "
+        raise ConfigError("output_dir", f"{out_dir} holds a sweep with other flags "
+                          f"({api.describe_diff([('--' + d, a, b) for d, a, b in diff])}); "
                           "use a new --output_dir, the same flags, or --overwrite")
     elif os.path.exists(os.path.join(out_dir, "results.csv")):
       raise ConfigError("output_dir", f"{out_dir}/results.csv exists without sweep_config.json; "

@@ -20,7 +20,6 @@ config is checked or run.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 import json
 import math
@@ -29,9 +28,10 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from fedsim.config import FieldError, check_value, did_you_mean, field_type, hparam, hparam_fields
 from fedsim.core.errors import ConfigError, DivergenceError
 
 # fedsim's run defaults where the paper's value does not suit the embedded digits
@@ -58,15 +58,27 @@ _TASK_FIELDS = ("num_clients", "seed", "dataset", "data_dir", "partition", "diri
                 "shards_per_client", "quantity_law", "quantity_sigma", "homo_ratio")
 
 
-def _did_you_mean(key: str, accepted) -> str:
-  close = difflib.get_close_matches(key, list(accepted), n=1)
-  return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _unknown(field: str, what: str, key: str, accepted) -> ConfigError:
+def _unknown(field: str, what: str, key: str, accepted) -> FieldError:
   accepted = list(accepted)
-  return ConfigError(field, f"unknown {what} {key!r}{_did_you_mean(key, accepted)}; "
-                     f"accepted: {', '.join(accepted)}")
+  return FieldError(field, f"unknown {what} {key!r}{did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}")
+
+
+def _entry_error(name: str, message: str) -> FieldError:
+  """An error of one ``algorithms`` entry of algorithm ``name``: ``algorithms: NAME: MESSAGE`` from
+  Python, ``--algorithm NAME: MESSAGE`` on the command line (``cli``)."""
+  return FieldError("algorithms", f"{name}: {message}", cli=f"--algorithm {name}: {message}")
+
+
+# How an error message names a setting that a user changes to get past it: from Python the
+# ExperimentConfig field (``overwrite=True``), on the command line its flag (``--overwrite``).
+_PYTHON_WORDS = {"overwrite": "overwrite=True", "resume": "resume=True", "output_dir": "output_dir"}
+_FLAG_WORDS = {"overwrite": "--overwrite", "resume": "--resume", "output_dir": "--output_dir"}
+
+
+def _setting_error(field: str, message: Callable[[dict], str]) -> FieldError:
+  """FieldError of ``field`` whose message speaks Python (``message(_PYTHON_WORDS)``) and whose
+  command-line text (``cli``) speaks flags (``message(_FLAG_WORDS)``)."""
+  return FieldError(field, message(_PYTHON_WORDS), cli=f"--{field}: {message(_FLAG_WORDS)}")
 
 
 class HparamError(ConfigError):
@@ -83,9 +95,10 @@ class HparamError(ConfigError):
     message: what is accepted and the value given.
   """
 
-  def __init__(self, field: str, label: str, hparam: str, source: str, message: str):
+  def __init__(self, field: str, label: str, hparam: str, source: str, message: str, name: str | None = None):
     ValueError.__init__(self, f"{field}: {label} {hparam} (from {source}): {message}")
     self.flag, self.label, self.hparam, self.source, self.message = field, label, hparam, source, message
+    self.name = name or label  # the algorithm's registry name
 
 
 class Resolved(NamedTuple):
@@ -150,30 +163,36 @@ def parse_algorithm(entry) -> tuple[str, str, dict]:
     for item in items:
       key, eq, value = item.partition("=")
       if not eq:
-        raise ConfigError("algorithms", f"bad override {item!r} in {entry!r}; expected HP=VALUE")
+        raise _entry_error(name, f"bad override {item!r} in {entry!r}; expected HP=VALUE")
       given.append((key, value))
   elif (isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], str)
         and isinstance(entry[1], Mapping)):
     name, overrides, given = entry[0], dict(entry[1]), []
     label = run_label(":".join([name, *(f"{k}={v}" for k, v in overrides.items())]))
   else:
-    raise ConfigError("algorithms", f"entries are 'NAME', 'NAME:HP=VALUE' or (NAME, dict); got {entry!r}")
+    raise FieldError("algorithms", f"entries are 'NAME', 'NAME:HP=VALUE' or (NAME, dict); got {entry!r}")
   if name not in algorithms.REGISTRY:
     raise _unknown("algorithms", "algorithm", name, algorithms.REGISTRY)
   fields = algorithms.config_fields(name)
   cls = algorithms.REGISTRY[name][0]
   for key, value in given:
     if key not in fields:
-      raise _unknown("algorithms", f"{name} hyperparameter", key, fields)
+      raise _unknown_hparam(name, key, fields)
     typ = _field_type(cls, key)
     try:
       overrides[key] = _convert(typ, value)
     except ValueError:
-      raise ConfigError("algorithms", f"{key}={value!r} in {entry!r} is not a {typ.__name__}") from None
+      raise _entry_error(name, f"{key}={value!r} is not a{'n' if typ is int else ''} {typ.__name__}") from None
   for key in overrides:
     if key not in fields:
-      raise _unknown("algorithms", f"{name} hyperparameter", key, fields)
+      raise _unknown_hparam(name, key, fields)
   return label, name, overrides
+
+
+def _unknown_hparam(name: str, key: str, fields) -> FieldError:
+  fields = list(fields)
+  return _entry_error(name, f"unknown hyperparameter {key!r}{did_you_mean(key, fields)}; "
+                      f"accepted: {', '.join(fields)}")
 
 
 def comm_rounds(name: str, hp: dict, num_clients: int, budget: int) -> int:
@@ -222,8 +241,10 @@ class ExperimentConfig:
       (``hidden_width``, ``dim``, ``heterogeneity``, ``classifier``,
       ``samples_per_client``, ``server_samples``, ...; over
       :data:`TASK_OPTION_DEFAULTS`); unknown keys raise.
-    algorithms: entries ``"NAME"``, ``"NAME:HP=VALUE[:HP=VALUE]"`` or
-      ``(NAME, {HP: VALUE})``, NAME in ``fedsim.algorithms.REGISTRY``; each runs
+    algorithms: like ``--algorithm``: a comma-separated string
+      (``"fedavg,fedzo:lr=0.1"``) or a sequence of entries ``"NAME"``,
+      ``"NAME:HP=VALUE[:HP=VALUE]"`` or ``(NAME, {HP: VALUE})``, NAME in
+      ``fedsim.algorithms.REGISTRY``; stored as a tuple of entries. Each runs
       under its label (``"fedzo:local_steps=5"`` -> ``"fedzo-local_steps=5"``).
     hparams: ``{NAME or label: {HP: VALUE}}``. An algorithm's hyperparameters
       are, later winning: its config's (paper) defaults with the registry's
@@ -235,7 +256,7 @@ class ExperimentConfig:
     rounds: T >= 0 communication rounds (per algorithm ``comm_budget`` may
       replace it).
     eval_every: rounds per compiled chunk / between evaluations (>= 1).
-    seed: root seed (data partition, initialisation, all randomness).
+    seed: root seed >= 0 (data partition, initialisation, all randomness).
     comm_budget: > 0 sets each algorithm's rounds to ``comm_rounds(...)``.
     checkpoint_every: K > 0 saves each algorithm's state every K rounds under
       ``<output_dir>/<label>/checkpoints`` (needs an output directory).
@@ -265,54 +286,84 @@ class ExperimentConfig:
       (``RUN_DEFAULTS``, ``clients_per_round``, ``rounds``, ``comm_budget``,
       ``hparams[KEY]``) or ``hparams[KEY].HP`` for one value; None: the sources' own names.
 
+  Each field set from the command line is declared with :func:`fedsim.config.hparam`
+  (help, accepted range): ``experiments/common.py`` makes its flag from that.
+
   Raises:
-    ConfigError: (at construction) naming the field, the accepted values and the
-      value given; unknown names or keys come with a "did you mean" suggestion.
+    ConfigError: (at construction; a :class:`fedsim.config.FieldError` worded for
+      Python, ``"FIELD: MESSAGE"``) naming the field, the accepted values and the
+      value given; unknown names or keys come with a "did you mean" suggestion; an
+      ``algorithms`` entry's error names the entry's algorithm and hyperparameter.
   """
 
-  task: str = "softmax"
-  dataset: str = "digits"
-  data_dir: str | None = None
-  num_clients: int = 100
-  partition: str = "dirichlet"
-  dirichlet_alpha: float = 0.5
-  shards_per_client: int = 2
-  quantity_law: str = "lognormal"
-  quantity_sigma: float = 1.0
-  homo_ratio: float = 0.1
+  # Each run setting's help and accepted range (fedsim.config.hparam metadata): checked when the config is
+  # made (Python and CLI alike); experiments/common.py makes the flag of each from it.
+  task: str = hparam("softmax", help="task (a name of fedsim.tasks.TASKS)")
+  dataset: str = hparam("digits", help="dataset of the supervised tasks (a name of fedsim.data.DATASETS)")
+  data_dir: str | None = hparam(None, help="folder (or LIBSVM file) with the dataset's files; None = its default")
+  num_clients: int = hparam(100, help="N, number of clients", low=1)
+  partition: str = hparam("dirichlet", help="how the data is split over clients (a name of fedsim.data.METHODS)")
+  dirichlet_alpha: float = hparam(0.5, help="Dirichlet concentration of the label (or quantity) skew", low=0,
+                                  low_open=True)
+  shards_per_client: int = hparam(2, help="shards per client (partition shards)", low=1)
+  quantity_law: str = hparam("lognormal", help="client-size law of partition quantity: lognormal, dirichlet")
+  quantity_sigma: float = hparam(1.0, help="log-normal sigma of client sizes (partition quantity)", low=0,
+                                 finite=True)
+  homo_ratio: float = hparam(0.1, help="s: IID fraction of partition homo_ratio (FFGB §4)", low=0, high=1)
   task_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   algorithms: tuple = ("fedavg", "fedzo")
   hparams: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
-  clients_per_round: int = 10
-  rounds: int = 300
-  eval_every: int = 10
-  seed: int = 0
-  comm_budget: int = 0
-  checkpoint_every: int = 0
-  resume: bool = False
-  overwrite: bool = False
-  save_learners: bool = False
-  num_devices: int = 0
-  blas_threads: int = 1
-  compilation_cache: str = "auto"
-  xla_cpu_emitters: str = "classic"
-  output_dir: str | None = None
+  clients_per_round: int = hparam(10, help="M, clients sampled per round (M = N: full participation)", low=1)
+  rounds: int = hparam(300, help="T, communication rounds", low=0)
+  eval_every: int = hparam(10, help="rounds per compiled chunk / between evaluations", low=1)
+  seed: int = hparam(0, help="root seed (data partition, initialisation, all randomness)", low=0)
+  comm_budget: int = hparam(0, help="models per client (FFGB m*K a round, FedAvg 2, both start at 2); > 0 sets "
+                            "each algorithm's rounds to ceil((budget - 2) / cost); 0 = use rounds", low=0)
+  checkpoint_every: int = hparam(0, help="save the full state every K rounds (at the first chunk end at or after "
+                                 "each multiple; last 2 kept) under OUTPUT_DIR/LABEL/checkpoints; 0 = off", low=0)
+  resume: bool = hparam(False, help="continue each algorithm from its newest checkpoint in OUTPUT_DIR/LABEL/"
+                        "checkpoints (metrics.jsonl kept up to it and appended); refused when OUTPUT_DIR/"
+                        "config.json has other settings (each named, stored and given)")
+  overwrite: bool = hparam(False, help="replace the run that the output directory holds when it has other "
+                           "settings (without this or resume such a directory is refused)")
+  save_learners: bool = hparam(False, help="FFGB family: write each round's learners to OUTPUT_DIR/LABEL/learners/ "
+                               "(needs store_learners >= eval_every)")
+  num_devices: int = hparam(0, help="devices of the 'clients' mesh axis (0 = all)", low=0)
+  blas_threads: int = hparam(1, help="threads of the BLAS/LAPACK libraries behind XLA's CPU linear algebra "
+                             "(threadpoolctl; 0 = the libraries' default). 1 by default: jaxlib's Cholesky/LU "
+                             "(FZooS GP and RFF fits, FFGB rf_ridge) runs 2 spinning OpenBLAS threads that slow "
+                             "it 100x when other processes share the cores", low=0)
+  compilation_cache: str = hparam("auto", help="JAX's persistent compilation cache, so a second run of the same "
+                                  "configuration does not compile again: auto = ~/.cache/fedsim/jax "
+                                  "($XDG_CACHE_HOME/fedsim/jax), empty = off, else a folder")
+  xla_cpu_emitters: str = hparam("classic", help="XLA's CPU code emitters for the engine's programs "
+                                 "(fedsim.core.compile_options): classic compiles 1.4x-2x faster, fusion (XLA's "
+                                 "default) runs FedAvg on the MLP 9-13% faster; same results")
+  output_dir: str | None = hparam(None, help="where config.json, metrics and curves.png go (from Python, "
+                                  "None: nothing written)")
   progress: bool = True
   flags: Mapping[str, Any] | None = None
   source_names: Mapping[str, str] | None = None
 
   def __post_init__(self):
-    entries = (self.algorithms,) if isinstance(self.algorithms, str) else tuple(self.algorithms)
-    object.__setattr__(self, "algorithms", entries)
+    # Like --algorithm: a comma-separated string or a sequence of entries (a string entry may hold
+    # several, comma-separated: no entry has a comma of its own).
+    given = [self.algorithms] if isinstance(self.algorithms, str) else self.algorithms
+    if not isinstance(given, Iterable) or isinstance(given, Mapping):
+      raise FieldError("algorithms", "must be a comma-separated string ('fedavg,fedzo:lr=0.1') or a list of "
+                       f"entries ('NAME', 'NAME:HP=VALUE' or (NAME, {{HP: VALUE}})); got {self.algorithms!r}")
+    entries = tuple(part.strip() if isinstance(e, str) else e
+                    for e in given for part in (e.split(",") if isinstance(e, str) else [e]))
+    object.__setattr__(self, "algorithms", tuple(e for e in entries if e != ""))
     object.__setattr__(self, "task_options", dict(self.task_options))
     if not isinstance(self.hparams, Mapping) or not all(
         isinstance(v, Mapping) for v in self.hparams.values()):
-      raise ConfigError("hparams", f"must map NAME or label -> {{HP: VALUE}}; got {self.hparams!r}")
+      raise FieldError("hparams", f"must map NAME or label -> {{HP: VALUE}}; got {self.hparams!r}")
     object.__setattr__(self, "hparams", {k: dict(v) for k, v in self.hparams.items()})
     if self.source_names is not None:
       if not isinstance(self.source_names, Mapping) or not all(
           isinstance(k, str) and isinstance(v, str) for k, v in self.source_names.items()):
-        raise ConfigError("source_names", f"must map a source -> its name; got {self.source_names!r}")
+        raise FieldError("source_names", f"must map a source -> its name; got {self.source_names!r}")
       object.__setattr__(self, "source_names", dict(self.source_names))
     self._check_types()
     self._check_ranges()
@@ -337,41 +388,30 @@ class ExperimentConfig:
         continue
       if not ok:
         kind = {bool: "a bool", int: "an integer", float: "a number"}.get(hint, "a string")
-        raise ConfigError(f.name, f"must be {kind}; got {v!r}")
+        raise FieldError(f.name, f"must be {kind}; got {v!r}")
 
   def _check_ranges(self):
-    def at_least(name, lo, note=""):
-      if getattr(self, name) < lo:
-        raise ConfigError(name, f"must be >= {lo}{note}; got {getattr(self, name)}")
-    at_least("num_clients", 1)
-    if not 1 <= self.clients_per_round <= self.num_clients:
-      raise ConfigError("clients_per_round", f"must be in [1, num_clients={self.num_clients}]; "
-                        f"got {self.clients_per_round}")
-    at_least("rounds", 0)
-    at_least("eval_every", 1)
-    at_least("comm_budget", 0, " (0 = use rounds)")
-    at_least("checkpoint_every", 0, " (0 = off)")
-    at_least("num_devices", 0, " (0 = all)")
-    at_least("blas_threads", 0, " (0 = the libraries' default)")
-    from fedsim.core.compile_options import EMITTERS
-    if self.xla_cpu_emitters not in EMITTERS:
-      raise ConfigError("xla_cpu_emitters", f"accepted: {', '.join(EMITTERS)}; got {self.xla_cpu_emitters!r}")
-    at_least("shards_per_client", 1)
-    if not self.dirichlet_alpha > 0:
-      raise ConfigError("dirichlet_alpha", f"must be > 0; got {self.dirichlet_alpha}")
-    if not 0 <= self.homo_ratio <= 1:
-      raise ConfigError("homo_ratio", f"must be in [0, 1]; got {self.homo_ratio}")
+    """Each field's declared range (its ``hparam`` metadata), then the rules between fields."""
+    for f in hparam_fields(type(self)):
+      check_value(f.name, getattr(self, f.name), f.metadata, field_type(type(self), f.name),
+                  optional=f.default is None)
+    if not self.clients_per_round <= self.num_clients:
+      raise FieldError("clients_per_round", f"must be in [1, num_clients={self.num_clients}]; "
+                       f"got {self.clients_per_round}")
     if self.resume and self.overwrite:
-      raise ConfigError("overwrite", "cannot be combined with resume (continue the run or replace it)")
+      raise FieldError("overwrite", "cannot be combined with resume (continue the run or replace it)")
     if not self.algorithms:
       from fedsim import algorithms
-      raise ConfigError("algorithms", f"empty; accepted: {', '.join(algorithms.REGISTRY)}")
+      raise FieldError("algorithms", f"empty; accepted: {', '.join(algorithms.REGISTRY)}")
 
   def _check_names(self):
+    from fedsim.core.compile_options import EMITTERS
     from fedsim.data import DATASETS
     from fedsim.data import METHODS as PARTITIONS
+    from fedsim.data.partitions import QUANTITY_LAWS
     from fedsim.tasks import TASKS
-    for name, accepted in (("task", TASKS), ("dataset", DATASETS), ("partition", PARTITIONS)):
+    for name, accepted in (("task", TASKS), ("dataset", DATASETS), ("partition", PARTITIONS),
+                           ("quantity_law", QUANTITY_LAWS), ("xla_cpu_emitters", EMITTERS)):
       if getattr(self, name) not in accepted:
         raise _unknown(name, name, getattr(self, name), accepted)
     accepted = _task_option_names()
@@ -401,7 +441,7 @@ class ExperimentConfig:
     parsed = [parse_algorithm(e) for e in self.algorithms]
     labels = [label for label, _, _ in parsed]
     if len(set(labels)) != len(labels):
-      raise ConfigError("algorithms", "an entry is repeated; give repeated algorithms different overrides")
+      raise FieldError("algorithms", "an entry is repeated; give repeated algorithms different overrides")
     names = {name for _, name, _ in parsed}
     for key, hp in self.hparams.items():
       if key not in names and key not in labels:
@@ -436,7 +476,7 @@ class ExperimentConfig:
 
     def error(hp, message):
       src = sources.get(hp, "default")
-      return HparamError(_SOURCE_FIELDS.get(src, "hparams"), label, hp, self._source_name(src, hp), message)
+      return HparamError(_SOURCE_FIELDS.get(src, "hparams"), label, hp, self._source_name(src, hp), message, name)
     try:
       algorithms.make_config(name, **values)
     except ConfigError as e:
@@ -535,18 +575,18 @@ def check_output_dir(path: str) -> None:
   import tempfile
   full = os.path.abspath(path)
   if os.path.lexists(full) and not os.path.isdir(full):
-    raise ConfigError("output_dir", f"{path} exists and is not a folder")
+    raise FieldError("output_dir", f"{path} exists and is not a folder")
   folder = full
   while not os.path.lexists(folder):
     folder = os.path.dirname(folder)
   if not os.path.isdir(folder):
-    raise ConfigError("output_dir", f"{path} is under {folder}, which is not a folder")
+    raise FieldError("output_dir", f"{path} is under {folder}, which is not a folder")
   try:
     with tempfile.TemporaryFile(dir=folder):
       pass
   except OSError as e:
     where = "" if folder == full else f" (in {folder})"
-    raise ConfigError("output_dir", f"{path} is not writable{where}: {e.strerror or e}") from None
+    raise FieldError("output_dir", f"{path} is not writable{where}: {e.strerror or e}") from None
 
 
 def _stored_run(out_dir: str):
@@ -558,8 +598,9 @@ def _stored_run(out_dir: str):
     with open(path) as f:
       stored = json.load(f)
   except (OSError, ValueError) as e:
-    raise ConfigError("output_dir", f"{path} is not readable JSON ({e}); pass --overwrite to replace "
-                      "the run, or use another --output_dir") from None
+    why = str(e)
+    raise _setting_error("output_dir", lambda w: f"{path} is not readable JSON ({why}); pass {w['overwrite']} to "
+                         f"replace the run, or use another {w['output_dir']}") from None
   return (stored if isinstance(stored, dict) else {}), path
 
 
@@ -589,11 +630,13 @@ def check_record(config: ExperimentConfig, out_dir: str, hps: Mapping[str, tuple
     diff += settings_diff({k: experiment.get(k) for k in ("rounds", "comm_budget")},
                           {"rounds": config.rounds, "comm_budget": config.comm_budget})
   if diff and config.resume:
-    raise ConfigError("resume", f"{out_dir} holds a run with other settings ({describe_diff(diff)}); "
-                      "resume with its settings, or start anew with --overwrite or another --output_dir")
+    raise _setting_error("resume", lambda w: f"{out_dir} holds a run with other settings ({describe_diff(diff)}); "
+                         f"resume with its settings, or start anew with {w['overwrite']} or another "
+                         f"{w['output_dir']}")
   if diff and not config.overwrite:
-    raise ConfigError("output_dir", f"{out_dir} holds another run ({describe_diff(diff)}); pass --overwrite "
-                      "to replace it, --resume with its settings to continue it, or use another --output_dir")
+    raise _setting_error("output_dir", lambda w: f"{out_dir} holds another run ({describe_diff(diff)}); pass "
+                         f"{w['overwrite']} to replace it, {w['resume']} with its settings to continue it, or "
+                         f"use another {w['output_dir']}")
   return list((stored.get("algorithms") or {}).keys())
 
 
@@ -673,9 +716,9 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
   out_dir = output_dir if output_dir is not None else config.output_dir
   out_dir = os.fspath(out_dir) if out_dir is not None else None
   if (config.checkpoint_every > 0 or config.resume or config.save_learners) and out_dir is None:
-    raise ConfigError("output_dir", "checkpoint_every, resume and save_learners need an output directory")
+    raise FieldError("output_dir", "checkpoint_every, resume and save_learners need an output directory")
   if config.num_devices > jax.device_count():
-    raise ConfigError("num_devices", f"must be in [0, {jax.device_count()}]; got {config.num_devices}")
+    raise FieldError("num_devices", f"must be in [0, {jax.device_count()}]; got {config.num_devices}")
   main = distributed.is_main()
   echo = config.progress and main
   resolved = config.resolve()
@@ -712,7 +755,9 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
     try:
       os.makedirs(out_dir, exist_ok=True)  # every process (checkpoints need it)
       if main:
-        if not config.resume:  # a new run (or --overwrite): the old one's folders go
+        if not config.resume:  # a new run (or --overwrite): the old one's folders (and curves) go
+          if os.path.exists(os.path.join(out_dir, "curves.png")):
+            os.remove(os.path.join(out_dir, "curves.png"))
           import shutil
           for label in dict.fromkeys([*stale, *hps]):
             if os.path.isdir(os.path.join(out_dir, label)):
@@ -767,12 +812,18 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
     finally:
       writer.close()
       histories[label] = writer.history
-    if main and out_dir is not None:
+    if main and out_dir is not None and _plottable(histories):
       try:
         plot_curves(histories, os.path.join(out_dir, "curves.png"), title=title)
       except OSError as e:
         from fedsim.core.errors import OutputError
         raise OutputError(f"cannot write {out_dir}/curves.png: {e.strerror or e}; metrics are kept") from None
   if echo and out_dir is not None:
-    print(f"wrote {out_dir}/config.json, */metrics.jsonl, curves.png", flush=True)
+    curves = ", curves.png" if _plottable(histories) else " (no curves.png: no algorithm ran a round)"
+    print(f"wrote {out_dir}/config.json, */metrics.jsonl{curves}", flush=True)
   return histories
+
+
+def _plottable(histories: dict[str, list[dict]]) -> bool:
+  """Whether curves.png has a curve to draw: some algorithm has records of two rounds (rounds=0 has one)."""
+  return any(len(h) > 1 for h in histories.values())

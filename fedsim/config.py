@@ -43,14 +43,17 @@ class FieldError(ConfigError):
 
   ``str(err)`` is ``"FIELD: MESSAGE"``. Attributes: ``flag`` and ``field`` (the
   field name) and ``message`` (the text after ``FIELD: ``), so the CLI can
-  print the same message under its own flag name.
+  print the same message under its own flag name; ``cli``: the whole line the
+  CLI prints instead when the message names other settings (``--overwrite``
+  where Python says ``overwrite=True``), else None.
   """
 
-  def __init__(self, field: str, message: str):
+  def __init__(self, field: str, message: str, cli: str | None = None):
     ValueError.__init__(self, f"{field}: {message}")
     self.flag = field
     self.field = field
     self.message = message
+    self.cli = cli
 
 
 def hparam(default: Any, *, help: str, choices: Iterable | None = None,  # noqa: A002 (help)
@@ -124,6 +127,14 @@ def describe(f: dataclasses.Field) -> str:
   return meta["help"] + (f" [{'; '.join(extra)}]" if extra else "")
 
 
+def did_you_mean(key: Any, accepted: Iterable) -> str:
+  """``" (did you mean 'X'?)"`` for the accepted string closest to ``key`` (difflib), else ``""``."""
+  if not isinstance(key, str):
+    return ""
+  close = difflib.get_close_matches(key, [a for a in accepted if isinstance(a, str)], n=1)
+  return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def check_value(name: str, value: Any, meta, typ: type | None = None, optional: bool = False) -> None:
   """Checks one value against a field's metadata.
 
@@ -140,7 +151,8 @@ def check_value(name: str, value: Any, meta, typ: type | None = None, optional: 
   choices = meta.get("choices")
   if choices is not None:
     if isinstance(value, (str, numbers.Number)) and value not in choices:
-      raise FieldError(name, f"unknown {value!r}; accepted: {', '.join(map(str, choices))}")
+      raise FieldError(name, f"unknown {value!r}{did_you_mean(value, choices)}; "
+                       f"accepted: {', '.join(map(str, choices))}")
     return
   numeric = typ in (int, float)
   if isinstance(value, str):
@@ -208,3 +220,58 @@ def check_keys(config_cls, keys: Iterable[str], owner: str | None = None) -> Non
     close = difflib.get_close_matches(key, names, n=1)
     hint = f"did you mean {close[0]}?" if close else f"accepted: {', '.join(names)}"
     raise FieldError(key, f"unknown setting of {owner}; {hint}")
+
+
+# --- the hyperparameter table (HYPERPARAMETERS.md and ``python -m experiments.hparams NAME``) ---
+
+TABLE_COLUMNS = ("field", "type", "default", "accepted", "help", "source")
+
+
+def accepted_text(f: dataclasses.Field) -> str:
+  """A field's accepted values in words: its choices, its range (``None`` noted when allowed)."""
+  meta = f.metadata
+  if meta.get("choices"):
+    return ", ".join(f"`{c}`" for c in meta["choices"])
+  text = range_text(meta) or ""
+  if f.default is None:
+    text = f"{text} or None" if text else "any or None"
+  return text
+
+
+def table_rows(cls) -> list[tuple[str, str, str, str, str, str]]:
+  """One row per :func:`hparam` field of config class ``cls`` (:data:`TABLE_COLUMNS`): name
+  (`` (no flag)`` when ``cli=False``), type, default (repr), accepted values, help, source.
+
+  The one source of the hyperparameter tables: ``tools/hparams_doc.py`` writes them as
+  HYPERPARAMETERS.md, ``experiments.hparams`` prints one to the terminal.
+  """
+  rows = []
+  for f in hparam_fields(cls):
+    typ = field_type(cls, f.name)
+    rows.append((f.name + ("" if f.metadata.get("cli", True) else " (no flag)"),
+                 getattr(typ, "__name__", str(typ)), repr(f.default), accepted_text(f),
+                 f.metadata["help"], f.metadata.get("source") or ""))
+  return rows
+
+
+def table_title(cls, entries: Iterable[tuple[str, dict]]) -> str:
+  """``"FedZOConfig: `fedzo`, `fedzo_x` (k='v')"``: the class and the registry names that use it,
+  each with its registry overrides (``entries``: ``(NAME, overrides)``)."""
+  parts = []
+  for name, overrides in entries:
+    extra = ", ".join(f"{k}={v!r}" for k, v in sorted(overrides.items()))
+    parts.append(f"`{name}`" + (f" ({extra})" if extra else ""))
+  return f"{cls.__name__}: {', '.join(parts)}"
+
+
+def markdown_section(cls, entries: Iterable[tuple[str, dict]]) -> str:
+  """HYPERPARAMETERS.md's section of config class ``cls`` (:func:`table_title`, :func:`table_rows`)."""
+  def cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+  head = "| " + " | ".join(TABLE_COLUMNS) + " |\n|" + "---|" * len(TABLE_COLUMNS) + "\n"
+  def first(name: str) -> str:  # the field name in backticks, " (no flag)" after it
+    field, _, rest = name.partition(" ")
+    return f"`{field}`" + (f" {rest}" if rest else "")
+  body = "".join("| " + " | ".join([first(name), *(cell(c) for c in row)]) + " |\n"
+                 for name, *row in table_rows(cls))
+  return f"\n## {table_title(cls, entries)}\n\nModule `{cls.__module__}`.\n\n{head}{body}"

@@ -185,7 +185,8 @@ def plot_curves(histories: dict[str, list[dict]], path: str, title: str = ""):
       axes[2].set_yscale("log")
   for ax in axes:
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:  # an empty panel (no queries yet) gets no legend (no warning)
+      ax.legend()
   if title:
     fig.suptitle(title)
   fig.tight_layout()

@@ -15,7 +15,6 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -38,51 +37,22 @@ Fields marked "no flag" are set by a registry entry or by the run.
 """
 
 
-def _cell(value) -> str:
-  text = "" if value is None else str(value)
-  return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _accepted(f: dataclasses.Field) -> str:
-  meta = f.metadata
-  if meta.get("choices"):
-    return ", ".join(f"`{c}`" for c in meta["choices"])
-  text = config.range_text(meta) or ""
-  if f.default is None:
-    text = f"{text} or None" if text else "any or None"
-  return text
-
-
-def _type_name(cls, name: str) -> str:
-  return getattr(config.field_type(cls, name), "__name__", str(config.field_type(cls, name)))
-
-
 def markdown() -> str:
-  """The whole document: one section per config class, in registry order.
+  """The whole document: one section per config class, in registry order
+  (:func:`fedsim.config.markdown_section`, which ``python -m experiments.hparams NAME`` prints too).
 
   Returns:
     Markdown text (str) ending with a newline.
   """
-  groups: dict[type, list[str]] = {}
-  for name, (cls, _, _) in algorithms.REGISTRY.items():
-    groups.setdefault(cls, []).append(name)
-  parts = [HEADER]
-  for cls, names in groups.items():
-    entries = []
-    for name in names:
-      overrides = algorithms.REGISTRY[name][1]
-      extra = ", ".join(f"{k}={v!r}" for k, v in sorted(overrides.items()))
-      entries.append(f"`{name}`" + (f" ({extra})" if extra else ""))
-    parts.append(f"\n## {cls.__name__}: {', '.join(entries)}\n\n"
-                 f"Module `{cls.__module__}`.\n\n"
-                 "| field | type | default | accepted | help | source |\n"
-                 "|---|---|---|---|---|---|\n")
-    for f in config.hparam_fields(cls):
-      meta = f.metadata
-      flag = "" if meta.get("cli", True) else " (no flag)"
-      parts.append(f"| `{f.name}`{flag} | {_type_name(cls, f.name)} | {_cell(repr(f.default))} | "
-                   f"{_cell(_accepted(f))} | {_cell(meta['help'])} | {_cell(meta.get('source'))} |\n")
-  return "".join(parts)
+  return HEADER + "".join(config.markdown_section(cls, entries) for cls, entries in sections().items())
+
+
+def sections() -> dict[type, list[tuple[str, dict]]]:
+  """Config class -> the registry's ``(NAME, overrides)`` that use it, in registry order."""
+  groups: dict[type, list[tuple[str, dict]]] = {}
+  for name, (cls, overrides, _) in algorithms.REGISTRY.items():
+    groups.setdefault(cls, []).append((name, overrides))
+  return groups
 
 
 def main(argv=None) -> int:

@@ -23,6 +23,7 @@ from fedsim.algorithms.fedzo import FedZOConfig, make_fedzo
 from fedsim.algorithms.ffgb import FFGB_CODE, FFGBConfig, make_ffgb
 from fedsim.algorithms.hiso import DECOMFL_CODE, HISO_CODE, DeComFLConfig, HiSoConfig, make_decomfl, make_hiso
 from fedsim.algorithms.zone_s import ZONESConfig, make_zone_s
+from fedsim.config import did_you_mean
 from fedsim.core.errors import ConfigError
 from fedsim.core.types import FederatedAlgorithm
 
@@ -88,7 +89,7 @@ def make_config(name: str, **hparams):
       range (:mod:`fedsim.config`). Nothing is built or compiled.
   """
   if name not in REGISTRY:
-    raise ConfigError("algorithm", f"unknown {name!r}; accepted: {', '.join(REGISTRY)}")
+    raise ConfigError("algorithm", f"unknown {name!r}{did_you_mean(name, REGISTRY)}; accepted: {', '.join(REGISTRY)}")
   cls = REGISTRY[name][0]
   config.check_keys(cls, hparams, owner=name)
   return cls(**{**default_config(name), **hparams})

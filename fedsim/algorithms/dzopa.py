@@ -65,7 +65,7 @@ import jax.numpy as jnp
 
 from fedsim import config
 from fedsim.algorithms.local import BYTES_PER_REAL, flat_problem, flat_solution
-from fedsim.config import hparam
+from fedsim.config import did_you_mean, hparam
 from fedsim.core import rng
 from fedsim.core.errors import ConfigError
 from fedsim.core.reduce import pairwise_sum
@@ -163,9 +163,11 @@ def validate(variant: str, direction: str, local_steps: int, batch_size: int, fd
     ConfigError: unknown variant or direction law, or a non-positive count.
   """
   if variant not in VARIANTS:
-    raise ConfigError("variant", f"unknown {variant!r}; accepted: {', '.join(VARIANTS)}")
+    raise ConfigError("variant", f"unknown {variant!r}{did_you_mean(variant, VARIANTS)}; "
+                                 f"accepted: {', '.join(VARIANTS)}")
   if direction not in finite_difference.LAWS:
-    raise ConfigError("direction", f"unknown {direction!r}; accepted: {', '.join(finite_difference.LAWS)}")
+    raise ConfigError("direction", f"unknown {direction!r}{did_you_mean(direction, finite_difference.LAWS)}; "
+                                   f"accepted: {', '.join(finite_difference.LAWS)}")
   for flag, value in (("local_steps", local_steps), ("batch_size", batch_size),
                       ("fd_directions", fd_directions)):
     if value < 1:

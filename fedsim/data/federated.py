@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedsim.config import did_you_mean
 from fedsim.core.errors import ConfigError
 from fedsim.data.cifar10 import load_cifar10
 from fedsim.data.dataset import Dataset
@@ -102,4 +103,4 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int
     if data_dir is None or str(data_dir) == "":
       raise ConfigError("data_dir", f"--dataset={name} needs --data_dir ({what})")
     return loader(data_dir, seed=seed)
-  raise ConfigError("dataset", f"unknown {name!r}; accepted: {', '.join(DATASETS)}")
+  raise ConfigError("dataset", f"unknown {name!r}{did_you_mean(name, DATASETS)}; accepted: {', '.join(DATASETS)}")

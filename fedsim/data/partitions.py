@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedsim.config import did_you_mean
 from fedsim.core.errors import ConfigError
 
 METHODS = ("iid", "dirichlet", "shards", "quantity", "homo_ratio")
@@ -208,7 +209,8 @@ def quantity(labels: np.ndarray, num_clients: int, rng: RngLike, law: str = "log
       ``quantity_sigma`` < 0, ``num_clients`` < 1 or > n.
   """
   if law not in QUANTITY_LAWS:
-    raise ConfigError("quantity_law", f"unknown {law!r}; accepted: {', '.join(QUANTITY_LAWS)}")
+    raise ConfigError("quantity_law", f"unknown {law!r}{did_you_mean(law, QUANTITY_LAWS)}; "
+                                      f"accepted: {', '.join(QUANTITY_LAWS)}")
   labels = _check(labels, num_clients)
   gen = _rng(rng)
   if law == "dirichlet":
@@ -263,7 +265,7 @@ def partition(labels: np.ndarray, num_clients: int, method: str, seed: RngLike, 
                     sigma=quantity_sigma)
   if method == "homo_ratio":
     return homo_ratio(labels, num_clients, homo_ratio_s, seed)
-  raise ConfigError("partition", f"unknown {method!r}; accepted: {', '.join(METHODS)}")
+  raise ConfigError("partition", f"unknown {method!r}{did_you_mean(method, METHODS)}; accepted: {', '.join(METHODS)}")
 
 
 def label_skew(labels: np.ndarray, parts: Sequence[np.ndarray], num_classes: int) -> float:

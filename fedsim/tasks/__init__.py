@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from fedsim.config import did_you_mean
 from fedsim.core.errors import ConfigError
 from fedsim.tasks.classification import make_classification_task
 from fedsim.tasks.quadratic import make_quadratic_task
@@ -108,7 +109,9 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
     return make_illcond_quadratic_task(dim, num_clients, heterogeneity, sigma=spectrum_sigma,
                                        isotropic=isotropic, seed=seed)
   if name not in TASKS:
-    raise ConfigError("task", f"unknown {name!r}; accepted: {', '.join(TASKS)}")
+    raise ConfigError("task", f"unknown {name!r}{did_you_mean(name, TASKS)}; accepted: {', '.join(TASKS)}")
+  if name in ("mlp", "finetune") and hidden_width < 1:
+    raise ConfigError("hidden_width", f"must be >= 1; got {hidden_width}")
   from fedsim import data as fdata
   ds = fdata.load_dataset(dataset, data_dir, seed=0)
   if name in ("attack", "metric_opt"):  # seed 000 (FZooS) §6.2-6.3
@@ -133,7 +136,8 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
   if name == "finetune":
     from fedsim.tasks.finetune import SHIFTS, make_finetune_task
     if finetune_shift not in SHIFTS:
-      raise ConfigError("finetune_shift", f"unknown {finetune_shift!r}; accepted: {', '.join(SHIFTS)}")
+      raise ConfigError("finetune_shift", f"unknown {finetune_shift!r}{did_you_mean(finetune_shift, SHIFTS)}; "
+                                          f"accepted: {', '.join(SHIFTS)}")
     if finetune_shift == "flip" and len(ds.feature_shape) < 2:
       raise ConfigError("finetune_shift", f"'flip' needs image data; {ds.name} is not")
     return make_finetune_task(ds, num_clients, seed=seed, shift=finetune_shift,
@@ -170,7 +174,8 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
     if hidden_layers < 1:
       raise ConfigError("hidden_layers", f"must be >= 1; got {hidden_layers}")
     if activation not in ACTIVATIONS:
-      raise ConfigError("activation", f"unknown {activation!r}; accepted: {', '.join(ACTIVATIONS)}")
+      raise ConfigError("activation", f"unknown {activation!r}{did_you_mean(activation, ACTIVATIONS)}; "
+                                      f"accepted: {', '.join(ACTIVATIONS)}")
     model = MLP(ds.num_classes, (hidden_width,) * hidden_layers, feature_ndim=len(ds.feature_shape),
                 activation=activation)
     info.update(hidden_widths=[hidden_width] * hidden_layers, activation=activation)

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedsim.config import did_you_mean
 from fedsim.core.errors import ConfigError
 from fedsim.core.types import Task
 from fedsim.data.dataset import Dataset
@@ -133,7 +134,8 @@ def make_attack_task(dataset: Dataset, num_clients: int, *, seed: int = 0, porti
   if not (0.0 < portion <= 1.0):
     raise ConfigError("portion", f"must be in (0, 1]; got {portion}")
   if model not in MODELS:
-    raise ConfigError("classifier", f"unknown {model!r} for --task=attack; accepted: {', '.join(MODELS)}")
+    raise ConfigError("classifier", f"unknown {model!r}{did_you_mean(model, MODELS)} for --task=attack; "
+                                    f"accepted: {', '.join(MODELS)}")
   box = DEFAULT_BOX if box is None or box == 0 else float(box)
   if not (math.isfinite(box) and box > 0):
     raise ConfigError("perturbation_box", f"must be > 0; got {box}")

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedsim.config import did_you_mean
 from fedsim.core.errors import ConfigError
 from fedsim.core.reduce import pairwise_sum
 from fedsim.core.types import Task
@@ -171,7 +172,8 @@ def make_attack_cw_task(dataset: Dataset | str, num_clients: int, *, seed: int =
   if isinstance(dataset, str):
     dataset = load_dataset(dataset, None, seed=0)
   if classifier not in CLASSIFIERS:
-    raise ConfigError("classifier", f"unknown {classifier!r}; accepted: {', '.join(CLASSIFIERS)}")
+    raise ConfigError("classifier", f"unknown {classifier!r}{did_you_mean(classifier, CLASSIFIERS)}; "
+                                    f"accepted: {', '.join(CLASSIFIERS)}")
   c = float(c)
   if not (math.isfinite(c) and c >= 0):
     raise ConfigError("attack_c", f"must be finite and >= 0; got {c}")

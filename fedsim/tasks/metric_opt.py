@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from fedsim.config import did_you_mean
 from fedsim.core.errors import ConfigError
 from fedsim.core.types import Task
 from fedsim.data.dataset import Dataset
@@ -150,7 +151,8 @@ def make_metric_opt_task(dataset: Dataset, num_clients: int, *, seed: int = 0, p
     ConfigError: bad metric / portion / box, or a client left without data.
   """
   if metric not in METRICS:
-    raise ConfigError("opt_metric", f"unknown {metric!r}; accepted: {', '.join(METRICS)}")
+    raise ConfigError("opt_metric", f"unknown {metric!r}{did_you_mean(metric, METRICS)}; "
+                                    f"accepted: {', '.join(METRICS)}")
   if not (0.0 < portion <= 1.0):
     raise ConfigError("portion", f"must be in (0, 1]; got {portion}")
   box = DEFAULT_BOX if box is None or box == 0 else float(box)

@@ -151,7 +151,7 @@ def test_load_dataset_flags(tmp_path):
     load_dataset("libsvm", "")
   with pytest.raises(ConfigError) as e:
     load_dataset("cifar100")
-  assert str(e.value) == ("--dataset: unknown 'cifar100'; accepted: digits, mnist, libsvm, "
+  assert str(e.value) == ("--dataset: unknown 'cifar100' (did you mean 'cifar10'?); accepted: digits, mnist, libsvm, "
                           "fashion_mnist, cifar10")
   make_mnist_dir(tmp_path, n_train=None, n_test=50, gz=False)
   assert load_dataset("mnist", tmp_path).name == "mnist"
