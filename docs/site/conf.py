@@ -48,7 +48,10 @@ napoleon_attr_annotations = True
 # -- MyST / myst-nb ------------------------------------------------------------------------
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3
-nb_execution_mode = "cache"       # executed at build time; unchanged notebooks come from the cache
+# Executed at build time. "cache": a notebook whose source is unchanged is taken from
+# docs/.jupyter_cache (a fresh clone, as in CI, has none, so every tutorial runs; delete that
+# folder, or build with -D nb_execution_mode=force, to rerun them against changed library code).
+nb_execution_mode = "cache"
 nb_execution_timeout = 300        # seconds per cell
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
