@@ -42,7 +42,7 @@ class FieldError(ConfigError):
   """A config field (or key) is invalid; the message is worded without ``--``.
 
   ``str(err)`` is ``"FIELD: MESSAGE"``. Attributes: ``flag`` and ``field`` (the
-  field name) and ``message`` (the text after ``FIELD: ``), so the CLI can
+  field name) and ``message`` (the text after ``FIELD:`` and a space), so the CLI can
   print the same message under its own flag name; ``cli``: the whole line the
   CLI prints instead when the message names other settings (``--overwrite``
   where Python says ``overwrite=True``), else None.

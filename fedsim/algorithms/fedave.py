@@ -1,7 +1,7 @@
 r"""FedAve (the FedLRGD paper's baseline) and exact GD on the pooled data (the reference).
 
 **FedAve** is FedPAQ (Reisizadeh et al., AISTATS 2020, [30] Alg. 1) without
-quantization, as seed 004 formulates it (§III-D, App. D; specs/fedlrgd.md §2.4):
+quantization, as seed 004 formulates it (§III-D, App. D; specs/fedlrgd.md §2.4)::
 
     for t = 0 .. T-1:
       S_t ⊂ [m], |S_t| = tau m, uniformly without replacement
@@ -116,7 +116,7 @@ def qsgd(x, key, levels: int):
   """QSGD's unbiased stochastic quantizer Q_s(x) (Alistarh et al. 2017; FedPAQ [30] §2).
 
   Q_s(x)_i = ||x||_2 sign(x_i) xi_i, xi_i = (l + 1{u_i < a_i - l}) / s with
-  a_i = s |x_i| / ||x||_2, l = floor(a_i), u_i ~ U[0,1]; E Q_s(x) = x.
+  ``a_i = s |x_i| / ||x||_2``, l = floor(a_i), u_i ~ U[0,1]; E Q_s(x) = x.
 
   Args:
     x: (p,) float; key: PRNG key; levels: s >= 1.

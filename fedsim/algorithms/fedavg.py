@@ -103,12 +103,14 @@ FEDOPT = ("adam", "yogi", "adagrad")
 def scale_by_fedopt(kind: str, beta1, beta2, tau) -> optax.GradientTransformation:
   """m_t / (sqrt(v_t) + tau) of Reddi et al. 2021 Alg. 2 (FedAdagrad, FedYogi, FedAdam).
 
-  With Delta_t the round's mean delta (lines 10-15):
+  With Delta_t the round's mean delta (lines 10-15)::
+
     m_t = beta1 m_{t-1} + (1 - beta1) Delta_t                              (line 11)
     FedAdagrad: v_t = v_{t-1} + Delta_t^2                                  (line 12)
     FedYogi:    v_t = v_{t-1} - (1 - beta2) Delta_t^2 sign(v_{t-1} - Delta_t^2)  (line 13)
     FedAdam:    v_t = beta2 v_{t-1} + (1 - beta2) Delta_t^2                (line 14)
     x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)                            (line 15)
+
   from m_{-1} = 0 and v_{-1} = tau^2 (line 1 asks v_{-1} >= tau^2; the smallest
   value), no bias correction. It receives the pseudo-gradient g = -Delta_t, so
   m tracks -Delta_t (v depends on g^2 = Delta_t^2 only) and the caller's

@@ -224,7 +224,7 @@ def ledger_on_eval(phi: float, on_eval: Callable[[dict], None] | None = None):
 @chex.dataclass(frozen=True)
 class FedLRGDConfig:
   """FedLRGD hyperparameters (Algorithm 1). The rank r is the task's server
-  dataset size (``--rank``; the paper's r = |server data|, §III-B), and S is
+  dataset size (``--rank``; the paper's ``r = |server data|``, §III-B), and S is
   the number of engine rounds (``--rounds``).
 
   Attributes:

@@ -45,7 +45,7 @@ class FedZOConfig:
     local_optimizer: ``sgd`` (paper eq. 6) or ``adam`` (FZooS baselines).
     weighting: ``uniform`` (paper eq. 1) or ``size``.
     aggregation: ``mean`` (Alg. 1, exact average of the M sampled deltas) or
-      ``aircomp`` (§IV: every device computes, those with |h| >= h_min transmit
+      ``aircomp`` (§IV: every device computes, those with ``|h| >= h_min`` transmit
       over the air; ``clients_per_round`` is then ignored).
     snr_db, h_min, channel_var, noise_model, empty_round, transceiver: the
       AirComp channel (fedsim.channels.aircomp.AirCompConfig; paper: h_min = 0.8,
@@ -112,7 +112,7 @@ def aircomp_config(cfg: FedZOConfig) -> aircomp.AirCompConfig:
 def aircomp_aggregator(num_devices: int, ch: aircomp.AirCompConfig):
   """AirComp aggregation (seed 001 §IV) as an ``Aggregator`` over all N devices:
   channels from the server key (so noisy and noise-free runs share M_t and every
-  client's local randomness), M_t = {|h| >= h_min}, y = eq. 17."""
+  client's local randomness), ``M_t = {|h| >= h_min}``, y = eq. 17."""
 
   def aggregate(deltas, weights, key):
     del weights  # eq. 17: equal weights 1/|M_t|

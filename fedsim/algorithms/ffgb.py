@@ -206,7 +206,7 @@ class FFGBState(NamedTuple):
     comm: float32 communication cost in models per client (starts at 2, [code]).
     gamma_hat: (m, K) empirical oracle quality of the last round's calls.
     gamma_hat_min_all: running min over all calls.
-    clip_change: FFGB.C: max |clip(v) - v| on the clients' supports, last round.
+    clip_change: FFGB.C: ``max |clip(v) - v|`` on the clients' supports, last round.
     hbar: FFGB.L one-shot: (hbar_train (K, N, M, C), hbar_test (K, M_test, C), thetas).
     store: ring buffer of learners (see :func:`attach_learner_writer`) or None.
     diag: dict of float32 scalars, the last round's diagnostics (ffgb_c and
@@ -712,7 +712,7 @@ def load_ensemble(out_dir: str):
 
 
 def predict_saved(out_dir: str, task: Task, cfg: FFGBConfig, xq) -> jax.Array:
-  """f^T on new inputs ``xq`` (B, *feature_shape) from the learner files; (B, C)."""
+  """f^T on new inputs ``xq`` ``(B, *feature_shape)`` from the learner files; (B, C)."""
   oracle = build_oracle(task, cfg)
   M, C = task.client_data["x"].shape[1], _num_outputs(task)
   tmpl = jax.eval_shape(oracle.fit, jax.random.key(0), task.client_data["x"][0],

@@ -13,7 +13,7 @@ nu = 0, H_0 = 1 bitwise DeComFL (spec §7 item 3) at the cost of d reals.
 
 One round r (Alg. 2, Alg. 2b, App. E; spec §2.4-§2.5):
 
-* the server samples C_r, |C_r| = m, uniformly without replacement (Alg. 2
+* the server samples C_r, ``|C_r| = m``, uniformly without replacement (Alg. 2
   line 5); the seeds of the round are the indices (r, k, p) under the run's
   shared stream ``rng.stream(root, "shared")``, which ``init`` receives as
   ``shared_key`` (fedsim.estimators.shared_seed), identical for every client
@@ -51,7 +51,7 @@ H update variants (spec §2.3; flags ``k_update``, ``h_signal``, ``eps``,
 * ``step_norm=trace`` keeps eq. 7's least-squares factor (u^T H^{-1} u)^{-1}
   (in expectation, Tr(H^{-1})^{-1}, times d so that H = 1 is DeComFL) instead
   of absorbing it into eta (eq. 8, [code]: ``none``). The directions then use
-  H / hbar, hbar = d / Tr(H^{-1}): z = (H/hbar)^{-1/2} u, E||z||^2 = d, and the
+  H / hbar, hbar = d / Tr(H^{-1}): z = (H/hbar)^{-1/2} u, ``E||z||^2 = d``, and the
   overall scale of H no longer changes the step (only its shape does).
 
 What the H update learns (issue 5; tests/algorithms/test_hiso.py
@@ -67,7 +67,7 @@ H_j^3 = (S/P) H_j + (1 + 1/P) grad_j^2: the first, coordinate-free term comes
 from the preconditioner's own footprint H^{-1} on the direction and dominates
 unless grad_j^2 / H_j carries about 1/P of S, so H stays close to a multiple of
 1 for d >> P whatever the curvature (spec §4 last bullet). The scale of that
-multiple follows sqrt(S/P) ~ |grad|^{2/3}, so with ``step_norm=none`` the
+multiple follows sqrt(S/P) ~ ``|grad|^{2/3}``, so with ``step_norm=none`` the
 expected step H^{-1} grad grows as the gradient shrinks and the run settles at
 a floor that grows with eta (edge of stability) instead of converging.
 On the d = 1000 toy (hiso_toy_illcond.cfg) corr(log H, log lambda) stays below
@@ -267,7 +267,7 @@ class ReplayState(NamedTuple):
       never sampled: x_0, H_0).
     hist_g: (B, tau, P) averaged scalars g_{t,k,p} of round t at slot t % B.
     hist_round: (B,) int32 the round stored in each slot (-1 = empty).
-    mismatch: float scalar, max over the run of |x_i - x_r| and |H_i - H_r| for
+    mismatch: float scalar, max over the run of ``|x_i - x_r|`` and ``|H_i - H_r|`` for
       the replayed sampled clients (0.0 = bitwise identical).
     full_pulls: int32 clients that were absent longer than B rounds and pulled
       the full state instead of replaying.

@@ -4,7 +4,7 @@ FedZO-FD (eq. 87), FedProx-ZO (eq. 89), SCAFFOLD-ZO Type I (eq. 91) and Type II 
 All share FedZO's local loop (fedsim.algorithms.local.make_local_update: step k uses
 ``fold_in(client_key, k)`` split into a data key and a direction key, Adam reset
 every round) with the estimator g = Delta^(i)(x) of eq. 3 (Q = 20 orthonormal
-directions, lambda = 0.01) and add a correction (eq. 2):
+directions, lambda = 0.01) and add a correction (eq. 2)::
 
     ghat = Delta^(i)(x_{r,t-1}^(i)) + gamma * corr
     none      corr = 0                                                       (eq. 87)

@@ -86,7 +86,7 @@ def logit_margin(logits, y):
 
 
 def perturbed_image(x, z, box):
-  """a(x) = clip(z + box (2 clip(x, 0, 1) - 1), 0, 1); x (d,) in [0,1]^d, z (*shape) in [0, 1]."""
+  """a(x) = clip(z + box (2 clip(x, 0, 1) - 1), 0, 1); x (d,) in [0,1]^d, z ``(*shape)`` in [0, 1]."""
   p = box * (2.0 * jnp.clip(x, 0.0, 1.0) - 1.0)
   return jnp.clip(z + p.reshape(z.shape), 0.0, 1.0)
 
@@ -121,7 +121,7 @@ def make_attack_task(dataset: Dataset, num_clients: int, *, seed: int = 0, porti
   Returns:
     A Task with ``init_params(key)`` = 0.5 (d,) (default float; zero perturbation),
     ``data["clients"]``: ``params`` (the client models, leading axis N), ``z``
-    (N, *image shape) the target image (same for all), ``y`` (N,) its label;
+    ``(N, *image shape)`` the target image (same for all), ``y`` (N,) its label;
     ``loss(x, row)`` = f_i(x); ``evaluate`` gives ``objective`` = F(x),
     ``success_rate`` (1.0 if F(x) < 0 else 0.0), ``ensemble_fooled`` (argmax of
     the mean logits != y) and ``min_client_margin``.

@@ -4,7 +4,7 @@ The offline substitute of specs/fedzo.md §3.4: one shared classifier (a flax ML
 or softmax regression trained here, on the dataset's training split) is the
 black box; the clients hold disjoint, randomly sized subsets of the training
 images of one class that it classifies correctly, and jointly search for one
-*universal* perturbation x in tanh space that pushes every image off its class:
+*universal* perturbation x in tanh space that pushes every image off its class::
 
     a_i(x) = ½ tanh(atanh(2 z_i) + x)                                  (eq. 21)
     psi_i(x) = max{Phi_y(a_i(x)) - max_{j != y} Phi_j(a_i(x)), 0} + c ||a_i(x) - z_i||²
@@ -157,6 +157,7 @@ def make_attack_cw_task(dataset: Dataset | str, num_clients: int, *, seed: int =
       sets, ``margin_loss`` and ``distortion`` (its two terms, same weights,
       objective = margin_loss + c distortion), ``attack_accuracy`` (fraction of
       all target images misclassified) and ``attack_accuracy_test``.
+
     The classifier's weights are the black box's definition and are closed
     over as constants (a few 10^4 floats); the images travel in ``data``.
 

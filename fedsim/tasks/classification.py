@@ -31,7 +31,7 @@ def make_model_task(name: str, model, dataset: Dataset, clients: dict, *, init_p
 
   Args:
     name: task name.
-    model: flax module mapping (B, *feature_shape) float32 to (B, C) logits.
+    model: flax module mapping ``(B, *feature_shape)`` float32 to (B, C) logits.
     dataset: x in [0, 1], int labels; its test split is the evaluation set.
     clients: ``fedsim.data.to_client_arrays`` output (``x`` (N, n_max, ...),
       ``y``, ``mask``, ``n``).

@@ -163,7 +163,7 @@ TABULAR_LIP = 3.0  # square-loss labels y = sin(3 <w, x>), ||w|| = 1: L = 3 (eq.
 
 
 def tv_distance(p, q):
-  """TV(p, q) = (1/2) sum |p - q| for two probability vectors on one support (§1.1)."""
+  """TV(p, q) = (1/2) ``sum |p - q|`` for two probability vectors on one support (§1.1)."""
   return 0.5 * float(np.sum(np.abs(np.asarray(p, np.float64) - np.asarray(q, np.float64))))
 
 
