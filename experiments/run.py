@@ -12,7 +12,12 @@ before anything compiles; a NaN/inf objective stops that algorithm (its metrics
 so far stay on disk), the others run on, and the binary exits with status 3
 (``fedsim.results.EXIT_DIVERGED``) at the end, after one line naming them. An lr
 grid whose large end diverges is a finished run: scripts can tell it from a
-crash (1) or bad flags (2).
+crash (1) or bad flags (2). With ``--watchdog_s=S`` > 0, a run that makes no
+progress (a set-up step, an algorithm's compilation start, an evaluation record)
+for S seconds prints one line naming each thread's innermost frames, writes every
+stack to <output_dir>/watchdog-<process>.txt and exits with status 4
+(``fedsim.results.EXIT_HUNG``), so a hung batch job (a deadlock, a dead peer of a
+multi-host run) never sits silent.
 
 Long runs: ``--checkpoint_every=K`` saves each algorithm's full state under
 <output_dir>/<alg>/checkpoints (orbax; the last 2 kept); ``--resume`` continues

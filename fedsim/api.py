@@ -277,6 +277,11 @@ class ExperimentConfig:
       (process-wide; :mod:`fedsim.core.compile_options`): ``"classic"`` (LLVM IR;
       compiles 1.4x-2x faster) or ``"fusion"`` (XLA's default; runs FedAvg on
       the MLP 9-13% faster, DeComFL / HiSo 3-10% slower). Results are the same bits.
+    watchdog_s: > 0: a run that makes no progress (a set-up step, the start of an
+      algorithm's compilation, an evaluation record) for this many seconds prints
+      one line summarising its threads' stacks to stderr, writes every stack to
+      ``<output_dir>/watchdog-<process>.txt`` and ends the process with status
+      :data:`fedsim.results.EXIT_HUNG` (:mod:`fedsim.core.watchdog`); 0 = off.
     output_dir: where outputs go (None: nothing written); ``run``'s argument wins.
     progress: print one line per evaluation (and per divergence) to stdout/stderr.
     flags: the command-line flags this config was made from (recorded in
@@ -339,6 +344,9 @@ class ExperimentConfig:
   xla_cpu_emitters: str = hparam("classic", help="XLA's CPU code emitters for the engine's programs "
                                  "(fedsim.core.compile_options): classic compiles 1.4x-2x faster, fusion (XLA's "
                                  "default) runs FedAvg on the MLP 9-13% faster; same results")
+  watchdog_s: float = hparam(0.0, help="seconds without progress (a set-up step, the start of an algorithm's "
+                             "compilation, an evaluation record) before the run prints its threads' stacks in one "
+                             "line and exits with status 4 (fedsim.results.EXIT_HUNG); 0 = off", low=0, finite=True)
   output_dir: str | None = hparam(None, help="where config.json, metrics and curves.png go (from Python, "
                                   "None: nothing written)")
   progress: bool = True
@@ -517,7 +525,8 @@ class ExperimentConfig:
 # ``rounds``, is compared with the algorithms'). ``hparams``/``algorithms`` are compared
 # as each label's resolved hyperparameters.
 RECORD_EXEMPT = ("rounds", "comm_budget", "checkpoint_every", "resume", "overwrite", "save_learners",
-                 "num_devices", "blas_threads", "compilation_cache", "xla_cpu_emitters", "output_dir", "progress",
+                 "num_devices", "blas_threads", "compilation_cache", "xla_cpu_emitters", "watchdog_s", "output_dir",
+                 "progress",
                  "flags", "source_names", "hparams", "algorithms")
 _TASK_OPTIONS_EXEMPT = ("cache_dir",)
 
@@ -698,6 +707,13 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
   appended line by line (:mod:`fedsim.files`); ``metrics.jsonl`` is strict JSON
   (a NaN/inf value is ``null``, listed under the record's ``nonfinite``).
 
+  With ``config.watchdog_s > 0`` the run is watched (:mod:`fedsim.core.watchdog`): no progress
+  (a set-up step, the start of an algorithm, an evaluation record) for that long prints one
+  line naming each thread's innermost frames to stderr and ends the process with status
+  :data:`fedsim.results.EXIT_HUNG` (4), from any process of a multi-host run; there an error
+  (a dead peer's collective fails) leaves it watching, so a process that cannot shut down
+  (the runtime waits for the dead peer) is ended too.
+
   Raises:
     ConfigError: a bad setting (naming it), checkpointing without an output
       directory, an unusable output directory or one holding another run, or an
@@ -707,13 +723,28 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
   """
   import jax
 
+  from fedsim.core.watchdog import Watchdog
+
+  out_dir = output_dir if output_dir is not None else config.output_dir
+  dump = None  # written when it fires, if the output directory exists by then
+  if config.watchdog_s > 0 and out_dir is not None:
+    dump = os.path.join(os.fspath(out_dir), f"watchdog-{jax.process_index()}.txt")
+  # Multi-process: an error (a dead peer's collective) is followed by a shutdown that waits for the
+  # peer forever, so the watchdog keeps guarding the exit.
+  with Watchdog(config.watchdog_s, dump_path=dump, guard_error_exit=jax.process_count() > 1) as watchdog:
+    return _run(config, out_dir, callbacks, watchdog)
+
+
+def _run(config: ExperimentConfig, out_dir, callbacks, watchdog) -> dict[str, list[dict]]:
+  """:func:`run`'s body; ``watchdog.beat`` marks each step of progress."""
+  import jax
+
   from fedsim import algorithms
   from fedsim.core import compile_options, distributed
   from fedsim.core.engine import simulate
   from fedsim.core.sharding import client_mesh, shard_task
   from fedsim.runner import ProgressWriter, enable_compilation_cache, plot_curves, provenance_line, set_blas_threads
 
-  out_dir = output_dir if output_dir is not None else config.output_dir
   out_dir = os.fspath(out_dir) if out_dir is not None else None
   if (config.checkpoint_every > 0 or config.resume or config.save_learners) and out_dir is None:
     raise FieldError("output_dir", "checkpoint_every, resume and save_learners need an output directory")
@@ -731,7 +762,9 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
   compile_options.set_cpu_emitters(config.xla_cpu_emitters)  # before the engine builds its programs
   if echo and config.task in SLOW_TASKS:
     print(f"building task {config.task} (trains or loads cached models) ...", flush=True)
+  watchdog.beat("set-up")
   task = build_task(config)
+  watchdog.beat("task built")
   for label, (name, hp) in hps.items():
     try:  # builders check their own settings (shapes, laws) without compiling
       algorithms.build(name, task, **hp)
@@ -743,6 +776,7 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
   set_blas_threads(config.blas_threads)
   mesh = client_mesh(config.num_devices or None)
   task = shard_task(task, mesh)
+  watchdog.beat("algorithms checked, task sharded")
   record = {**({"flags": dict(config.flags)} if config.flags is not None else {}),
             "version": _version(), "jax_version": jax.__version__, "backend": jax.default_backend(),
             "devices": mesh.devices.size, "processes": jax.process_count(),
@@ -799,9 +833,10 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
       resumed = checkpoint.latest_round(ckpt_dir)
     writer = ProgressWriter(label, os.path.join(alg_dir, "metrics.jsonl") if alg_dir else None,
                             rounds, keep_until=resumed, write=main, echo=config.progress,
-                            callbacks=callbacks)
+                            callbacks=(*callbacks, lambda lab, rec: watchdog.beat(f"{lab} round {rec['round']}")))
     if resumed is not None and echo:
       print(f"[{label}] resuming from round {resumed} ({ckpt_dir})", flush=True)
+    watchdog.beat(f"{label} compiling")
     try:
       simulate(alg, run_task, rounds, config.eval_every, jax.random.key(config.seed), on_eval=writer,
                checkpoint_dir=ckpt_dir, checkpoint_every=config.checkpoint_every, resume=config.resume)

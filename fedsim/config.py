@@ -35,7 +35,7 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
-from fedsim.core.errors import ConfigError
+from fedsim.core.errors import ConfigError, DataError
 
 
 class FieldError(ConfigError):
@@ -54,6 +54,20 @@ class FieldError(ConfigError):
     self.field = field
     self.message = message
     self.cli = cli
+
+
+class DataFieldError(FieldError, DataError):
+  """A :class:`~fedsim.core.errors.DataError` of the data a setting names (``data_dir``).
+
+  ``str(err)`` is ``"FIELD: PATH: MESSAGE"``; ``field`` and ``flag`` are the setting,
+  ``path`` the folder or file at fault, ``message`` ``"PATH: MESSAGE"``, and ``cli`` the
+  line the CLI prints, ``"--FIELD PATH: MESSAGE"``.
+  """
+
+  def __init__(self, field: str, error: DataError):
+    message = str(error)
+    FieldError.__init__(self, field, message, cli=f"--{field} {message}")
+    self.path = error.path
 
 
 def hparam(default: Any, *, help: str, choices: Iterable | None = None,  # noqa: A002 (help)

@@ -34,6 +34,9 @@ CONFIG_FILE = "config.json"
 # The exit status of ``experiments.run`` when it finished but an algorithm stopped on a non-finite
 # objective (its metrics up to there are on disk): distinct from 1 (a crash) and 2 (bad input).
 EXIT_DIVERGED = 3
+# The exit status of a run that made no progress for ``--watchdog_s`` seconds (``ExperimentConfig.watchdog_s``,
+# :mod:`fedsim.core.watchdog`): it printed one line summarising its threads' stacks and ended itself.
+EXIT_HUNG = 4
 COLUMNS = ("run", "run_dir", "algorithm")  # the columns load_runs adds to every record
 
 

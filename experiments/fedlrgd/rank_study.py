@@ -530,8 +530,8 @@ def main(argv):
         raise ConfigError("model", f"cnn needs image data; {ds.name} is not")
       if cfg.k > ds.x_test.shape[0]:
         raise ConfigError("k", f"must be <= the {ds.x_test.shape[0]} test samples of {ds.name}; got {cfg.k}")
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
+  except ConfigError as e:  # a data_dir error's command-line form names --data_dir (FieldError.cli)
+    print(f"error: {getattr(e, 'cli', None) or e}", file=sys.stderr)
     sys.exit(2)
   summary = run(cfg)
   if "appc" in summary:

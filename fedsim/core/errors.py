@@ -20,11 +20,16 @@ class ConfigError(ValueError):
 
 
 class DataError(ConfigError):
-  """A data file is missing or corrupt. ``flag`` holds the file path."""
+  """A data file is missing or corrupt. ``flag`` and ``path`` hold the file path.
+
+  The loaders raise it naming the path; :func:`fedsim.data.load_dataset` re-raises it as a
+  :class:`fedsim.config.DataFieldError` (a DataError too) naming the setting, ``data_dir``.
+  """
 
   def __init__(self, path: str, message: str):
     ValueError.__init__(self, f"{path}: {message}")
     self.flag = str(path)
+    self.path = str(path)
 
 
 class OutputError(ConfigError):

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedsim.config import did_you_mean
-from fedsim.core.errors import ConfigError
+from fedsim.config import DataFieldError, FieldError, did_you_mean
+from fedsim.core.errors import ConfigError, DataError
 from fedsim.data.cifar10 import load_cifar10
 from fedsim.data.dataset import Dataset
 from fedsim.data.digits import load_digits
@@ -92,15 +92,22 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int
     The :class:`Dataset`.
 
   Raises:
-    ConfigError: unknown ``dataset``; ``data_dir`` missing for a dataset
-      other than digits (none has an offline default).
-    DataError: missing or corrupt data files.
+    ConfigError: unknown ``dataset``.
+    FieldError: (field ``data_dir``) ``data_dir`` missing for a dataset other
+      than digits (none has an offline default).
+    DataFieldError: (a DataError and a FieldError, field ``data_dir``) ``data_dir``
+      is not what the dataset needs, or its files are missing or corrupt:
+      ``data_dir: PATH: MESSAGE``, on the command line ``--data_dir PATH: MESSAGE``.
   """
   if name == "digits":
     return load_digits(seed=seed)
   if name in _FROM_DIR:
     what, loader = _FROM_DIR[name]
     if data_dir is None or str(data_dir) == "":
-      raise ConfigError("data_dir", f"--dataset={name} needs --data_dir ({what})")
-    return loader(data_dir, seed=seed)
+      raise FieldError("data_dir", f"dataset={name!r} needs data_dir ({what})",
+                       cli=f"--data_dir: --dataset={name} needs --data_dir ({what})")
+    try:
+      return loader(data_dir, seed=seed)
+    except DataError as e:
+      raise DataFieldError("data_dir", e) from None
   raise ConfigError("dataset", f"unknown {name!r}{did_you_mean(name, DATASETS)}; accepted: {', '.join(DATASETS)}")

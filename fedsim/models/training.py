@@ -207,9 +207,16 @@ def train_or_load(model: nn.Module, x: np.ndarray, y: np.ndarray, *, seed: int,
     waited on another process training the same key loads its result.
 
   Raises:
-    OSError: the cache folder or file cannot be written.
+    FieldError: (a ConfigError, field ``cache_dir``) the cache folder cannot be
+      created (a file is in the way), or it is not writable and holds no model for ``key``.
+    OSError: the cache file cannot be written.
   """
+  from fedsim.config import FieldError
   cache_dir = Path(os.path.expanduser(os.fspath(cache_dir or DEFAULT_CACHE_DIR)))
+  try:
+    cache_dir.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise FieldError("cache_dir", f"cannot create {cache_dir}: {e.strerror or e}") from None
   safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in prefix)
   path = cache_dir / f"{safe}-{cache_key_digest(key)[:20]}.npz"
   template = jax.eval_shape(model.init, jax.random.key(0),
@@ -217,6 +224,8 @@ def train_or_load(model: nn.Module, x: np.ndarray, y: np.ndarray, *, seed: int,
   params = load_params(path, template, key)
   if params is not None:
     return params, str(path), True
+  if not os.access(cache_dir, os.W_OK):
+    raise FieldError("cache_dir", f"{cache_dir} is not writable (the model must be trained and cached)")
   with _exclusive(path.with_name(path.name + ".lock")):
     params = load_params(path, template, key)  # trained by whoever held the lock before us
     if params is not None:

@@ -145,9 +145,10 @@ def test_load_mnist_label_count_mismatch(tmp_path):
 
 
 def test_load_dataset_flags(tmp_path):
-  with pytest.raises(ConfigError, match=r"^--data_dir: --dataset=mnist needs --data_dir"):
+  with pytest.raises(ConfigError, match=r"^data_dir: dataset='mnist' needs data_dir") as e:
     load_dataset("mnist")
-  with pytest.raises(ConfigError, match=r"^--data_dir"):
+  assert e.value.cli.startswith("--data_dir: --dataset=mnist needs --data_dir")
+  with pytest.raises(ConfigError, match=r"^data_dir: dataset='libsvm'"):
     load_dataset("libsvm", "")
   with pytest.raises(ConfigError) as e:
     load_dataset("cifar100")

@@ -24,7 +24,7 @@ def _run(*args, timeout=300):
     (["--num_clients=5", "--clients_per_round=6"], "--clients_per_round"),
     (["--dirichlet_alpha=0"], "--dirichlet_alpha"),
     (["--partition=shards", "--num_clients=100", "--shards_per_client=20"], "--shards_per_client"),
-    (["--dataset=mnist", "--data_dir=/nonexistent/mnist"], "/nonexistent/mnist"),
+    (["--dataset=mnist", "--data_dir=/nonexistent/mnist"], "--data_dir /nonexistent/mnist: not a directory"),
     (["--fedzo_lr=-1"], "--fedzo_lr"),
     (["--algorithm=hiso_code", "--hiso_code_weight_decay=-1"], "--hiso_code_weight_decay"),
     (["--num_clients=abc"], "num_clients"),
