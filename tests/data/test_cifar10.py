@@ -128,9 +128,10 @@ def test_load_cifar10_truncated_and_bad_label(tmp_path):
 
 
 def test_load_dataset_cifar10_needs_data_dir():
-  with pytest.raises(ConfigError, match=r"^--data_dir: --dataset=cifar10 needs --data_dir \(the cifar-10-batches-bin"):
+  with pytest.raises(ConfigError, match=r"^data_dir: dataset='cifar10' needs data_dir \(the cifar-10-batches-bin") as e:
     load_dataset("cifar10")
-  with pytest.raises(ConfigError, match=r"^--data_dir: --dataset=fashion_mnist needs --data_dir"):
+  assert e.value.cli.startswith("--data_dir: --dataset=cifar10 needs --data_dir (the cifar-10-batches-bin")
+  with pytest.raises(ConfigError, match=r"^data_dir: dataset='fashion_mnist' needs data_dir"):
     load_dataset("fashion_mnist", "")
 
 
