@@ -121,7 +121,8 @@ class Watchdog:
         self._fire(idle)
 
   def _fire(self, idle: float) -> None:
-    line = (f"watchdog: no progress for {idle:.0f} s (last: {self._what}); "
+    took = f"{idle:.0f}" if idle >= 10 else f"{idle:.1f}"
+    line = (f"watchdog: no progress for {took} s (last: {self._what}); "
             f"threads: {thread_summary(skip=threading.get_ident())}")
     if self.dump_path is not None:
       try:
