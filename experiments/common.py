@@ -166,9 +166,11 @@ def define_flags():
                        "0 = off")
   flags.DEFINE_bool("resume", False, "continue each algorithm from its newest checkpoint in "
                     "<output_dir>/<alg>/checkpoints (metrics.jsonl kept up to it and appended); refused "
-                    "when <output_dir>/config.json has other settings (each named, stored and given)")
-  flags.DEFINE_bool("overwrite", False, "replace the run that --output_dir holds when it has other "
-                    "settings (without this or --resume such a directory is refused)")
+                    "when <output_dir>/config.json has other settings (each named, stored and given) or "
+                    "there is no checkpoint to continue from")
+  flags.DEFINE_bool("overwrite", False, "recompute the run that --output_dir holds (without this or --resume "
+                    "a folder holding another run, or this one unfinished, is refused; one holding this run "
+                    "finished is left untouched)")
   flags.DEFINE_string("coordinator_address", None, "multi-host: host:port of process 0's "
                       "jax.distributed coordinator (needs --num_processes > 1)")
   flags.DEFINE_integer("num_processes", 1, "multi-host: number of processes (one per host/GPU); 1 = single process")

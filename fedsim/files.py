@@ -13,8 +13,8 @@
   in the record's ``nonfinite`` field (``{"objective": "nan"}``);
   :func:`restore_record` gives the float back.
 
-Checkpoints are orbax's (``fedsim.core.checkpoint``): orbax writes each step to
-a temporary folder and renames it when complete.
+Checkpoints (``fedsim.core.checkpoint``) are whole files written with
+:func:`atomic_open` from a background thread.
 """
 
 from __future__ import annotations

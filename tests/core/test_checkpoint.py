@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from fedsim import algorithms
-from fedsim.core import checkpoint, simulate
+from fedsim.core import checkpoint, rng, simulate
 
 
 def _strip(recs):
@@ -44,8 +44,7 @@ def test_saves_at_first_chunk_end_after_each_multiple_and_keeps_two(digits10, tm
   simulate(alg, digits10, 13, 3, jax.random.key(0), checkpoint_dir=str(ckpt), checkpoint_every=4)
   with checkpoint.manager(str(ckpt)) as m:
     assert sorted(m.all_steps()) == [9, 12]
-    meta = m.restore(12, args=checkpoint.ocp.args.Composite(
-        meta=checkpoint.ocp.args.JsonRestore()))["meta"]
+    meta = m.meta(12)
   assert meta["round"] == 12 and meta["totals"]["participants"] == 24
   assert meta["algorithm"] == "fedavg"
 
@@ -59,7 +58,8 @@ def test_typed_keys_and_big_ledgers_round_trip(tmp_path):
   with checkpoint.manager(str(tmp_path)) as m:
     back, meta = checkpoint.restore(m, jax.eval_shape(lambda: state), algorithm="x")
   assert meta == {"round": 7, "totals": totals, "wall_time_s": 1.5, "algorithm": "x",
-                  "key_impls": {"0": "threefry2x32"}}
+                  "key_impls": {"0": "threefry2x32"},
+                  "leaves": [["uint32", [3, 2]], ["int32", []], ["float32", [5]]]}
   assert jax.dtypes.issubdtype(back["keys"].dtype, jax.dtypes.prng_key)
   np.testing.assert_array_equal(jax.random.key_data(back["keys"]), jax.random.key_data(state["keys"]))
   # The restored keys draw the same numbers.
@@ -80,3 +80,99 @@ def test_resume_without_checkpoint_starts_from_zero_and_mismatch_is_refused(digi
     simulate(other, digits10, 4, 2, jax.random.key(0), checkpoint_dir=ckpt, resume=True)
   with pytest.raises(ValueError, match="checkpoint_dir"):
     simulate(alg, digits10, 2, 2, jax.random.key(0), checkpoint_every=2)
+
+
+def test_a_save_returns_while_its_file_is_written_and_close_waits(tmp_path, monkeypatch):
+  """Off the critical path (issue 36): save copies the state and returns; the write runs in a thread."""
+  import threading
+  release, writing = threading.Event(), threading.Event()
+  real = np.savez
+
+  def slow_savez(*args, **kwargs):
+    writing.set()
+    release.wait(30)
+    real(*args, **kwargs)
+  monkeypatch.setattr(np, "savez", slow_savez)
+  state = {"x": jax.numpy.arange(3.0)}
+  m = checkpoint.manager(str(tmp_path))
+  checkpoint.save(m, state, 2, {"queries": 1}, 0.5)
+  assert writing.wait(30) and m.latest_step() is None  # returned while the write is in flight
+  assert len(list(tmp_path.glob(".round_2.npz.*.tmp"))) == 1
+  release.set()
+  m.close()                                            # waits for it
+  assert m.all_steps() == [2] and not list(tmp_path.glob("*.tmp"))
+  back, meta = checkpoint.restore(checkpoint.manager(str(tmp_path)), jax.eval_shape(lambda: state))
+  np.testing.assert_array_equal(back["x"], state["x"])
+  assert meta["round"] == 2
+
+
+def test_a_write_error_is_raised_by_close(tmp_path, monkeypatch):
+  def full(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+  monkeypatch.setattr(np, "savez", full)
+  m = checkpoint.manager(str(tmp_path))
+  checkpoint.save(m, {"x": jax.numpy.zeros(2)}, 1, {}, 0.0)
+  with pytest.raises(OSError, match="No space"):
+    m.close()
+  assert m.all_steps() == [] and not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_a_kill_while_a_save_is_in_flight_resumes_bitwise_without_warnings(tmp_path):
+  """SIGKILL the run while round 4's checkpoint is being written (FEDSIM_CHECKPOINT_STALL_ROUND holds
+  that write open; the run goes on to round 6 meanwhile): the folder keeps round 2's checkpoint and a
+  temporary file; --resume continues from round 2, removes it, prints no warning, and its metrics
+  equal an uninterrupted run's."""
+  import json
+  import os
+  import subprocess
+  import sys
+  import time
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  args = [sys.executable, "-m", "experiments.run", "--task=ridge", "--num_clients=3", "--clients_per_round=3",
+          "--algorithm=gd", "--eval_every=2", "--rounds=8", "--checkpoint_every=2"]
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  ref = subprocess.run([*args, f"--output_dir={tmp_path / 'ref'}"], cwd=repo, env=env, capture_output=True,
+                       text=True, timeout=300)
+  assert ref.returncode == 0, ref.stderr[-2000:]
+  out = tmp_path / "cut"
+  proc = subprocess.Popen([*args, f"--output_dir={out}"], cwd=repo, env={**env, "FEDSIM_CHECKPOINT_STALL_ROUND": "4"},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  metrics, ckpts = out / "gd" / "metrics.jsonl", out / "gd" / "checkpoints"
+  deadline = time.time() + 300
+  while time.time() < deadline and not (metrics.exists() and '"round": 6' in metrics.read_text()):
+    time.sleep(0.05)
+  proc.kill()
+  proc.wait()
+  assert '"round": 6' in metrics.read_text()                     # the run went on during the save
+  assert sorted(p.name for p in ckpts.glob("round_*.npz")) == ["round_2.npz"]
+  assert len(list(ckpts.glob(".round_4.npz.*.tmp"))) == 1         # the save in flight
+  again = subprocess.run([*args, f"--output_dir={out}", "--resume"], cwd=repo, env=env, capture_output=True,
+                         text=True, timeout=300)
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert "resuming from round 2" in again.stdout and not again.stderr.strip(), again.stderr
+  assert not list(ckpts.glob("*.tmp")) and checkpoint.latest_round(str(ckpts)) == 8
+  def strip(path):
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_time_s"} for line in path.read_text().splitlines()]
+  assert strip(metrics) == strip(tmp_path / "ref" / "gd" / "metrics.jsonl")
+
+
+def test_checkpoints_written_by_orbax_before_issue_36_still_restore(digits10, tmp_path):
+  import orbax.checkpoint as ocp
+  alg = algorithms.build("fedavg", digits10, clients_per_round=2)
+  key = jax.random.key(1)
+  state, _ = simulate(alg, digits10, 4, 2, key)
+  leaves = jax.tree_util.tree_leaves(state)
+  raw = [jax.random.key_data(x) if checkpoint._is_key(x) else x for x in leaves]
+  meta = {"round": 4, "totals": {"queries": 0, "bytes_up": 0, "bytes_down": 0, "participants": 8,
+                                 "empty_rounds": 0}, "wall_time_s": 1.0, "algorithm": "fedavg",
+          "key_impls": {str(i): str(jax.random.key_impl(x)) for i, x in enumerate(leaves) if checkpoint._is_key(x)}}
+  opts = ocp.CheckpointManagerOptions(max_to_keep=2, create=True, enable_async_checkpointing=False)
+  with ocp.CheckpointManager(str(tmp_path), options=opts, item_names=("state", "meta")) as m:  # the old writer
+    m.save(4, args=ocp.args.Composite(state=ocp.args.StandardSave(raw), meta=ocp.args.JsonSave(meta)))
+  assert checkpoint.latest_round(str(tmp_path)) == 4
+  with checkpoint.manager(str(tmp_path)) as m:
+    back, got = checkpoint.restore(m, jax.eval_shape(alg.init, *rng.init_keys(key)), algorithm="fedavg")
+  assert got == meta
+  for a, b in zip(_leaves(back), _leaves(state)):
+    np.testing.assert_array_equal(a, b)
