@@ -13,8 +13,8 @@
   in the record's ``nonfinite`` field (``{"objective": "nan"}``);
   :func:`restore_record` gives the float back.
 
-Checkpoints (``fedsim.core.checkpoint``) are whole files written with
-:func:`atomic_open` from a background thread.
+Checkpoints are orbax's (``fedsim.core.checkpoint``): orbax writes each step to
+a temporary folder in its background threads and renames it when complete.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 r"""Suite ``checkpoint``: what ``--checkpoint_every`` costs the main job (issue 36: at most 25%).
 
 FedAvg on the main job's task (``fedsim.ExperimentConfig()``'s digits softmax,
-N = 100, M = 10, Dirichlet alpha = 0.5, eval every 10 rounds) for
+N = 100, M = 10, Dirichlet alpha = 0.5, eval every 10 rounds; ``checkpoint_task``
+and ``checkpoint_clients_per_round`` another size, e.g. ``mlp`` with M = 100, whose
+rounds are longer) for
 ``checkpoint_rounds`` (200) rounds, without checkpoints and with
 ``--checkpoint_every=checkpoint_main_every`` (20: 10 saves), timed side by side in
 one process (``time_interleaved``, each call into a fresh output folder):
@@ -40,8 +42,10 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
   from fedsim.core.engine import simulate
   from fedsim.core.sharding import client_mesh, shard_task
 
-  rounds, every = settings.checkpoint_rounds, settings.checkpoint_main_every
-  base = fedsim.ExperimentConfig(algorithms=("fedavg",), rounds=rounds, progress=False)
+  rounds, every, task_name = settings.checkpoint_rounds, settings.checkpoint_main_every, settings.checkpoint_task
+  m = settings.checkpoint_clients_per_round
+  base = fedsim.ExperimentConfig(algorithms=("fedavg",), rounds=rounds, progress=False, task=task_name,
+                                 clients_per_round=m)
   task = shard_task(api.build_task(base), client_mesh(None))
   (resolved,) = base.resolve().values()
   alg = algorithms.build(resolved.name, task, **resolved.values)
@@ -65,7 +69,8 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
     def call():
       d = fresh()
       h = fedsim.run(fedsim.ExperimentConfig(algorithms=("fedavg",), rounds=rounds, progress=False,
-                                             checkpoint_every=k), output_dir=d)
+                                             task=task_name, clients_per_round=m, checkpoint_every=k),
+                     output_dir=d)
       last[("run", k)] = [{n: v for n, v in r.items() if n != "wall_time_s"} for r in h["fedavg"]]
       shutil.rmtree(d)
     return call
@@ -76,8 +81,8 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
                          settings.repeats, settings.min_time)
   finally:
     shutil.rmtree(work, ignore_errors=True)
-  rec = {"algorithm": "fedavg", "rounds": rounds, "checkpoint_every": every, "saves": rounds // every,
-         "target_ratio": TARGET,
+  rec = {"algorithm": "fedavg", "task": task_name, "clients_per_round": m, "rounds": rounds, "checkpoint_every": every,
+         "saves": rounds // every, "target_ratio": TARGET,
          "same_records": last[("simulate", 0)] == last[("simulate", every)] == last[("run", 0)] == last[("run", every)]}
   for name in ("simulate", "run"):
     off, on = t[name], t[f"{name}_ckpt"]
@@ -86,19 +91,21 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
                 f"{name}_cpu_ratio": paired_median(on["cpu_seconds"], off["cpu_seconds"]),
                 f"{name}_cpu_per_wall": off["cpu_per_wall"], f"{name}_ckpt_cpu_per_wall": on["cpu_per_wall"]})
   ok = max(rec["simulate_ratio"], rec["run_ratio"]) <= TARGET
-  log(f"[checkpoint fedavg, {rounds} rounds, every {every}: {rec['saves']} saves] simulate {rec['simulate_s']:.3f} s "
-      f"without, {rec['simulate_ckpt_s']:.3f} s with: ratio {rec['simulate_ratio']:.2f}x; fedsim.run "
-      f"{rec['run_s']:.3f} s / {rec['run_ckpt_s']:.3f} s: ratio {rec['run_ratio']:.2f}x "
+  log(f"[checkpoint fedavg on {task_name}, M = {m}, {rounds} rounds, every {every}: {rec['saves']} saves] simulate "
+      f"{rec['simulate_s']:.3f} s without, {rec['simulate_ckpt_s']:.3f} s with: ratio {rec['simulate_ratio']:.2f}x "
+      f"(CPU {rec['simulate_cpu_ratio']:.2f}x); fedsim.run {rec['run_s']:.3f} s / {rec['run_ckpt_s']:.3f} s: "
+      f"ratio {rec['run_ratio']:.2f}x (CPU {rec['run_cpu_ratio']:.2f}x) "
       f"({'within' if ok else 'over'} the {TARGET}x bound; same records: {rec['same_records']})")
   return {"records": [rec]}
 
 
 def markdown(result: dict) -> str:
   """The suite's markdown table."""
-  rows = ["| rounds | every | saves | simulate s without | with | ratio | fedsim.run s without | with | ratio "
-          "| cpu/wall | same records |", "|" + "---|" * 11]
+  rows = ["| task | M | rounds | every | saves | simulate s without | with | ratio | CPU ratio | fedsim.run s without "
+          "| with | ratio | CPU ratio | cpu/wall | same records |", "|" + "---|" * 15]
   for r in result["records"]:
-    rows.append(f"| {r['rounds']} | {r['checkpoint_every']} | {r['saves']} | {r['simulate_s']:.3f} "
-                f"| {r['simulate_ckpt_s']:.3f} | {r['simulate_ratio']:.2f}x | {r['run_s']:.3f} | {r['run_ckpt_s']:.3f} "
-                f"| {r['run_ratio']:.2f}x | {r['run_ckpt_cpu_per_wall']:.2f} | {r['same_records']} |")
+    rows.append(f"| {r['task']} | {r['clients_per_round']} | {r['rounds']} | {r['checkpoint_every']} | {r['saves']} "
+                f"| {r['simulate_s']:.3f} | {r['simulate_ckpt_s']:.3f} | {r['simulate_ratio']:.2f}x "
+                f"| {r['simulate_cpu_ratio']:.2f}x | {r['run_s']:.3f} | {r['run_ckpt_s']:.3f} | {r['run_ratio']:.2f}x "
+                f"| {r['run_cpu_ratio']:.2f}x | {r['run_ckpt_cpu_per_wall']:.2f} | {r['same_records']} |")
   return "\n".join(rows) + "\n"

@@ -76,6 +76,9 @@ class Settings:
     gpu_table_sequential: clients timed one at a time in the gpu_table suite.
     checkpoint_rounds, checkpoint_main_every: the checkpoint suite's main-job FedAvg rounds and
       its ``--checkpoint_every`` (issue 36: 200 and 20).
+    checkpoint_task, checkpoint_clients_per_round: the checkpoint suite's task and M (the main
+      job's ``softmax`` and 10; ``mlp`` with M = 100 makes rounds several times longer at about
+      the same per-save cost).
   """
   rounds_per_chunk: int = 5
   repeats: int = 3
@@ -112,6 +115,8 @@ class Settings:
   gpu_table_sequential: int = 200
   checkpoint_rounds: int = 200
   checkpoint_main_every: int = 20
+  checkpoint_task: str = "softmax"
+  checkpoint_clients_per_round: int = 10
 
   def roof_sizes(self, suite: str) -> tuple[int, int]:
     """(matmul n, bandwidth array bytes) of ``suite``: the settings where given, else its :data:`ROOF_SIZES`."""

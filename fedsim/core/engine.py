@@ -89,7 +89,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       every key of ``task.evaluate`` and of ``algorithm.metrics``.
     state, start_round, totals: resume from a saved state after ``start_round``
       rounds with the given cumulative ledgers.
-    checkpoint_dir: where checkpoints go (``fedsim.core.checkpoint``; the last 2 are kept).
+    checkpoint_dir: where checkpoints go (orbax, ``fedsim.core.checkpoint``; the last 2 are kept).
     checkpoint_every: K > 0 saves the full state (algorithm state with its PRNG
       keys, round, ledger totals, elapsed time) at the first chunk end at or
       after each multiple of K; 0 never saves.
@@ -186,5 +186,5 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
         next_save = (r // checkpoint_every + 1) * checkpoint_every
   finally:
     if mngr is not None:
-      mngr.close()
+      checkpoint.close(mngr)  # waits for the save in flight
   return state, records

@@ -42,9 +42,10 @@ def test_saves_at_first_chunk_end_after_each_multiple_and_keeps_two(digits10, tm
   ckpt = tmp_path / "c"
   # eval_every 3: chunk ends 3, 6, 9, 12, 13; K = 4 -> saves at 6 (>= 4), 9 (>= 8), 12 (>= 12).
   simulate(alg, digits10, 13, 3, jax.random.key(0), checkpoint_dir=str(ckpt), checkpoint_every=4)
-  with checkpoint.manager(str(ckpt)) as m:
-    assert sorted(m.all_steps()) == [9, 12]
-    meta = m.meta(12)
+  assert sorted(int(p.name) for p in ckpt.iterdir()) == [9, 12]
+  m = checkpoint.manager(str(ckpt))
+  _, meta = checkpoint.restore(m, jax.eval_shape(alg.init, *rng.init_keys(jax.random.key(0))))
+  checkpoint.close(m)
   assert meta["round"] == 12 and meta["totals"]["participants"] == 24
   assert meta["algorithm"] == "fedavg"
 
@@ -58,8 +59,7 @@ def test_typed_keys_and_big_ledgers_round_trip(tmp_path):
   with checkpoint.manager(str(tmp_path)) as m:
     back, meta = checkpoint.restore(m, jax.eval_shape(lambda: state), algorithm="x")
   assert meta == {"round": 7, "totals": totals, "wall_time_s": 1.5, "algorithm": "x",
-                  "key_impls": {"0": "threefry2x32"},
-                  "leaves": [["uint32", [3, 2]], ["int32", []], ["float32", [5]]]}
+                  "key_impls": {"0": "threefry2x32"}}
   assert jax.dtypes.issubdtype(back["keys"].dtype, jax.dtypes.prng_key)
   np.testing.assert_array_equal(jax.random.key_data(back["keys"]), jax.random.key_data(state["keys"]))
   # The restored keys draw the same numbers.
@@ -82,61 +82,89 @@ def test_resume_without_checkpoint_starts_from_zero_and_mismatch_is_refused(digi
     simulate(alg, digits10, 2, 2, jax.random.key(0), checkpoint_every=2)
 
 
-def test_a_save_returns_while_its_file_is_written_and_close_waits(tmp_path, monkeypatch):
-  """Off the critical path (issue 36): save copies the state and returns; the write runs in a thread."""
-  import threading
-  release, writing = threading.Event(), threading.Event()
-  real = np.savez
+def _stall_finalize(monkeypatch, round_, started, release):
+  """Holds orbax's rename of round ``round_``'s temporary folder (the end of a save, in orbax's
+  background thread) until ``release`` is set; sets ``started`` when it is reached."""
+  from orbax.checkpoint._src.path import atomicity
+  real = atomicity.AtomicRenameTemporaryPath.finalize
 
-  def slow_savez(*args, **kwargs):
-    writing.set()
-    release.wait(30)
-    real(*args, **kwargs)
-  monkeypatch.setattr(np, "savez", slow_savez)
+  async def finalize(self, *args, **kwargs):
+    if self.get().name.startswith(f"{round_}."):
+      started.set()
+      release.wait(30)
+    return await real(self, *args, **kwargs)
+  monkeypatch.setattr(atomicity.AtomicRenameTemporaryPath, "finalize", finalize)
+
+
+def test_a_save_returns_while_orbax_writes_it_and_close_waits(tmp_path, monkeypatch):
+  """Off the critical path (issue 36): save copies the state and returns; orbax writes it in the background."""
+  import threading
+  started, release = threading.Event(), threading.Event()
+  _stall_finalize(monkeypatch, 2, started, release)
   state = {"x": jax.numpy.arange(3.0)}
   m = checkpoint.manager(str(tmp_path))
   checkpoint.save(m, state, 2, {"queries": 1}, 0.5)
-  assert writing.wait(30) and m.latest_step() is None  # returned while the write is in flight
-  assert len(list(tmp_path.glob(".round_2.npz.*.tmp"))) == 1
+  assert started.wait(30) and checkpoint.latest_round(str(tmp_path)) is None  # returned, save in flight
+  assert [p.name.split(".")[1] for p in tmp_path.iterdir()] == ["orbax-checkpoint-tmp"]
   release.set()
-  m.close()                                            # waits for it
-  assert m.all_steps() == [2] and not list(tmp_path.glob("*.tmp"))
-  back, meta = checkpoint.restore(checkpoint.manager(str(tmp_path)), jax.eval_shape(lambda: state))
+  checkpoint.close(m)                                  # waits for it
+  assert checkpoint.latest_round(str(tmp_path)) == 2 and [p.name for p in tmp_path.iterdir()] == ["2"]
+  m = checkpoint.manager(str(tmp_path))
+  back, meta = checkpoint.restore(m, jax.eval_shape(lambda: state))
+  checkpoint.close(m)
   np.testing.assert_array_equal(back["x"], state["x"])
   assert meta["round"] == 2
 
 
 def test_a_write_error_is_raised_by_close(tmp_path, monkeypatch):
-  def full(*args, **kwargs):
+  from orbax.checkpoint._src.path import atomicity
+
+  async def full(self, *args, **kwargs):
     raise OSError(28, "No space left on device")
-  monkeypatch.setattr(np, "savez", full)
+  monkeypatch.setattr(atomicity.AtomicRenameTemporaryPath, "finalize", full)
   m = checkpoint.manager(str(tmp_path))
   checkpoint.save(m, {"x": jax.numpy.zeros(2)}, 1, {}, 0.0)
-  with pytest.raises(OSError, match="No space"):
-    m.close()
-  assert m.all_steps() == [] and not list(tmp_path.iterdir())
+  with pytest.raises(Exception, match="No space"):
+    checkpoint.close(m)
+  assert checkpoint.latest_round(str(tmp_path)) is None
+
+
+# Runs experiments.run with orbax's rename of round STALL's temporary folder held forever (a save in flight).
+_STALLED_RUN = """
+import runpy, sys, threading
+from orbax.checkpoint._src.path import atomicity
+real, stall = atomicity.AtomicRenameTemporaryPath.finalize, sys.argv[1] + "."
+async def finalize(self, *args, **kwargs):
+  if self.get().name.startswith(stall):
+    threading.Event().wait()
+  return await real(self, *args, **kwargs)
+atomicity.AtomicRenameTemporaryPath.finalize = finalize
+sys.argv = ["experiments.run", *sys.argv[2:]]
+runpy.run_module("experiments.run", run_name="__main__", alter_sys=True)
+"""
 
 
 @pytest.mark.slow
 def test_a_kill_while_a_save_is_in_flight_resumes_bitwise_without_warnings(tmp_path):
-  """SIGKILL the run while round 4's checkpoint is being written (FEDSIM_CHECKPOINT_STALL_ROUND holds
-  that write open; the run goes on to round 6 meanwhile): the folder keeps round 2's checkpoint and a
-  temporary file; --resume continues from round 2, removes it, prints no warning, and its metrics
-  equal an uninterrupted run's."""
+  """SIGKILL the run while round 4's checkpoint is being written (orbax's final rename held open; the
+  run goes on to round 6 meanwhile): the folder keeps round 2's checkpoint and orbax's temporary
+  folder; --resume continues from round 2, removes it, prints no warning, and its metrics equal an
+  uninterrupted run's."""
   import json
   import os
   import subprocess
   import sys
   import time
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  args = [sys.executable, "-m", "experiments.run", "--task=ridge", "--num_clients=3", "--clients_per_round=3",
-          "--algorithm=gd", "--eval_every=2", "--rounds=8", "--checkpoint_every=2"]
+  flags = ["--task=ridge", "--num_clients=3", "--clients_per_round=3", "--algorithm=gd", "--eval_every=2",
+           "--rounds=8", "--checkpoint_every=2"]
+  args = [sys.executable, "-m", "experiments.run", *flags]
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   ref = subprocess.run([*args, f"--output_dir={tmp_path / 'ref'}"], cwd=repo, env=env, capture_output=True,
                        text=True, timeout=300)
   assert ref.returncode == 0, ref.stderr[-2000:]
   out = tmp_path / "cut"
-  proc = subprocess.Popen([*args, f"--output_dir={out}"], cwd=repo, env={**env, "FEDSIM_CHECKPOINT_STALL_ROUND": "4"},
+  proc = subprocess.Popen([sys.executable, "-c", _STALLED_RUN, "4", *flags, f"--output_dir={out}"], cwd=repo, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   metrics, ckpts = out / "gd" / "metrics.jsonl", out / "gd" / "checkpoints"
   deadline = time.time() + 300
@@ -145,13 +173,14 @@ def test_a_kill_while_a_save_is_in_flight_resumes_bitwise_without_warnings(tmp_p
   proc.kill()
   proc.wait()
   assert '"round": 6' in metrics.read_text()                     # the run went on during the save
-  assert sorted(p.name for p in ckpts.glob("round_*.npz")) == ["round_2.npz"]
-  assert len(list(ckpts.glob(".round_4.npz.*.tmp"))) == 1         # the save in flight
+  assert checkpoint.latest_round(str(ckpts)) == 2
+  assert sorted(p.name.split(".")[0] for p in ckpts.iterdir()) == ["2", "4"]
+  assert len(list(ckpts.glob("4.orbax-checkpoint-tmp*"))) == 1    # the save in flight
   again = subprocess.run([*args, f"--output_dir={out}", "--resume"], cwd=repo, env=env, capture_output=True,
                          text=True, timeout=300)
   assert again.returncode == 0, again.stderr[-2000:]
   assert "resuming from round 2" in again.stdout and not again.stderr.strip(), again.stderr
-  assert not list(ckpts.glob("*.tmp")) and checkpoint.latest_round(str(ckpts)) == 8
+  assert not list(ckpts.glob("*tmp*")) and checkpoint.latest_round(str(ckpts)) == 8
   def strip(path):
     return [{k: v for k, v in json.loads(line).items() if k != "wall_time_s"} for line in path.read_text().splitlines()]
   assert strip(metrics) == strip(tmp_path / "ref" / "gd" / "metrics.jsonl")

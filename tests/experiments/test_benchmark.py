@@ -392,5 +392,5 @@ def test_quick_checkpoint_suite_times_both_side_by_side():
   assert (r["rounds"], r["checkpoint_every"], r["saves"]) == (20, 10, 2) and r["same_records"]
   for name in ("simulate", "run"):
     assert _positive(r[f"{name}_s"]) and _positive(r[f"{name}_ckpt_s"]) and _positive(r[f"{name}_ratio"])
-  assert "| 20 | 10 | 2 |" in checkpoint_cost.markdown(out)
+  assert "| softmax | 10 | 20 | 10 | 2 |" in checkpoint_cost.markdown(out)
   assert "checkpoint" in util.SUITES and "checkpoint" in util.DEFAULT_SUITES
