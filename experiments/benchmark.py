@@ -32,7 +32,12 @@ r"""The benchmark suite (issue 8): throughput, scaling, roofline, compile time, 
 6. ``ffgb`` (``bench/ffgb_speed.py``): one FFGB round, N = 56, K = 2, mlp
    oracle (1000 Adam steps, batch 128) on digits homo_ratio, vmapped vs the
    112 learners trained one client at a time.
-7. ``gpu_table`` (``bench/gpu_table.py``; only when named): per algorithm
+7. ``checkpoint`` (``bench/checkpoint_cost.py``): the main job's FedAvg, 200
+   rounds, with ``--checkpoint_every=20`` against without, side by side in one
+   process (``simulate`` alone and the whole ``fedsim.run``): the ratio, which
+   issue 36 bounds at 1.25; ``--checkpoint_task=mlp --checkpoint_clients_per_round=100``
+   times the same with longer rounds.
+8. ``gpu_table`` (``bench/gpu_table.py``; only when named): per algorithm
    (fedavg, fedzo, decomfl, hiso) and N in ``--gpu_table_clients`` (10^3..10^6):
    client steps per second, peak device memory, the fraction of the binding
    roof (matmul FLOP/s and memory bandwidth measured in the same run) and the
@@ -77,7 +82,8 @@ FLAGS = flags.FLAGS
 # jax.random key implementations --prng_impl accepts (the philox / threefry4x32
 # ones need a recent JAX).
 PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg", "philox2x32", "philox4x32", "threefry4x32")
-_MODULES = {"compile": "compile_time", "fzoos": "fzoos_speed", "ffgb": "ffgb_speed"}
+_MODULES = {"compile": "compile_time", "fzoos": "fzoos_speed", "ffgb": "ffgb_speed",
+            "checkpoint": "checkpoint_cost"}
 
 
 def suite(name: str):
@@ -204,6 +210,13 @@ def define_flags():
                        "algebra (threadpoolctl; 0 = the libraries' default). 1 by default: jaxlib's "
                        "Cholesky (FZooS's GP and RFF fits) is 100x slower with 2 spinning OpenBLAS "
                        "threads when other processes share the cores")
+  flags.DEFINE_integer("checkpoint_rounds", None, "checkpoint suite: rounds of the main-job FedAvg runs (default 200)")
+  flags.DEFINE_integer("checkpoint_main_every", None, "checkpoint suite: --checkpoint_every of the runs with "
+                       "checkpoints (default 20)")
+  flags.DEFINE_string("checkpoint_task", None, "checkpoint suite: the task (default softmax, the main job's; "
+                      "mlp: longer rounds, the same per-save cost)")
+  flags.DEFINE_integer("checkpoint_clients_per_round", None, "checkpoint suite: clients per round (default 10, "
+                       "the main job's)")
   flags.DEFINE_bool("quick", False, "smoke test of every suite: tiny sizes, 1 repeat")
   flags.DEFINE_string("output_dir", "runs/benchmark", "where benchmark.json and benchmark.md go")
 
@@ -235,7 +248,8 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
              roofline_clients=None, matmul_size=None, fzoos_configs=None, fzoos_vmap=None, ffgb_clients=None,
              ffgb_oracle_steps=None, blas_threads=1, client_block=None, scaling_algorithms=None,
              gpu_table_clients=None, gpu_table_algorithms=None, bandwidth_bytes=None, compile_main_job_rounds=None,
-             compile_sweep_rounds=None, compile_emitters_clients=None):
+             compile_sweep_rounds=None, compile_emitters_clients=None, checkpoint_rounds=None,
+             checkpoint_main_every=None, checkpoint_task=None, checkpoint_clients_per_round=None):
   """Checks the flag values (arguments named as the flags) before anything is built or compiled.
 
   Returns:
@@ -261,13 +275,20 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
                            ("bandwidth_bytes", bandwidth_bytes, 4),
                            ("compile_main_job_rounds", compile_main_job_rounds, 0),
                            ("compile_sweep_rounds", compile_sweep_rounds, 0),
-                           ("compile_emitters_clients", compile_emitters_clients, 0)):
+                           ("compile_emitters_clients", compile_emitters_clients, 0),
+                           ("checkpoint_rounds", checkpoint_rounds, 1),
+                           ("checkpoint_main_every", checkpoint_main_every, 1),
+                           ("checkpoint_clients_per_round", checkpoint_clients_per_round, 1)):
     if value is not None and value < low:
       raise ConfigError(flag, f"must be >= {low}; got {value}")
   if min_time is not None and not (math.isfinite(min_time) and min_time >= 0):
     raise ConfigError("min_time", f"must be a finite number >= 0; got {min_time}")
   if prng_impl is not None and prng_impl not in PRNG_IMPLS:
     raise ConfigError("prng_impl", f"unknown {prng_impl!r}; accepted: {', '.join(PRNG_IMPLS)}")
+  if checkpoint_task is not None:
+    from fedsim.tasks import TASKS
+    if checkpoint_task not in TASKS:
+      raise ConfigError("checkpoint_task", f"unknown {checkpoint_task!r}; accepted: {', '.join(TASKS)}")
   extra = {}
   for flag, value in (("scaling_clients", scaling_clients), ("compile_rounds", compile_rounds),
                       ("compile_clients", compile_clients), ("gpu_table_clients", gpu_table_clients)):

@@ -20,11 +20,16 @@ stack to <output_dir>/watchdog-<process>.txt and exits with status 4
 multi-host run) never sits silent.
 
 Long runs: ``--checkpoint_every=K`` saves each algorithm's full state under
-<output_dir>/<alg>/checkpoints (orbax; the last 2 kept); ``--resume`` continues
-from there bitwise-identically, keeping metrics.jsonl up to the checkpoint's
-round and appending the rest; it is refused (exit 2, one line naming each setting
-with its stored and given value) when a setting that changes results differs from
-<output_dir>/config.json. A directory holding another run is refused unless
+<output_dir>/<alg>/checkpoints (asynchronously, off the run's critical path; the
+last 2 kept); ``--resume`` continues from there bitwise-identically, keeping
+metrics.jsonl up to the checkpoint's round and appending the rest; it is refused
+(exit 2, one line naming each setting with its stored and given value) when a
+setting that changes results differs from <output_dir>/config.json, and (one line
+naming --checkpoint_every, --resume and --overwrite) when there is no checkpoint
+to continue from. Reruns never surprise: the same command into a folder holding
+the finished run prints ``complete: N rounds in DIR; --overwrite to recompute``,
+exits 0 and touches nothing; into a folder holding it unfinished it is refused
+unless ``--resume`` or ``--overwrite``. A directory holding another run is refused unless
 ``--overwrite``; a bad --output_dir (a file, under a file, read-only) exits 2
 before anything is built. Multi-host: start one process per host with
 ``--coordinator_address=HOST:PORT --num_processes=P --process_id=i`` (BUILD.md);

@@ -32,9 +32,16 @@ Outputs under --output_dir (default runs/sweep): ``sweep_config.json`` (the
 flags; a restart with different flags exits 2), ``results.csv`` (one row per
 algorithm, configuration and seed, rewritten atomically after every group in a
 fixed row order, so a killed sweep restarted with the same flags skips the
-rows it has and ends with the same file), ``summary.png`` (final metric against
-the first swept heterogeneity parameter, one line per algorithm (and value of
-the other swept names), mean +- std over seeds), ``sweep_stats.json``.
+rows it has and ends with the same file; ``vmapped_members`` is how many runs
+(seeds x traced values) shared the row's compiled program, ``group_wall_time_s``
+that program's wall time), ``summary.csv`` (one row per algorithm and grid
+point: n seeds, mean, std and 95% t-interval of the final metric over the seeds),
+``summary.png`` (final metric against the first swept heterogeneity parameter,
+one line per algorithm (and value of the other swept names), mean +- std over
+seeds), ``sweep_stats.json``. The log line of each group gives every vmapped value
+apart (mean +- std over its seeds); the end of the log, the best value of each
+swept hyperparameter per algorithm (and per value of the swept task settings)
+with its 95% CI over the seeds.
 Bad input exits 2 with one line before anything compiles.
 """
 
@@ -353,7 +360,7 @@ class Sweep:
     if self.metric != "objective":
       cols += [f"final_{self.metric}", f"best_{self.metric}"]
     return cols + ["rounds_to_target", "queries_to_target", "rounds", "queries", "diverged",
-                   "batch_size", "wall_time_s"]
+                   "vmapped_members", "group_wall_time_s"]
 
   def modes(self, label, task):
     """Swept names of algorithm ``label`` -> (mode, reason); modes: ``vmap`` (traced,
@@ -392,7 +399,6 @@ class Sweep:
   # --- execution --------------------------------------------------------------
   def run(self, out_dir: str, done: dict, stop_after: int | None):
     import jax
-    import numpy as np
 
     from fedsim import algorithms
     from fedsim.core import simulate
@@ -475,14 +481,18 @@ class Sweep:
       n_run += 1
       el = _clock() - t_start
       eta = el / n_run * (len(todo) - n_run)
-      finals = [results[(v, s)][0][-1].get(self.metric, float("nan"))
-                for v in range(len(combos)) for s in range(K) if results[(v, s)][0]]
       desc = " ".join(f"{n}={_fmt(tcombo[n])}" for n in self.task_names)
       fixed = " ".join(f"{n}={_fmt(combos[0][n])}" for n in self.names
                        if n not in self.task_names and modes[n][0] != "vmap")
       vms = " x ".join(f"{n} in {len(set(_fmt(c[n]) for c in combos))}" for n, _ in vm_hps)
-      print(f"[{gi + 1}/{len(todo)}] {label} {desc} {fixed} x {K} seeds{' x ' + vms if vms else ''}: "
-            f"final {self.metric} {np.mean(finals):.4g} +- {np.std(finals):.2g} ({wall:.1f}s); "
+      per_value = []  # each vmapped value apart: mean +- std over its K seeds
+      for v, c in enumerate(combos):
+        finals = [_final(results[(v, s)][0], self.metric) for s in range(K)]
+        name = " ".join(f"{n}={_fmt(c[n])}" for n, _ in vm_hps)
+        per_value.append(f"{name + ' ' if name else ''}{_mean_std(finals)}")
+      where = " ".join(w for w in (label, desc, fixed) if w)
+      print(f"[{gi + 1}/{len(todo)}] {where} x {K} seeds{' x ' + vms if vms else ''}: "
+            f"final {self.metric} (mean +- std over {K} seeds) {', '.join(per_value)} ({wall:.1f}s); "
             f"elapsed {el:.1f}s ETA {eta:.1f}s", flush=True)
       if stop_after is not None and n_run >= stop_after:
         print(f"test hook: stopping after {n_run} groups", flush=True)
@@ -499,6 +509,8 @@ class Sweep:
     return rows
 
   def row(self, label, combo, seed, hist, diverged, bsize, wall):
+    """One results.csv row; ``bsize``: members of the vmapped program that ran it (seeds x traced
+    values; 1 when run alone), ``wall``: that program's (the group's) wall seconds."""
     m = self.metric
     lower = any(w in m for w in LOWER_IS_BETTER) if not self.target else self.target.lower
     vals = [r.get(m) for r in hist if r.get(m) is not None and math.isfinite(r.get(m))]
@@ -512,11 +524,103 @@ class Sweep:
            "rounds_to_target": str(hit["round"]) if hit else "",
            "queries_to_target": str(hit["queries"]) if hit else "",
            "rounds": str(last.get("round", "")), "queries": str(last.get("queries", "")),
-           "diverged": str(bool(diverged)), "batch_size": str(bsize), "wall_time_s": f"{wall:.3f}"}
+           "diverged": str(bool(diverged)), "vmapped_members": str(bsize), "group_wall_time_s": f"{wall:.3f}"}
     if m != "objective":
       out[f"final_{m}"] = _num(last.get(m))
       out[f"best_{m}"] = _num((min(vals) if lower else max(vals)) if vals else None)
     return [out[c] for c in self.header()]
+
+
+def _final(hist, metric) -> float:
+  """The last record's ``metric`` (NaN when missing or there is no record)."""
+  v = hist[-1].get(metric) if hist else None
+  return float("nan") if v is None else float(v)
+
+
+def _mean_std(values) -> str:
+  """``0.912 +- 0.011`` over the finite values (sample std; ``n/a`` for one value), with how many
+  were not finite (diverged)."""
+  import numpy as np
+  ok = [v for v in values if math.isfinite(v)]
+  bad = len(values) - len(ok)
+  gone = f" ({bad} of {len(values)} not finite)" if bad else ""
+  if not ok:
+    return f"nan{gone}"
+  std = f"{np.std(ok, ddof=1):.2g}" if len(ok) > 1 else "n/a"
+  return f"{np.mean(ok):.4g} +- {std}{gone}"
+
+
+SUMMARY_HEADER = ("n_seeds", "n_finite", "mean", "std", "ci95_low", "ci95_high")
+
+
+def summarize(sweep: Sweep, rows: list[list[str]]) -> list[dict]:
+  """One entry per algorithm and grid point: its final metric over the seeds.
+
+  Returns:
+    Dicts with ``algorithm``, each swept name, ``n_seeds``, ``n_finite`` (seeds whose final
+    value is finite), ``mean``, ``std`` (sample, ddof 1) and the 95% t-interval of the mean
+    (``ci95_low``, ``ci95_high``: ``scipy.stats.t`` with n_finite - 1 degrees of freedom;
+    NaN for fewer than 2 finite seeds), in results.csv's order.
+  """
+  import numpy as np
+  from scipy import stats
+  header = sweep.header()
+  col = f"final_{sweep.metric}" if sweep.metric != "objective" else "final_objective"
+  groups: dict[tuple, list[float]] = {}
+  for r in rows:
+    d = dict(zip(header, r))
+    groups.setdefault((d["algorithm"], *(d[n] for n in sweep.names)), []).append(
+        float(d[col]) if d[col] else float("nan"))
+  out = []
+  for key, vals in groups.items():
+    ok = np.array([v for v in vals if math.isfinite(v)])
+    n = len(ok)
+    mean = float(ok.mean()) if n else float("nan")
+    std = float(ok.std(ddof=1)) if n > 1 else float("nan")
+    lo = hi = float("nan")
+    if n > 1:
+      lo, hi = (mean, mean) if std == 0 else stats.t.interval(0.95, n - 1, loc=mean, scale=std / math.sqrt(n))
+    out.append({"algorithm": key[0], **dict(zip(sweep.names, key[1:])), "n_seeds": len(vals), "n_finite": n,
+                "mean": mean, "std": std, "ci95_low": float(lo), "ci95_high": float(hi)})
+  return out
+
+
+def best_lines(sweep: Sweep, summary: list[dict]) -> list[str]:
+  """For each algorithm and each combination of the swept non-hyperparameter names (e.g. each
+  ``dirichlet_alpha``), the best value of the swept hyperparameters it has: the grid point
+  with the best mean final metric among those whose every seed ended finite, with its 95% CI.
+  No line when no hyperparameter of the algorithm is swept."""
+  lower = sweep.target.lower if sweep.target else any(w in sweep.metric for w in LOWER_IS_BETTER)
+  lines = []
+  for label in sweep.labels:
+    hps = [n for n in sweep.names if _is_hp_flag(n) and _hp_target(n, sweep.algs[label]) is not None]
+    if not hps:
+      continue
+    conditions = [n for n in sweep.names if n not in hps]
+    by_condition: dict[tuple, list[dict]] = {}
+    for e in summary:
+      if e["algorithm"] == label:
+        by_condition.setdefault(tuple(e[n] for n in conditions), []).append(e)
+    for cond, entries in by_condition.items():
+      at = f" at {', '.join(f'{n}={v}' for n, v in zip(conditions, cond))}" if conditions else ""
+      ok = [e for e in entries if e["n_finite"] == e["n_seeds"] and math.isfinite(e["mean"])]
+      if not ok:
+        lines.append(f"best {', '.join(hps)} for {label}{at}: none (every value had a non-finite final "
+                     f"{sweep.metric})")
+        continue
+      b = (min if lower else max)(ok, key=lambda e: e["mean"])
+      ci = (f"95% CI [{b['ci95_low']:.4g}, {b['ci95_high']:.4g}], t-interval over n={b['n_finite']} seeds"
+            if b["n_finite"] > 1 else "no CI with n=1 seed (--seeds >= 2 gives one)")
+      lines.append(f"best {', '.join(f'{n}={b[n]}' for n in hps)} for {label}{at}: final {sweep.metric} "
+                   f"{b['mean']:.4g} ({ci}; {'lower' if lower else 'higher'} is better)")
+  return lines
+
+
+def write_summary(sweep: Sweep, summary: list[dict], path: str) -> None:
+  """summary.csv: :func:`summarize`'s entries, one row per algorithm and grid point (atomically)."""
+  cols = ["algorithm", *sweep.names, *SUMMARY_HEADER]
+  _write_csv(path, cols, [[e[c] if c in ("algorithm", *sweep.names) or c.startswith("n_") else _num(e[c])
+                           for c in cols] for e in summary])
 
 
 def _fmt_combo(combo):
@@ -532,12 +636,18 @@ def _write_csv(path, header, rows):
   atomic_write(path, buf.getvalue())
 
 
+# results.csv columns renamed by issue 36 (old name -> new): a sweep begun before resumes.
+_RENAMED = {"batch_size": "vmapped_members", "wall_time_s": "group_wall_time_s"}
+
+
 def _read_done(path, header, valid: set) -> dict:
   """Rows of an existing results.csv keyed like ``Sweep.row_key``; only keys of this grid."""
   if not os.path.exists(path):
     return {}
   with open(path, newline="") as f:
     table = list(csv.reader(f))
+  if table:
+    table[0] = [_RENAMED.get(c, c) for c in table[0]]
   if not table or table[0] != header:
     raise ConfigError("output_dir", f"{path} has other columns than this sweep; use a new --output_dir")
   n = header.index("seed") + 1
@@ -632,8 +742,13 @@ def main(argv):
   stop = os.environ.get("FEDSIM_SWEEP_STOP_AFTER")  # test hook: simulate a kill
   rows = sweep.run(out_dir, done, int(stop) if stop else None)
   ordered = [rows[k] for k in sweep.order() if k in rows]
+  summary = summarize(sweep, ordered)
+  write_summary(sweep, summary, os.path.join(out_dir, "summary.csv"))
   plot_summary(sweep, ordered, os.path.join(out_dir, "summary.png"))
-  print(f"wrote {out_dir}/results.csv ({len(ordered)} rows), summary.png, sweep_stats.json", flush=True)
+  for line in best_lines(sweep, summary):
+    print(line, flush=True)
+  print(f"wrote {out_dir}/results.csv ({len(ordered)} rows), summary.csv ({len(summary)} rows), summary.png, "
+        "sweep_stats.json", flush=True)
 
 
 if __name__ == "__main__":

@@ -261,10 +261,14 @@ class ExperimentConfig:
     checkpoint_every: K > 0 saves each algorithm's state every K rounds under
       ``<output_dir>/<label>/checkpoints`` (needs an output directory).
     resume: continue each algorithm from its newest checkpoint there
-      (metrics.jsonl kept up to it and appended); refused when the output
-      directory's ``config.json`` has other settings (:func:`record_settings`).
-    overwrite: replace the run an output directory holds when it has other
-      settings (without it, and without ``resume``, such a directory is refused).
+      (metrics.jsonl kept up to it and appended; a finished algorithm is kept);
+      refused when the output directory's ``config.json`` has other settings
+      (:func:`record_settings`) or there is no checkpoint to continue from
+      (:func:`check_rerun`).
+    overwrite: recompute the run an output directory holds (with the same
+      settings or others); without it, and without ``resume``, a directory
+      holding another run or this run unfinished is refused, and one holding
+      this run finished is left as it is (:func:`run` returns its records).
     save_learners: FFGB family: write each round's learners under
       ``<output_dir>/<label>/learners``.
     num_devices: devices of the ``clients`` mesh axis (0 = all).
@@ -328,9 +332,11 @@ class ExperimentConfig:
                                  "each multiple; last 2 kept) under OUTPUT_DIR/LABEL/checkpoints; 0 = off", low=0)
   resume: bool = hparam(False, help="continue each algorithm from its newest checkpoint in OUTPUT_DIR/LABEL/"
                         "checkpoints (metrics.jsonl kept up to it and appended); refused when OUTPUT_DIR/"
-                        "config.json has other settings (each named, stored and given)")
-  overwrite: bool = hparam(False, help="replace the run that the output directory holds when it has other "
-                           "settings (without this or resume such a directory is refused)")
+                        "config.json has other settings (each named, stored and given) or there is no "
+                        "checkpoint to continue from")
+  overwrite: bool = hparam(False, help="recompute the run that the output directory holds (without this or "
+                           "resume a directory holding another run, or this one unfinished, is refused; one "
+                           "holding this run finished is left untouched)")
   save_learners: bool = hparam(False, help="FFGB family: write each round's learners to OUTPUT_DIR/LABEL/learners/ "
                                "(needs store_learners >= eval_every)")
   num_devices: int = hparam(0, help="devices of the 'clients' mesh axis (0 = all)", low=0)
@@ -649,6 +655,109 @@ def check_record(config: ExperimentConfig, out_dir: str, hps: Mapping[str, tuple
   return list((stored.get("algorithms") or {}).keys())
 
 
+def _say(config: ExperimentConfig, field: str, value: str = "True") -> str:
+  """How a message names setting ``field``: ``--field`` (``--field=value``) when the config came
+  from the command line (``config.flags``), else ``field=value`` (Python)."""
+  if config.flags is not None:
+    return f"--{field}" if value == "True" else f"--{field}={value}"
+  return f"{field}={value}"
+
+
+class _Stored(NamedTuple):
+  """One label of the run an output directory holds: its records, its rounds, its newest checkpoint."""
+
+  history: list
+  target: int
+  checkpoint: int | None
+
+  @property
+  def complete(self) -> bool:
+    """Its last record is at (or past) its rounds, or stopped it on a non-finite objective."""
+    last = self.history[-1] if self.history else None
+    return last is not None and (last["round"] >= self.target or not math.isfinite(last["objective"]))
+
+  @property
+  def progress(self) -> bool:
+    """It has records past round 0 (work a new run would redo)."""
+    return bool(self.history) and self.history[-1]["round"] > 0
+
+  def describe(self, label: str) -> str:
+    if self.complete:
+      return f"{label} complete"
+    if not self.history:
+      return f"{label} not started"
+    ckpt = f"checkpoint at round {self.checkpoint}" if self.checkpoint is not None else "no checkpoint"
+    return f"{label} at round {self.history[-1]['round']} of {self.target}, {ckpt}"
+
+
+def check_rerun(config: ExperimentConfig, out_dir: str, hps: Mapping[str, tuple[str, dict]]) -> dict[str, list]:
+  """What running ``config`` again in ``out_dir`` does, when that directory holds a run with the
+  same record settings (:func:`check_record` passed): a rerun never recomputes or drops records silently.
+
+  * A finished run (every label's ``metrics.jsonl`` reaches its rounds, or stopped on a
+    non-finite objective): its records are returned and nothing is run or written.
+  * An unfinished run is refused unless ``resume`` (it continues from each label's newest
+    checkpoint; finished labels are kept) or ``overwrite`` (it is recomputed); a run that
+    recorded nothing past round 0 starts anew.
+  * ``resume`` is refused when there is nothing to resume from: no run in ``out_dir``, or a
+    label with records past round 0 and no checkpoint, or no checkpoint and no finished label.
+
+  Returns:
+    {label: stored records} of the finished labels (all of them: the run is complete).
+
+  Raises:
+    ConfigError: (``output_dir``, or ``resume`` when resuming) one line naming each label's
+      state and the settings that would work (``resume``, ``overwrite``, ``checkpoint_every``).
+  """
+  from fedsim.core import checkpoint
+  from fedsim.results import read_metrics
+  if not os.path.exists(os.path.join(out_dir, "config.json")):
+    if config.resume:
+      raise ConfigError("resume", f"nothing to resume: {out_dir} holds no run; start it without "
+                        f"{_say(config, 'resume')}")
+    return {}
+  if config.overwrite:
+    return {}
+  runs = {}
+  for label, (name, hp) in hps.items():
+    path = os.path.join(out_dir, label, "metrics.jsonl")
+    try:
+      history = read_metrics(path) if os.path.exists(path) else []
+    except ValueError as e:
+      raise ConfigError("output_dir", f"{e}; {_say(config, 'overwrite')} to recompute the run") from None
+    runs[label] = _Stored(history, config.rounds_for(name, hp),
+                          checkpoint.latest_round(os.path.join(out_dir, label, "checkpoints")))
+  done = {label: r.history for label, r in runs.items() if r.complete}
+  if len(done) == len(runs):
+    return done
+  where = "; ".join(r.describe(label) for label, r in runs.items())
+  lost = [label for label, r in runs.items() if not r.complete and r.progress and r.checkpoint is None]
+  recompute = (f"{_say(config, 'overwrite')} recomputes it (add {_say(config, 'checkpoint_every', 'K')} so "
+               f"that {_say(config, 'resume')} can continue it after an interruption)")
+  if config.resume:
+    if lost or not (done or any(r.checkpoint is not None for r in runs.values())):
+      raise ConfigError("resume", f"no checkpoint to resume from in {out_dir} ({where}); {recompute}")
+    return done
+  if not any(r.progress for r in runs.values()):
+    return {}  # nothing past round 0 recorded: nothing to lose
+  if lost:
+    raise ConfigError("output_dir", f"{out_dir} holds this run unfinished, without checkpoints ({where}); "
+                      f"{recompute}")
+  raise ConfigError("output_dir", f"{out_dir} holds this run unfinished ({where}); {_say(config, 'resume')} "
+                    f"to continue it, or {_say(config, 'overwrite')} to recompute it")
+
+
+def complete_line(config: ExperimentConfig, out_dir: str, histories: Mapping[str, list]) -> str:
+  """``complete: 200 rounds in DIR; --overwrite to recompute`` (per label when their rounds differ;
+  labels stopped on a non-finite objective named)."""
+  last = {label: h[-1]["round"] for label, h in histories.items()}
+  rounds = (f"{next(iter(last.values()))}" if len(set(last.values())) == 1
+            else ", ".join(f"{label} {r}" for label, r in last.items()))
+  gone = diverged(dict(histories))
+  stopped = f" ({', '.join(gone)} stopped on a non-finite objective)" if gone else ""
+  return f"complete: {rounds} rounds in {out_dir}{stopped}; {_say(config, 'overwrite')} to recompute"
+
+
 def build_task(config: ExperimentConfig):
   """The task of ``config`` (loads and partitions data; may train cached models).
 
@@ -697,12 +806,17 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
 
   Returns:
     ``{label: [record, ...]}`` in ``config.algorithms`` order (a resumed run's
-    kept records first).
+    kept records first). When the output directory already holds this run
+    finished (same settings, every algorithm at its rounds), its stored
+    records, without running or writing anything (one line with ``progress``:
+    ``complete: N rounds in DIR; overwrite=True to recompute``).
 
   The output directory is checked before the task is built
   (:func:`check_output_dir`, :func:`check_record`): it must be writable, and a
   directory that holds a run with other settings is refused unless ``overwrite``
-  (or ``resume`` with the same settings). A new run replaces the algorithm
+  (or ``resume`` with the same settings); with the same settings, a finished
+  run is returned as stored and an unfinished one is refused unless ``resume``
+  or ``overwrite`` (:func:`check_rerun`). A new run replaces the algorithm
   folders of the run it finds there. Every file is written atomically or
   appended line by line (:mod:`fedsim.files`); ``metrics.jsonl`` is strict JSON
   (a NaN/inf value is ``null``, listed under the record's ``nonfinite``).
@@ -716,8 +830,9 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
 
   Raises:
     ConfigError: a bad setting (naming it), checkpointing without an output
-      directory, an unusable output directory or one holding another run, or an
-      algorithm that rejects the task (field ``algorithm``).
+      directory, an unusable output directory or one holding another run (or
+      this run unfinished, or nothing to resume), or an algorithm that rejects
+      the task (field ``algorithm``).
     OutputError: (a ConfigError, field ``output_dir``) an output file cannot be
       written (e.g. the disk is full); the records written so far are kept.
   """
@@ -755,9 +870,15 @@ def _run(config: ExperimentConfig, out_dir, callbacks, watchdog) -> dict[str, li
   resolved = config.resolve()
   hps = {label: (r.name, r.values) for label, r in resolved.items()}
   stale: list[str] = []
-  if out_dir is not None:  # before anything is built (a bad directory, another run)
-    check_output_dir(out_dir)
+  done: dict[str, list] = {}
+  if out_dir is not None:  # before anything is built or written (another run, a finished one, a bad directory)
     stale = check_record(config, out_dir, hps)
+    done = check_rerun(config, out_dir, hps)
+    if len(done) == len(hps):  # finished: its records, nothing run or written
+      if echo:
+        print(complete_line(config, out_dir, done), flush=True)
+      return {label: done[label] for label in hps}
+    check_output_dir(out_dir)
   enable_compilation_cache(config.compilation_cache)  # before the first compilation (task models)
   compile_options.set_cpu_emitters(config.xla_cpu_emitters)  # before the engine builds its programs
   if echo and config.task in SLOW_TASKS:
@@ -812,6 +933,9 @@ def _run(config: ExperimentConfig, out_dir, callbacks, watchdog) -> dict[str, li
   histories = {}
   title = f"{task.name} on {task.info.get('dataset', task.name)}, N = {task.num_clients}"
   for label, (name, hp) in hps.items():
+    if label in done:  # resuming: a finished algorithm keeps its records
+      histories[label] = done[label]
+      continue
     # Built on the sharded task (cheap: builders only close over functions).
     alg = algorithms.build(name, task, **hp)
     alg_dir = os.path.join(out_dir, label) if out_dir is not None else None

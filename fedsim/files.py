@@ -14,7 +14,7 @@
   :func:`restore_record` gives the float back.
 
 Checkpoints are orbax's (``fedsim.core.checkpoint``): orbax writes each step to
-a temporary folder and renames it when complete.
+a temporary folder in its background threads and renames it when complete.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import pytest
 
 import fedsim
 from fedsim import files, results, runner
+from fedsim.core import checkpoint
 from fedsim.core.errors import OutputError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -154,6 +155,93 @@ def test_cli_refuses_a_bad_output_dir_and_a_changed_resume_with_one_line(tmp_pat
   ok = _cli(*TINY_FLAGS, "--rounds=6", "--step_size=0.5", "--overwrite", f"--output_dir={out}")
   assert ok.returncode == 0, ok.stderr[-2000:]
   assert results.read_config(out)["flags"]["overwrite"] is True
+
+
+# --- reruns never surprise (issue 36) -------------------------------------------------------
+
+def _files(folder):
+  """{path: (bytes, mtime_ns)} of every file under ``folder``."""
+  return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def _truncate(path, keep):
+  """Leaves the first ``keep`` records of a metrics.jsonl (a run killed there)."""
+  lines = path.read_text().splitlines(keepends=True)
+  path.write_text("".join(lines[:keep]))
+
+
+def test_a_finished_run_is_returned_as_stored_and_its_files_are_untouched(tmp_path, monkeypatch, capsys):
+  out = tmp_path / "run"
+  first = fedsim.run(fedsim.ExperimentConfig(**TINY), output_dir=str(out))
+  before = _files(out)
+  for again in ({}, {"resume": True}):  # the same call, and a resume of the finished run
+    with monkeypatch.context() as m:
+      _no_build(m)                      # nothing is built, run or written
+      capsys.readouterr()
+      histories = fedsim.run(fedsim.ExperimentConfig(**{**TINY, **again, "progress": True}), output_dir=str(out))
+    assert capsys.readouterr().out == f"complete: 4 rounds in {out}; overwrite=True to recompute\n"
+    assert histories == {"gd": [{k: v for k, v in r.items()} for r in first["gd"]]}
+    assert _files(out) == before        # byte-identical, mtimes unchanged
+  fedsim.run(fedsim.ExperimentConfig(**{**TINY, "overwrite": True}), output_dir=str(out))
+  assert _files(out).keys() == before.keys() and _files(out) != before  # overwrite=True recomputes
+
+
+def test_an_unfinished_run_is_refused_unless_resume_or_overwrite(tmp_path, monkeypatch):
+  out = tmp_path / "run"
+  fedsim.run(fedsim.ExperimentConfig(**TINY), output_dir=str(out))  # no checkpoints
+  _truncate(out / "gd" / "metrics.jsonl", 2)                         # "killed" after round 2
+  before = _files(out)
+  _no_build(monkeypatch)
+  for again, field in (({}, "output_dir"), ({"resume": True}, "resume")):
+    with pytest.raises(fedsim.ConfigError) as err:
+      fedsim.run(fedsim.ExperimentConfig(**{**TINY, **again}), output_dir=str(out))
+    msg = str(err.value)
+    assert err.value.flag == field and "gd at round 2 of 4, no checkpoint" in msg, msg
+    for words in ("overwrite=True", "checkpoint_every=K", "resume=True"):  # Python's words, not flags
+      assert words in msg, msg
+    body = msg.split(": ", 1)[1]  # after ConfigError's field prefix
+    assert "--overwrite" not in body and "--resume" not in body, msg
+  with pytest.raises(fedsim.ConfigError, match="nothing to resume") as err:  # --resume into no run
+    fedsim.run(fedsim.ExperimentConfig(**{**TINY, "resume": True}), output_dir=str(tmp_path / "empty"))
+  assert err.value.flag == "resume"
+  assert _files(out) == before
+
+
+def test_an_unfinished_run_with_checkpoints_resumes_and_a_finished_algorithm_is_kept(tmp_path, monkeypatch):
+  out = tmp_path / "run"
+  two = {**TINY, "algorithms": ("gd", "gd:step_size=0.5"), "checkpoint_every": 2}
+  full = fedsim.run(fedsim.ExperimentConfig(**two), output_dir=str(tmp_path / "full"))
+  fedsim.run(fedsim.ExperimentConfig(**two), output_dir=str(out))
+  _truncate(out / "gd-step_size=0.5" / "metrics.jsonl", 2)  # the second algorithm "killed" after round 2
+  shutil.rmtree(out / "gd-step_size=0.5" / "checkpoints" / "4")
+  kept = (out / "gd" / "metrics.jsonl").stat().st_mtime_ns
+  with pytest.raises(fedsim.ConfigError) as err:
+    fedsim.run(fedsim.ExperimentConfig(**two), output_dir=str(out))
+  assert "gd complete; gd-step_size=0.5 at round 2 of 4, checkpoint at round 2" in str(err.value)
+  assert "resume=True to continue it" in str(err.value)
+  again = fedsim.run(fedsim.ExperimentConfig(**{**two, "resume": True}), output_dir=str(out))
+  strip = lambda h: [{k: v for k, v in r.items() if k != "wall_time_s"} for r in h]  # noqa: E731
+  assert strip(again["gd"]) == strip(full["gd"]) and strip(again["gd-step_size=0.5"]) == strip(full["gd-step_size=0.5"])
+  assert (out / "gd" / "metrics.jsonl").stat().st_mtime_ns == kept  # the finished one was not rerun
+
+
+def test_cli_reruns_print_complete_or_refuse_with_one_line(tmp_path):
+  out = tmp_path / "run"
+  args = [*TINY_FLAGS, "--rounds=4", f"--output_dir={out}"]
+  assert _cli(*args).returncode == 0
+  before = _files(out)
+  again = _cli(*args)
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert again.stdout == f"complete: 4 rounds in {out}; --overwrite to recompute\n" and not again.stderr.strip()
+  assert _files(out) == before
+  _truncate(out / "gd" / "metrics.jsonl", 2)
+  line = _one_line_error(_cli(*args), "--output_dir", "without checkpoints", "gd at round 2 of 4",
+                         "--overwrite", "--checkpoint_every=K", "--resume")
+  assert "overwrite=True" not in line
+  _one_line_error(_cli(*args, "--resume"), "--resume: no checkpoint to resume from", "--overwrite",
+                  "--checkpoint_every=K")
+  _one_line_error(_cli(*TINY_FLAGS, "--rounds=4", "--resume", f"--output_dir={tmp_path / 'none'}"),
+                  "--resume: nothing to resume")
 
 
 def test_every_file_of_a_run_is_renamed_into_place(tmp_path, monkeypatch):
@@ -293,24 +381,33 @@ def test_kill_at_random_points_then_resume_gives_the_uninterrupted_metrics(tmp_p
   """SIGKILL a checkpointing run at random moments (during compiles, chunks, checkpoint writes),
   resume each time until it finishes; the metrics equal an uninterrupted run's."""
   import random
+  # 40 rounds, a checkpoint after each: about 3 s of start-up, then about 3 s of rounds and orbax saves
+  # (some 30 ms each; 2 cores, idle).
   flags = [*TINY_FLAGS, "--rounds=40", "--eval_every=1", "--checkpoint_every=1", "--algorithm=gd,fedavg",
            "--clients_per_round=2"]
   ref = _cli(*flags, f"--output_dir={tmp_path / 'ref'}")
   assert ref.returncode == 0, ref.stderr[-2000:]
-  rng, out, kills, lost = random.Random(18), tmp_path / "cut", 0, 0
+  rng, out, kills, lost, refused = random.Random(18), tmp_path / "cut", 0, 0, False
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  for attempt in range(12):
-    args = [*flags, f"--output_dir={out}"] + (["--resume"] if (out / "config.json").exists() else [])
+  for attempt in range(14):
+    # As a person would: --resume where a checkpoint exists, else --overwrite where a run was begun
+    # (a rerun of an unfinished run is refused, issue 36); --overwrite after --resume was refused.
+    ckpts = any(checkpoint.latest_round(str(out / alg / "checkpoints")) is not None for alg in ("gd", "fedavg"))
+    again = ["--resume"] if ckpts and not refused else ["--overwrite"] if (out / "config.json").exists() else []
+    args = [*flags, f"--output_dir={out}", *again]
     proc = subprocess.Popen([sys.executable, "-m", "experiments.run", *args], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-      _, err = proc.communicate(timeout=rng.uniform(4.0, 12.0) if attempt < 6 else 300)
+      _, err = proc.communicate(timeout=rng.uniform(3.0, 9.0) if attempt < 6 else 300)
+      refused = proc.returncode == 2 and "--resume: no checkpoint" in err
+      if refused:
+        continue
       assert proc.returncode == 0, err[-2000:]
       break
     except subprocess.TimeoutExpired:
       proc.send_signal(signal.SIGKILL)
       proc.wait()
-      kills += 1
+      kills, refused = kills + 1, False
       for alg in ("gd", "fedavg"):  # every kill leaves strict, complete lines
         path = out / alg / "metrics.jsonl"
         if path.exists():
@@ -367,7 +464,7 @@ def _csv_table(path):
 
 
 def _untimed(table):
-  keep = [i for i, c in enumerate(table[0]) if c != "wall_time_s"]
+  keep = [i for i, c in enumerate(table[0]) if c != "group_wall_time_s"]
   return [[r[i] for i in keep] for r in table]
 
 

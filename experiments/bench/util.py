@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-SUITES = ("vmap", "scaling", "roofline", "compile", "fzoos", "ffgb", "gpu_table")
+SUITES = ("vmap", "scaling", "roofline", "compile", "fzoos", "ffgb", "checkpoint", "gpu_table")
 # What runs without --suite: gpu_table is sized for an accelerator (N up to 10^6).
 DEFAULT_SUITES = SUITES[:-1]
 QUICK_MAX_NORMALS = 1 << 20
@@ -74,6 +74,11 @@ class Settings:
       blocks of this many clients (fedsim.core.client_map), so one step's
       per-client temporaries stay bounded; N at or below it is one vmap.
     gpu_table_sequential: clients timed one at a time in the gpu_table suite.
+    checkpoint_rounds, checkpoint_main_every: the checkpoint suite's main-job FedAvg rounds and
+      its ``--checkpoint_every`` (issue 36: 200 and 20).
+    checkpoint_task, checkpoint_clients_per_round: the checkpoint suite's task and M (the main
+      job's ``softmax`` and 10; ``mlp`` with M = 100 makes rounds several times longer at about
+      the same per-save cost).
   """
   rounds_per_chunk: int = 5
   repeats: int = 3
@@ -108,6 +113,10 @@ class Settings:
   gpu_table_clients: tuple = (1000, 10000, 100000, 1000000)
   gpu_table_max_block: int = 100000
   gpu_table_sequential: int = 200
+  checkpoint_rounds: int = 200
+  checkpoint_main_every: int = 20
+  checkpoint_task: str = "softmax"
+  checkpoint_clients_per_round: int = 10
 
   def roof_sizes(self, suite: str) -> tuple[int, int]:
     """(matmul n, bandwidth array bytes) of ``suite``: the settings where given, else its :data:`ROOF_SIZES`."""
@@ -131,7 +140,8 @@ class Settings:
           matmul_size=256,
           fzoos_dim=8, fzoos_steps=2, fzoos_configs=((2, 64),), fzoos_vmap=(2, 64),
           ffgb_clients=4, ffgb_oracle_steps=4, ffgb_batch=8, ffgb_vmap_oracle_steps=4,
-          bandwidth_bytes=1 << 22, gpu_table_clients=(4, 16), gpu_table_max_block=8, gpu_table_sequential=4)
+          bandwidth_bytes=1 << 22, gpu_table_clients=(4, 16), gpu_table_max_block=8, gpu_table_sequential=4,
+          checkpoint_rounds=20, checkpoint_main_every=10)
     given = {k: v for k, v in overrides.items() if v is not None}
     return dataclasses.replace(base, **given)
 

@@ -120,7 +120,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       every key of ``task.evaluate`` and of ``algorithm.metrics``.
     state, start_round, totals: resume from a saved state after ``start_round``
       rounds with the given cumulative ledgers.
-    checkpoint_dir: where checkpoints go (orbax; the last 2 are kept).
+    checkpoint_dir: where checkpoints go (orbax, ``fedsim.core.checkpoint``; the last 2 are kept).
     checkpoint_every: K > 0 saves the full state (algorithm state with its PRNG
       keys, round, ledger totals, elapsed time) at the first chunk end at or
       after each multiple of K; 0 never saves.
@@ -155,6 +155,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     mngr = checkpoint.manager(checkpoint_dir)
   init_keys = rng.init_keys(key)                  # (stream "init", stream "shared")
   if resume:
+    assert mngr is not None  # resume needs checkpoint_dir (checked above)
     restored = checkpoint.restore(mngr, jax.eval_shape(algorithm.init, *init_keys),
                                   mesh=mesh, algorithm=algorithm.name)
     if restored is not None:
@@ -211,9 +212,10 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       r += length
       record(r)
       if next_save is not None and r >= next_save:  # first chunk end at or after a multiple of K
+        assert mngr is not None  # checkpoint_every > 0 needs checkpoint_dir (checked above)
         checkpoint.save(mngr, state, r, totals, time.perf_counter() - t0, algorithm.name)
         next_save = (r // checkpoint_every + 1) * checkpoint_every
   finally:
     if mngr is not None:
-      mngr.close()
+      checkpoint.close(mngr)  # waits for the save in flight
   return state, records

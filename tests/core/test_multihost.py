@@ -49,7 +49,7 @@ def _two_processes(out, *extra):
 @pytest.mark.slow
 def test_two_processes_agree_with_one_and_resume(tmp_path):
   # 2 processes x 2 fake devices, N = 10 padded to 12; "interrupted" after round 5
-  # with a checkpoint at round 4 (orbax, both processes), then resumed to round 6.
+  # with a checkpoint at round 4 (both processes save, process 0 writes), then resumed to round 6.
   out = tmp_path / "multi"
   first = _two_processes(out, "--rounds=5", "--checkpoint_every=4")
   assert "[fedavg] round 4/5" in first[0][0] and "round" not in first[1][0]  # process 0 reports

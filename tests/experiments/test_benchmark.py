@@ -381,3 +381,16 @@ def test_roof_sizes_per_suite():
 
 def test_gpu_table_is_not_a_default_suite():
   assert "gpu_table" in util.SUITES and "gpu_table" not in util.DEFAULT_SUITES
+
+
+def test_quick_checkpoint_suite_times_both_side_by_side():
+  """The checkpoint suite's fields (issue 36); its speed bound lives in the suite, not here."""
+  from experiments.bench import checkpoint_cost
+  settings = benchmark.Settings.make(quick=True)
+  out = checkpoint_cost.run(settings, log=lambda _: None)
+  (r,) = out["records"]
+  assert (r["rounds"], r["checkpoint_every"], r["saves"]) == (20, 10, 2) and r["same_records"]
+  for name in ("simulate", "run"):
+    assert _positive(r[f"{name}_s"]) and _positive(r[f"{name}_ckpt_s"]) and _positive(r[f"{name}_ratio"])
+  assert "| softmax | 10 | 20 | 10 | 2 |" in checkpoint_cost.markdown(out)
+  assert "checkpoint" in util.SUITES and "checkpoint" in util.DEFAULT_SUITES

@@ -61,7 +61,8 @@ def test_alpha_sweep_three_programs_and_kill_resume(tmp_path):
     rows = list(csv.DictReader(f))
   assert [(r["dirichlet_alpha"], r["seed"]) for r in rows] == [
       (a, s) for a in ("0.1", "0.5", "1.0") for s in ("0", "1")]
-  assert all(r["batch_size"] == "2" and r["rounds"] == "2" for r in rows)
+  assert all(r["vmapped_members"] == "2" and r["rounds"] == "2" for r in rows)
+  assert "batch_size" not in rows[0]  # FedZO's own hyperparameter, not the vmapped-member count (issue 36)
   assert len({r["final_objective"] for r in rows}) == 6  # seeds and alphas really differ
   for r in rows:  # rounds to target is the first evaluation at or below 2.303
     assert (r["rounds_to_target"] == "") == (float(r["best_objective"]) > 2.303)
@@ -81,3 +82,91 @@ def test_alpha_sweep_three_programs_and_kill_resume(tmp_path):
   other = _sweep(*args[:-1], "--target=objective:2.0", f"--output_dir={part}")
   assert other.returncode == 2 and "--output_dir" in other.stderr and "--target" in other.stderr
   assert len(other.stderr.strip().splitlines()) == 1
+
+
+# --- outputs a person reads right (issue 36) -------------------------------------------------
+
+def _fake_sweep(names, metric="test_accuracy"):
+  """experiments.sweep and a stand-in for its Sweep (what summarize and best_lines read)."""
+  from types import SimpleNamespace
+
+  from experiments import sweep
+  extra = [f"final_{metric}", f"best_{metric}"] if metric != "objective" else []
+  header = ["algorithm", *names, "seed", "final_objective", "best_objective", *extra, "rounds_to_target",
+            "queries_to_target", "rounds", "queries", "diverged", "vmapped_members", "group_wall_time_s"]
+  return sweep, SimpleNamespace(names=list(names), metric=metric, labels=["fedavg"], target=None,
+                                algs={"fedavg": "fedavg"}, header=lambda: header)
+
+
+def _rows(fake, finals):
+  """results.csv rows from {(algorithm, *swept values): [final metric per seed]}."""
+  out = []
+  for key, vals in finals.items():
+    for seed, v in enumerate(vals):
+      d = {"algorithm": key[0], **dict(zip(fake.names, key[1:])), "seed": str(seed), "final_objective": repr(v),
+           "best_objective": repr(v), f"final_{fake.metric}": repr(v), f"best_{fake.metric}": repr(v),
+           "rounds_to_target": "", "queries_to_target": "", "rounds": "4", "queries": "8", "diverged": "False",
+           "vmapped_members": "6", "group_wall_time_s": "1.000"}
+      out.append([d[c] for c in fake.header()])
+  return out
+
+
+def test_summary_keeps_each_swept_value_apart_with_a_t_interval_over_seeds():
+  from scipy import stats
+  sweep, fake = _fake_sweep(["lr"])
+  finals = {("fedavg", "0.01"): [0.5, 0.6, 0.7], ("fedavg", "0.1"): [0.8, 0.9, 0.85],
+            ("fedavg", "1.0"): [0.9, float("nan"), 0.95]}
+  summary = sweep.summarize(fake, _rows(fake, finals))
+  assert [(e["lr"], e["n_seeds"], e["n_finite"]) for e in summary] == [("0.01", 3, 3), ("0.1", 3, 3), ("1.0", 3, 2)]
+  e = summary[1]
+  lo, hi = stats.t.interval(0.95, 2, loc=0.85, scale=0.05 / 3 ** 0.5)
+  assert abs(e["mean"] - 0.85) < 1e-12 and abs(e["std"] - 0.05) < 1e-12
+  assert abs(e["ci95_low"] - lo) < 1e-9 and abs(e["ci95_high"] - hi) < 1e-9
+  # The best lr: the highest mean among values whose every seed ended finite (lr=1.0 lost a seed).
+  (line,) = sweep.best_lines(fake, summary)
+  assert line.startswith("best lr=0.1 for fedavg: final test_accuracy 0.85 (95% CI [")
+  assert "t-interval over n=3 seeds" in line and f"{lo:.4g}" in line and f"{hi:.4g}" in line
+
+
+def test_best_value_is_given_per_value_of_the_swept_task_settings_and_lower_is_better_for_objectives():
+  sweep, fake = _fake_sweep(["lr", "dirichlet_alpha"], metric="objective")
+  finals = {("fedavg", "0.01", "0.1"): [2.0, 2.2], ("fedavg", "0.1", "0.1"): [1.0, 1.2],
+            ("fedavg", "0.01", "1.0"): [0.5, 0.7], ("fedavg", "0.1", "1.0"): [0.9, 1.1]}
+  lines = sweep.best_lines(fake, sweep.summarize(fake, _rows(fake, finals)))
+  assert [line.split(":")[0] for line in lines] == ["best lr=0.1 for fedavg at dirichlet_alpha=0.1",
+                                                    "best lr=0.01 for fedavg at dirichlet_alpha=1.0"]
+  assert all("lower is better" in line and "n=2 seeds" in line for line in lines)
+  _, alpha_only = _fake_sweep(["dirichlet_alpha"])  # no hyperparameter swept: no best line
+  assert sweep.best_lines(alpha_only, sweep.summarize(alpha_only, _rows(alpha_only, {("fedavg", "0.1"): [0.5]}))) == []
+
+
+def test_a_results_csv_with_the_old_column_names_resumes(tmp_path):
+  sweep, fake = _fake_sweep(["lr"])
+  rows = _rows(fake, {("fedavg", "0.1"): [0.5]})
+  old = [{"vmapped_members": "batch_size", "group_wall_time_s": "wall_time_s"}.get(c, c) for c in fake.header()]
+  path = tmp_path / "results.csv"
+  path.write_text(",".join(old) + "\n" + ",".join(rows[0]) + "\n")
+  assert sweep._read_done(str(path), fake.header(), {("fedavg", "0.1", "0")}) == {("fedavg", "0.1", "0"): rows[0]}
+
+
+@pytest.mark.slow
+def test_lr_sweep_log_line_summary_csv_and_best_value(tmp_path):
+  """FedAvg, lr in 3 values x 2 seeds, vmapped in one program: the group's log line gives each lr
+  apart, results.csv says 6 vmapped members (no batch_size column), summary.csv has one row per lr
+  and the best lr is printed with its 95% CI over n=2 seeds."""
+  args = ["--algorithm=fedavg", "--num_clients=6", "--clients_per_round=2", "--rounds=2", "--eval_every=1",
+          "--sweep=lr=0.01,0.1,0.3", "--seeds=2", f"--output_dir={tmp_path}"]
+  proc = _sweep(*args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  (group,) = [line for line in proc.stdout.splitlines() if line.startswith("[1/1]")]
+  assert "(mean +- std over 2 seeds) lr=0.01 " in group and ", lr=0.1 " in group and ", lr=0.3 " in group, group
+  with open(tmp_path / "results.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert "batch_size" not in rows[0] and {r["vmapped_members"] for r in rows} == {"6"}
+  with open(tmp_path / "summary.csv") as f:
+    summary = list(csv.DictReader(f))
+  assert [(r["lr"], r["n_seeds"]) for r in summary] == [("0.01", "2"), ("0.1", "2"), ("0.3", "2")]
+  best = [line for line in proc.stdout.splitlines() if line.startswith("best lr=")]
+  assert len(best) == 1 and "95% CI [" in best[0] and "n=2 seeds" in best[0], proc.stdout
+  top = max(summary, key=lambda r: float(r["mean"]))
+  assert best[0].startswith(f"best lr={top['lr']} for fedavg")
