@@ -1,12 +1,13 @@
 r"""The benchmark suite (issue 8): throughput, scaling, roofline, compile time, FZooS and FFGB speed.
 
-  python -m experiments.benchmark                              # every suite but gpu_table
+  python -m experiments.benchmark                              # every suite but gpu_table, sweep_table
   python -m experiments.benchmark --suite=gpu_table             # the accelerator table (issue 17)
+  python -m experiments.benchmark --suite=sweep_table           # K configurations in one program (issue 37)
   python -m experiments.benchmark --suite=vmap --algorithm=fedavg,fedzo --num_clients=100,1000
   python -m experiments.benchmark --suite=scaling,compile --scaling_clients=100,1000,10000
   python -m experiments.benchmark --quick --output_dir=/tmp/bench   # smoke test of every suite
 
-``--suite`` (comma-separated; default all but gpu_table) picks among (modules in
+``--suite`` (comma-separated; default all but gpu_table and sweep_table) picks among (modules in
 ``experiments/bench/``, whose docstrings say exactly what is timed):
 
 1. ``vmap`` (``bench/vmap.py``): the vmapped round engine against the same
@@ -42,6 +43,13 @@ r"""The benchmark suite (issue 8): throughput, scaling, roofline, compile time, 
    client steps per second, peak device memory, the fraction of the binding
    roof (matmul FLOP/s and memory bandwidth measured in the same run) and the
    vmapped engine against the one-client loop.
+8. ``sweep_table`` (``bench/sweep_table.py``; only when named): per algorithm
+   (``--sweep_table_algorithms``, or ``--algorithm`` when given; default fedavg,
+   fedzo, hiso), N in ``--sweep_table_clients`` (10^3, 10^4) and K in
+   ``--sweep_table_configs`` (1, 4, 16, 64): K configurations (lr x seed) in one
+   vmapped program (``fedsim.core.batched``) against the same K run one after
+   another with the plain engine: configuration-rounds per second of each, the
+   ratio, compile seconds apart, peak memory.
 
 Timing: calls block until their work is done; workloads compared with each
 other are timed in alternation (``time_interleaved``), ``--repeats`` times,
@@ -72,6 +80,7 @@ from collections.abc import Callable, Sequence
 
 from absl import app, flags
 
+from experiments.bench.sweep_table import ALGORITHMS as SWEEP_TABLE_ALGORITHMS
 from experiments.bench.util import DEFAULT_SUITES, SUITES, Settings, environment
 from experiments.bench.vmap import ALGORITHMS, run_benchmark
 from fedsim.core import compile_options
@@ -164,7 +173,7 @@ def write_outputs(output_dir: str, records: Sequence[dict], env: dict, settings:
 def define_flags():
   """Defines the benchmark's flags (only when run as a binary, so importing is side-effect free)."""
   flags.DEFINE_list("suite", list(DEFAULT_SUITES), f"comma-separated suites: {', '.join(SUITES)} (default: all "
-                    "but gpu_table, which is sized for an accelerator)")
+                    "but gpu_table and sweep_table, which are sized for an accelerator)")
   flags.DEFINE_list("algorithm", ["fedavg", "fedzo", "decomfl", "hiso", "fzoos", "ffgb"],
                     f"vmap suite: comma-separated algorithms ({', '.join(ALGORITHMS)})")
   flags.DEFINE_list("num_clients", ["1000"],
@@ -184,6 +193,15 @@ def define_flags():
   flags.DEFINE_list("gpu_table_clients", None, "gpu_table suite: client counts (default 1000,10000,100000,1000000)")
   flags.DEFINE_list("gpu_table_algorithms", None, "gpu_table suite: algorithms among fedavg, fedzo, decomfl, hiso "
                     "(default all four)")
+  flags.DEFINE_list("sweep_table_clients", None, "sweep_table suite: client counts N (default 1000,10000)")
+  flags.DEFINE_list("sweep_table_configs", None, "sweep_table suite: configurations K per program (lr x seed; "
+                    "default 1,4,16,64)")
+  flags.DEFINE_list("sweep_table_algorithms", None, "sweep_table suite: algorithms among "
+                    f"{', '.join(SWEEP_TABLE_ALGORITHMS)} (default: --algorithm when given, else fedavg,fedzo,hiso)")
+  flags.DEFINE_integer("sweep_table_lrs", None, "sweep_table suite: at most this many lr values per row, the rest "
+                       "of the K configurations are seeds (default 4)")
+  flags.DEFINE_integer("sweep_table_max_block", None, "sweep_table suite: off CPU, FedAvg/FedZO rows with K x N "
+                       "above this run in client blocks of this // K clients (default 100000)")
   flags.DEFINE_integer("bandwidth_bytes", None, "roofline and gpu_table suites: bytes of the array whose 2 x + 1 "
                        "measures the memory bandwidth (default: roofline 268435456, gpu_table 2147483648)")
   flags.DEFINE_list("compile_rounds", None, "compile suite: rounds per chunk (default 1,10,100)")
@@ -249,8 +267,13 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
              ffgb_oracle_steps=None, blas_threads=1, client_block=None, scaling_algorithms=None,
              gpu_table_clients=None, gpu_table_algorithms=None, bandwidth_bytes=None, compile_main_job_rounds=None,
              compile_sweep_rounds=None, compile_emitters_clients=None, checkpoint_rounds=None,
-             checkpoint_main_every=None, checkpoint_task=None, checkpoint_clients_per_round=None):
+             checkpoint_main_every=None, checkpoint_task=None, checkpoint_clients_per_round=None,
+             sweep_table_clients=None, sweep_table_configs=None, sweep_table_algorithms=None,
+             sweep_table_lrs=None, sweep_table_max_block=None, algorithm_given=False):
   """Checks the flag values (arguments named as the flags) before anything is built or compiled.
+
+  ``algorithm_given``: ``--algorithm`` was on the command line; it then also names the
+  sweep_table suite's algorithms (when that suite runs and ``--sweep_table_algorithms`` is not given).
 
   Returns:
     (the vmap suite's client counts as ints, dict of parsed suite overrides
@@ -278,7 +301,9 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
                            ("compile_emitters_clients", compile_emitters_clients, 0),
                            ("checkpoint_rounds", checkpoint_rounds, 1),
                            ("checkpoint_main_every", checkpoint_main_every, 1),
-                           ("checkpoint_clients_per_round", checkpoint_clients_per_round, 1)):
+                           ("checkpoint_clients_per_round", checkpoint_clients_per_round, 1),
+                           ("sweep_table_lrs", sweep_table_lrs, 1),
+                           ("sweep_table_max_block", sweep_table_max_block, 1)):
     if value is not None and value < low:
       raise ConfigError(flag, f"must be >= {low}; got {value}")
   if min_time is not None and not (math.isfinite(min_time) and min_time >= 0):
@@ -291,7 +316,8 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
       raise ConfigError("checkpoint_task", f"unknown {checkpoint_task!r}; accepted: {', '.join(TASKS)}")
   extra = {}
   for flag, value in (("scaling_clients", scaling_clients), ("compile_rounds", compile_rounds),
-                      ("compile_clients", compile_clients), ("gpu_table_clients", gpu_table_clients)):
+                      ("compile_clients", compile_clients), ("gpu_table_clients", gpu_table_clients),
+                      ("sweep_table_clients", sweep_table_clients), ("sweep_table_configs", sweep_table_configs)):
     if value is not None:
       extra[flag] = tuple(parse_ints(value, flag))
   for flag, value, accepted in (("scaling_algorithms", scaling_algorithms, ("fedavg", "fedzo")),
@@ -301,6 +327,14 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
     if not value or any(v not in accepted for v in value):
       raise ConfigError(flag, f"must be comma-separated among {', '.join(accepted)}; got {','.join(value)!r}")
     extra[flag] = tuple(value)
+  st_flag = "sweep_table_algorithms"
+  if sweep_table_algorithms is None and algorithm_given and "sweep_table" in suite:
+    sweep_table_algorithms, st_flag = algorithm, "algorithm"
+  if sweep_table_algorithms is not None:
+    if not sweep_table_algorithms or any(v not in SWEEP_TABLE_ALGORITHMS for v in sweep_table_algorithms):
+      raise ConfigError(st_flag, "the sweep_table suite accepts comma-separated algorithms among "
+                        f"{', '.join(SWEEP_TABLE_ALGORITHMS)}; got {','.join(sweep_table_algorithms)!r}")
+    extra["sweep_table_algorithms"] = tuple(sweep_table_algorithms)
   if fzoos_configs is not None:
     extra["fzoos_configs"] = tuple(parse_ints(fzoos_configs, "fzoos_configs", pairs=True))
   if fzoos_vmap is not None:
@@ -311,7 +345,8 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
 def main(argv):
   del argv
   try:
-    ns, extra = validate(**{name: FLAGS[name].value for name in inspect.signature(validate).parameters})
+    ns, extra = validate(**{name: FLAGS[name].value for name in inspect.signature(validate).parameters
+                            if name in FLAGS}, algorithm_given=FLAGS["algorithm"].present)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

@@ -20,9 +20,12 @@ import sys
 import time
 from collections.abc import Sequence
 
-SUITES = ("vmap", "scaling", "roofline", "compile", "fzoos", "ffgb", "checkpoint", "gpu_table")
-# What runs without --suite: gpu_table is sized for an accelerator (N up to 10^6).
-DEFAULT_SUITES = SUITES[:-1]
+SUITES = ("vmap", "scaling", "roofline", "compile", "fzoos", "ffgb", "checkpoint", "gpu_table", "sweep_table")
+# Suites that run only when named: sized for an accelerator (gpu_table: N up to 10^6;
+# sweep_table: 64 configurations of N = 10^4 clients in one program).
+ONLY_WHEN_NAMED = ("gpu_table", "sweep_table")
+# What runs without --suite.
+DEFAULT_SUITES = tuple(s for s in SUITES if s not in ONLY_WHEN_NAMED)
 QUICK_MAX_NORMALS = 1 << 20
 
 
@@ -79,6 +82,13 @@ class Settings:
     checkpoint_task, checkpoint_clients_per_round: the checkpoint suite's task and M (the main
       job's ``softmax`` and 10; ``mlp`` with M = 100 makes rounds several times longer at about
       the same per-save cost).
+    sweep_table_algorithms, sweep_table_clients, sweep_table_configs: the
+      sweep_table suite's algorithms, N and K (configurations per program).
+    sweep_table_lrs: at most this many lr values among a row's K configurations
+      (the rest are seeds; ``experiments.bench.sweep_table.grid``).
+    sweep_table_max_block: off CPU, FedAvg / FedZO rows whose K x N client-members
+      exceed it run in client blocks of ``sweep_table_max_block // K`` clients (on
+      CPU the cap is the backend's block, 256).
   """
   rounds_per_chunk: int = 5
   repeats: int = 3
@@ -117,6 +127,11 @@ class Settings:
   checkpoint_main_every: int = 20
   checkpoint_task: str = "softmax"
   checkpoint_clients_per_round: int = 10
+  sweep_table_algorithms: tuple = ("fedavg", "fedzo", "hiso")
+  sweep_table_clients: tuple = (1000, 10000)
+  sweep_table_configs: tuple = (1, 4, 16, 64)
+  sweep_table_lrs: int = 4
+  sweep_table_max_block: int = 100000
 
   def roof_sizes(self, suite: str) -> tuple[int, int]:
     """(matmul n, bandwidth array bytes) of ``suite``: the settings where given, else its :data:`ROOF_SIZES`."""
@@ -141,7 +156,8 @@ class Settings:
           fzoos_dim=8, fzoos_steps=2, fzoos_configs=((2, 64),), fzoos_vmap=(2, 64),
           ffgb_clients=4, ffgb_oracle_steps=4, ffgb_batch=8, ffgb_vmap_oracle_steps=4,
           bandwidth_bytes=1 << 22, gpu_table_clients=(4, 16), gpu_table_max_block=8, gpu_table_sequential=4,
-          checkpoint_rounds=20, checkpoint_main_every=10)
+          checkpoint_rounds=20, checkpoint_main_every=10,
+          sweep_table_clients=(8,), sweep_table_configs=(1, 4))
     given = {k: v for k, v in overrides.items() if v is not None}
     return dataclasses.replace(base, **given)
 

@@ -228,6 +228,61 @@ def traceable(build: Callable, task: Task, static_hp: dict, traced_hp: dict) -> 
     return False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
 
 
+@dataclasses.dataclass(frozen=True)
+class Batch:
+  """K seeds x V hyperparameter values prepared as one vmapped batch (:func:`prepare_batch`).
+
+  Attributes:
+    K, V: seeds and hyperparameter values; members are ordered k * V + v.
+    data: the members' stacked (padded) data, leading axis K * V.
+    keys: the members' root keys, shape (K * V,).
+    hp: name -> (K * V,) int32 / float32 array of the traced hyperparameters.
+    init_fn: ``(data, keys, hp) -> state`` over the members (not jitted).
+    eval_fn: ``(state, data, keys, hp) -> metrics`` over the members (not jitted).
+    chunk_fn: ``length -> ((state, data, keys, hp, first_round) -> (state, stats))``
+      over the members (not jitted): ``length`` rounds of the engine's chunk.
+  """
+  K: int
+  V: int
+  data: dict
+  keys: jax.Array
+  hp: dict
+  init_fn: Callable
+  eval_fn: Callable
+  chunk_fn: Callable[[int], Callable]
+
+
+def prepare_batch(build: Callable, task: Task, datas: list, seeds: list[int], static_hp: dict,
+                  traced_hp: list[dict]) -> Batch:
+  """The members' inputs and functions of :func:`simulate_batched` (arguments as there).
+
+  ``simulate_batched`` compiles ``init_fn``, ``eval_fn`` and ``chunk_fn(length)`` and runs
+  them; a benchmark (``experiments/bench/sweep_table.py``) compiles and times the same
+  chunk program.
+
+  Raises:
+    ValueError: ``datas`` cannot be stacked.
+  """
+  data = stack_padded(datas)
+  if data is None:
+    raise ValueError("the seeds' data cannot be stacked into one batch")
+  K, V = len(seeds), max(len(traced_hp), 1)
+  names = sorted(traced_hp[0]) if traced_hp else []
+  # Members in the order (seed k, value v) -> k * V + v.
+  seed_of = np.repeat(np.arange(K), V)
+  hp = {n: _hp_array([traced_hp[v][n] for v in np.tile(np.arange(V), K)], hp_dtype(traced_hp[0][n]))
+        for n in names}
+  data = jax.tree_util.tree_map(lambda a: a[seed_of] if V > 1 else a, data)
+  keys = jax.vmap(jax.random.key)(jnp.asarray(np.asarray(seeds)[seed_of], jnp.uint32))
+  m_init, m_chunk, m_eval = _member_fns(build, task, static_hp)
+
+  def chunk_fn(length):
+    return _members(lambda s, d, k, h, r: m_chunk(s, d, k, h, r, length), n_state=1)
+
+  return Batch(K=K, V=V, data=data, keys=keys, hp=hp, init_fn=_members(lambda d, k, h: m_init(d, k, h)),
+               eval_fn=_members(lambda s, d, k, h: m_eval(s, d, h), n_state=1), chunk_fn=chunk_fn)
+
+
 def simulate_batched(build: Callable, task: Task, datas: list, seeds: list[int], static_hp: dict,
                      traced_hp: list[dict], num_rounds: int, eval_every: int, *,
                      cache: ProgramCache | None = None, clock: Callable[[], float] = time.perf_counter,
@@ -265,24 +320,9 @@ def simulate_batched(build: Callable, task: Task, datas: list, seeds: list[int],
     raise ValueError(f"eval_every must be >= 1; got {eval_every}")
   cache = cache or ProgramCache()
   t0 = clock()
-  data = stack_padded(datas)
-  if data is None:
-    raise ValueError("the seeds' data cannot be stacked into one batch")
-  K, V = len(seeds), max(len(traced_hp), 1)
-  names = sorted(traced_hp[0]) if traced_hp else []
-  # Members in the order (seed k, value v) -> k * V + v.
-  seed_of = np.repeat(np.arange(K), V)
-  hp = {n: _hp_array([traced_hp[v][n] for v in np.tile(np.arange(V), K)], hp_dtype(traced_hp[0][n]))
-        for n in names}
-  data = jax.tree_util.tree_map(lambda a: a[seed_of] if V > 1 else a, data)
-  keys = jax.vmap(jax.random.key)(jnp.asarray(np.asarray(seeds)[seed_of], jnp.uint32))
-  m_init, m_chunk, m_eval = _member_fns(build, task, static_hp)
-
-  init_fn = _members(lambda d, k, h: m_init(d, k, h))
-  eval_fn = _members(lambda s, d, k, h: m_eval(s, d, h), n_state=1)
-
-  def chunk_fn(length):
-    return _members(lambda s, d, k, h, r: m_chunk(s, d, k, h, r, length), n_state=1)
+  batch = prepare_batch(build, task, datas, seeds, static_hp, traced_hp)
+  K, V, data, keys, hp = batch.K, batch.V, batch.data, batch.keys, batch.hp
+  init_fn, eval_fn, chunk_fn = batch.init_fn, batch.eval_fn, batch.chunk_fn
 
   state = cache.get("init", init_fn, data, keys, hp)(data, keys, hp)
   evaluate = cache.get("eval", eval_fn, state, data, keys, hp)
