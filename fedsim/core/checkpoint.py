@@ -6,7 +6,9 @@ two items:
 * ``state``: the algorithm state's leaves as a flat list of arrays, typed PRNG
   keys stored as their raw ``jax.random.key_data`` (uint32) and re-wrapped with
   ``jax.random.wrap_key_data`` on restore (their implementation names are in
-  ``meta``);
+  ``meta``); zero-size leaves (e.g. FZooS's (N, 0) fit cache with ``rff_cache = 0``),
+  which orbax refuses to save, are left out and rebuilt empty from the state's
+  structure on restore (their indices are in ``meta["empty"]``);
 * ``meta`` (JSON): ``round``, the cumulative ledgers ``totals`` (exact Python
   integers, which may exceed int32), ``wall_time_s`` elapsed so far, the
   algorithm name and the key implementations.
@@ -24,6 +26,7 @@ directory must be shared) and restored leaves are replicated global arrays.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import jax
 import numpy as np
@@ -69,8 +72,10 @@ def save(mngr: ocp.CheckpointManager, state, round_: int, totals: dict, wall_tim
   leaves = jax.tree_util.tree_leaves(state)
   impls = {str(i): str(jax.random.key_impl(x)) for i, x in enumerate(leaves) if _is_key(x)}
   raw = [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
+  empty = [i for i, x in enumerate(raw) if x.size == 0]   # orbax cannot save them; nothing to keep
+  raw = [x for x in raw if x.size]
   meta = {"round": int(round_), "totals": {k: int(v) for k, v in totals.items()},
-          "wall_time_s": float(wall_time_s), "algorithm": algorithm, "key_impls": impls}
+          "wall_time_s": float(wall_time_s), "algorithm": algorithm, "key_impls": impls, "empty": empty}
   mngr.save(int(round_), args=ocp.args.Composite(state=ocp.args.StandardSave(raw),
                                                  meta=ocp.args.JsonSave(meta)))
   mngr.wait_until_finished()
@@ -107,21 +112,31 @@ def restore(mngr: ocp.CheckpointManager, abstract_state, mesh=None, algorithm: s
       lambda ls: [jax.random.key_data(x) if _is_key(x) else x for x in ls], leaves)
   multi = mesh is not None and jax.process_count() > 1
   rep = NamedSharding(mesh, P()) if multi else None
+  empty = set(meta.get("empty", []))   # zero-size leaves, not stored (save)
+  stored_abstract = [a for i, a in enumerate(raw_abstract) if i not in empty]
   target: list[jax.ShapeDtypeStruct] | list[np.ndarray]
   if multi:
-    target = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep) for a in raw_abstract]
+    target = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep) for a in stored_abstract]
   else:
-    target = [np.zeros(a.shape, a.dtype) for a in raw_abstract]
+    target = [np.zeros(a.shape, a.dtype) for a in stored_abstract]
   try:
     raw = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))["state"]
   except (ValueError, KeyError, TypeError) as e:
     raise ValueError(f"checkpoint in {mngr.directory} does not match this state: {e}") from None
   impls = meta.get("key_impls", {})
   out = []
-  if len(raw) != len(raw_abstract) or any(
-      tuple(x.shape) != tuple(a.shape) or x.dtype != a.dtype for x, a in zip(raw, raw_abstract)):
+  if len(raw) != len(stored_abstract) or any(
+      tuple(x.shape) != tuple(a.shape) or x.dtype != a.dtype for x, a in zip(raw, stored_abstract)) or any(
+      i >= len(raw_abstract) or raw_abstract[i].size for i in empty):
     raise ValueError(f"checkpoint in {mngr.directory} does not match this state's shapes/dtypes")
-  for i, (a, x) in enumerate(zip(leaves, raw)):
+  stored = iter(raw)
+  for i, a in enumerate(leaves):
+    x: Any
+    if i in empty:   # rebuilt: an empty array of the state's shape and dtype
+      zeros = np.zeros(raw_abstract[i].shape, raw_abstract[i].dtype)
+      x = jax.make_array_from_callback(zeros.shape, rep, zeros.__getitem__) if rep else zeros
+    else:
+      x = next(stored)
     if not multi:
       x = jax.device_put(np.asarray(x))
     if _is_key(a):
