@@ -150,7 +150,7 @@ class Kill(Exception):
 
 # The costliest compilations run in the slow suite (.ci/run: pytest -m slow); the rest keep the
 # default suite's share of this file under ~90 s on one core.
-SLOW = ("fedzo_aircomp", "fzoos", "scaffold_zo2")
+SLOW = ("fedzo_aircomp", "scaffold_zo2")
 
 
 @pytest.mark.parametrize("label", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in CASES])
