@@ -5,11 +5,14 @@ single item, one PyTree saved by orbax's ``StandardCheckpointHandler``:
 
 * ``state``: the algorithm state's leaves as a flat list of host (NumPy)
   arrays, typed PRNG keys stored as their raw ``jax.random.key_data`` and
-  re-wrapped with ``jax.random.wrap_key_data`` on restore;
+  re-wrapped with ``jax.random.wrap_key_data`` on restore; zero-size leaves
+  (e.g. FZooS's (N, 0) fit cache with ``rff_cache = 0``), which orbax refuses
+  to save, are left out and rebuilt empty from the state's structure on
+  restore (their indices are in the meta's ``empty``);
 * ``meta``: one JSON document as a uint8 array: ``round``, the cumulative
   ledgers ``totals`` (exact Python integers, which may exceed int32),
-  ``wall_time_s`` elapsed so far, the algorithm name and the key
-  implementations.
+  ``wall_time_s`` elapsed so far, the algorithm name, the key
+  implementations and ``empty``.
 
 One ``CheckpointManager`` serves a whole run (:func:`manager`;
 :func:`fedsim.core.engine.simulate` opens it once and closes it in its
@@ -51,6 +54,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from typing import Any
 
 import jax
 import numpy as np
@@ -125,8 +129,10 @@ def save(mngr: ocp.CheckpointManager, state, round_: int, totals: dict, wall_tim
   leaves = jax.tree_util.tree_leaves(state)
   impls = {str(i): str(jax.random.key_impl(x)) for i, x in enumerate(leaves) if _is_key(x)}
   raw = [_host(jax.random.key_data(x) if _is_key(x) else x) for x in leaves]
+  empty = [i for i, x in enumerate(raw) if x.size == 0]   # orbax cannot save them; nothing to keep
+  raw = [x for x in raw if x.size]
   meta = {"round": int(round_), "totals": {k: int(v) for k, v in totals.items()},
-          "wall_time_s": float(wall_time_s), "algorithm": algorithm, "key_impls": impls}
+          "wall_time_s": float(wall_time_s), "algorithm": algorithm, "key_impls": impls, "empty": empty}
   blob = np.frombuffer(json.dumps(meta).encode(), np.uint8)
   mngr.save(int(round_), args=ocp.args.StandardSave({"state": raw, "meta": blob}))
 
@@ -167,14 +173,19 @@ def restore(mngr: ocp.CheckpointManager, abstract_state, mesh=None, algorithm: s
     raise ValueError(f"checkpoint in {mngr.directory} is not readable: {e}") from None
   if algorithm and meta.get("algorithm") and meta["algorithm"] != algorithm:
     raise ValueError(f"checkpoint in {mngr.directory} is of {meta['algorithm']!r}, not {algorithm!r}")
-  if len(raw) != len(raw_abstract) or any(
-      tuple(x.shape) != tuple(a.shape) or x.dtype != a.dtype for x, a in zip(raw, raw_abstract)):
+  empty = set(meta.get("empty", []))   # zero-size leaves, not stored (save)
+  stored_abstract = [a for i, a in enumerate(raw_abstract) if i not in empty]
+  if len(raw) != len(stored_abstract) or any(
+      tuple(x.shape) != tuple(a.shape) or x.dtype != a.dtype for x, a in zip(raw, stored_abstract)) or any(
+      i >= len(raw_abstract) or raw_abstract[i].size for i in empty):
     raise ValueError(f"checkpoint in {mngr.directory} does not match this state's shapes/dtypes")
   multi = mesh is not None and jax.process_count() > 1
   impls = meta.get("key_impls", {})
+  stored = iter(raw)
   out = []
-  for i, (a, x) in enumerate(zip(leaves, raw)):
-    x = np.asarray(x)
+  for i, a in enumerate(leaves):
+    # A zero-size leaf is rebuilt empty, of the state's shape and dtype.
+    x: Any = np.zeros(raw_abstract[i].shape, raw_abstract[i].dtype) if i in empty else np.asarray(next(stored))
     if multi:
       from jax.sharding import NamedSharding
       from jax.sharding import PartitionSpec as P

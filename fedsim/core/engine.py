@@ -70,11 +70,15 @@ def task_evaluator(evaluate: Callable) -> Callable:
 
 
 def _apply_setup(algorithm: FederatedAlgorithm, state):
-  """``algorithm.setup(state)`` (if any) placed on the shardings ``state`` has."""
+  """``algorithm.setup(state)`` (if any) placed as ``state`` is: committed leaves on their
+  shardings, uncommitted ones (``init`` on one default device while the task is sharded
+  over several) left uncommitted, so they still combine with the sharded data."""
   if algorithm.setup is None:
     return state
-  shardings = jax.tree_util.tree_map(lambda a: a.sharding, state)
-  return jax.device_put(algorithm.setup(state), shardings)
+
+  def place(new, old):
+    return jax.device_put(new, old.sharding) if old.committed else jax.device_put(new)
+  return jax.tree_util.tree_map(place, algorithm.setup(state), state)
 
 
 def init_state(algorithm: FederatedAlgorithm, key: jax.Array):

@@ -59,7 +59,7 @@ def test_typed_keys_and_big_ledgers_round_trip(tmp_path):
   with checkpoint.manager(str(tmp_path)) as m:
     back, meta = checkpoint.restore(m, jax.eval_shape(lambda: state), algorithm="x")
   assert meta == {"round": 7, "totals": totals, "wall_time_s": 1.5, "algorithm": "x",
-                  "key_impls": {"0": "threefry2x32"}}
+                  "key_impls": {"0": "threefry2x32"}, "empty": []}
   assert jax.dtypes.issubdtype(back["keys"].dtype, jax.dtypes.prng_key)
   np.testing.assert_array_equal(jax.random.key_data(back["keys"]), jax.random.key_data(state["keys"]))
   # The restored keys draw the same numbers.
@@ -205,3 +205,21 @@ def test_checkpoints_written_by_orbax_before_issue_36_still_restore(digits10, tm
   assert got == meta
   for a, b in zip(_leaves(back), _leaves(state)):
     np.testing.assert_array_equal(a, b)
+
+
+def test_zero_size_leaves_round_trip(tmp_path):
+  """Orbax refuses zero-size arrays; they are left out and rebuilt (FZooS's default (N, 0) fit cache)."""
+  key = jax.random.key(7)
+  state = {"a": jax.numpy.zeros((3, 0), jax.numpy.int32), "x": jax.numpy.arange(5.0),
+           "k": jax.random.split(key, 0), "b": jax.numpy.ones((2, 0, 4))}
+  with checkpoint.manager(str(tmp_path / "s")) as m:
+    checkpoint.save(m, state, 3, {}, 0.0, "x")
+  with checkpoint.manager(str(tmp_path / "s")) as m:
+    back, meta = checkpoint.restore(m, jax.eval_shape(lambda: state), algorithm="x")
+  assert meta["empty"] == [0, 1, 2]     # leaves in key order: a, b, k (x is stored)
+  assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(state)
+  for a, b in zip(_leaves(back), _leaves(state)):
+    assert a.shape == b.shape and a.dtype == b.dtype
+    np.testing.assert_array_equal(a, b)
+  assert jax.dtypes.issubdtype(back["k"].dtype, jax.dtypes.prng_key)
+  # FZooS's default (N, 0) fit cache through simulate: tests/core/test_cut_invariance.py.
