@@ -251,6 +251,7 @@ def make_dzopa(task: Task, cfg: DZOPAConfig, name: str = "dzopa") -> FederatedAl
   n = task.num_clients
   h = resolve_local_steps(cfg.local_steps, cfg.variant)
   validate(cfg.variant, cfg.direction, h, cfg.batch_size, cfg.fd_directions)
+  finite_difference.check_directions(cfg.direction, cfg.fd_directions, task.dim, task.name)
   d = task.dim
   unravel = flat_solution(task)
   mean_estimate = make_mean_estimate(

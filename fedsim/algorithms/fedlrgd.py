@@ -103,6 +103,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from fedsim.config import hparam, validate
+from fedsim.core.errors import ConfigError
 from fedsim.core.reduce import pairwise_sum
 from fedsim.core.types import FederatedAlgorithm, Task, make_stats
 
@@ -610,6 +611,13 @@ def make_fedlrgd(task: Task, cfg: FedLRGDConfig, name: str = "fedlrgd") -> Feder
   check_config(cfg)
   if "server" not in task.data:
     raise ValueError(f"fedlrgd needs a task with server data (logistic_soft, ridge); {task.name!r} has none")
+  r, p = task.info.get("server_samples"), task.dim
+  if task.name == "ridge" and cfg.weights_solver in ("solve", "inverse") and r is not None and r > p + 1:
+    # fedsim/tasks/ridge.py: g_i is affine in theta, so rank <= p + 1 and every G^(i) is exactly
+    # singular for r > p + 1 (specs/fedlrgd.md §2.2): LU / inverse of G^(i) would give NaN weights.
+    raise ConfigError("rank", f"must be <= p + 1 = {p + 1} on ridge with weights_solver={cfg.weights_solver} "
+                      f"(every G^(i) has rank <= p + 1 and is exactly singular above it); got {r}; use "
+                      f"rank <= {p + 1}, or weights_solver=pinv or ridge")
   grad_f, unravel = flat_grad_fn(task)
   step = step_size_of(task, cfg)
   R = int(task.data["server"]["mask"].shape[0])

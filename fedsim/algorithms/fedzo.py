@@ -142,6 +142,7 @@ def make_fedzo(task: Task, cfg: FedZOConfig, name: str = "fedzo") -> FederatedAl
   """
   if cfg.direction not in finite_difference.LAWS:
     raise ValueError(f"unknown direction {cfg.direction!r}; accepted: {', '.join(finite_difference.LAWS)}")
+  finite_difference.check_directions(cfg.direction, cfg.fd_directions, task.dim, task.name)
   if cfg.aggregation not in AGGREGATIONS:
     raise ValueError(f"unknown aggregation {cfg.aggregation!r}; accepted: {', '.join(AGGREGATIONS)}")
   if cfg.accept_if_improves not in (0, 1):

@@ -175,6 +175,8 @@ def make_zo_baseline(task: Task, cfg: ZOBaselineConfig, name: str = "fedzo_fd") 
   for field in ("accept_if_improves", "track_cosine"):
     if getattr(cfg, field) not in (0, 1):
       raise ValueError(f"{field} must be 0 or 1; got {getattr(cfg, field)!r}")
+  if cfg.estimator != "true":
+    finite_difference.check_directions(cfg.direction, cfg.fd_directions, task.dim, task.name)
   N, T, Q = task.num_clients, cfg.local_steps, cfg.fd_directions
   d = task.dim
   unravel = flat_solution(task)

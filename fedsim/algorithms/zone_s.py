@@ -150,6 +150,7 @@ def make_zone_s(task: Task, cfg: ZONESConfig, name: str = "zone_s") -> Federated
   n = task.num_clients
   direction = cfg.direction or ("gaussian" if cfg.variant == "code" else "sphere")
   validate(cfg.variant, direction, cfg.local_steps, cfg.batch_size, cfg.fd_directions)
+  finite_difference.check_directions(direction, cfg.fd_directions, task.dim, task.name)
   rho = float(cfg.rho if cfg.rho is not None else (CODE_RHO if cfg.variant == "code" else PAPER_RHO))
   alpha = float(cfg.alpha if cfg.alpha is not None else 1.0 / n)
   if not rho > 0:

@@ -59,6 +59,16 @@ def directions(key: jax.Array, num: int, dim: int, law: str = "sphere",
   raise ValueError(f"unknown direction law {law!r}; accepted: {', '.join(LAWS)}")
 
 
+def check_directions(law: str, num: int, dim: int, task: str = "") -> None:
+  """Raises ConfigError (``fd_directions``) before anything compiles where :func:`directions`
+  would fail while tracing: ``orthogonal`` with num > dim."""
+  if law == "orthogonal" and num > dim:
+    from fedsim.core.errors import ConfigError
+    on = f" on task {task}" if task else ""
+    raise ConfigError("fd_directions", f"orthogonal directions need fd_directions <= dim = {dim}{on}; got {num}; "
+                      f"use fd_directions <= {dim}, or direction=sphere or gaussian")
+
+
 def direction_scale(law: str, dim: int) -> float:
   """The factor multiplying (F(x+mu v) - F(x)) v / mu: d on the sphere, 1 for Gaussians."""
   return float(dim) if law in ("sphere", "orthogonal") else 1.0

@@ -1,0 +1,62 @@
+"""Defaults that cannot work are refused before compiling (issue 36 item 7, "Why" problem 9).
+
+FedLRGD on ``ridge`` with the default rank 8 > p + 1 (every G^(i) exactly singular,
+fedsim/tasks/ridge.py) used to stop at round 1 on a NaN objective; the FD baselines with
+orthogonal directions on a 2-dimensional task used to end in a traceback raised while tracing.
+Both are now a ConfigError naming the setting and what works, and the CLI prints one line.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import fedsim
+from fedsim import algorithms, api
+from fedsim.core.errors import ConfigError
+from tests.cli_probe import REPO
+
+
+def _task(name: str, **options):
+  return api.build_task(fedsim.ExperimentConfig(task=name, algorithms="fedavg", task_options=options))
+
+
+def test_fedlrgd_on_ridge_refuses_a_rank_above_p_plus_1_and_accepts_what_works():
+  task = _task("ridge")
+  p = task.dim
+  with pytest.raises(ConfigError, match=rf"must be <= p \+ 1 = {p + 1} .*weights_solver=pinv") as e:
+    algorithms.build("fedlrgd", task)
+  assert e.value.flag == "rank"
+  algorithms.build("fedlrgd", task, weights_solver="pinv")            # the alternative named
+  algorithms.build("fedlrgd", _task("ridge", server_samples=p + 1))    # the bound itself (--rank)
+  algorithms.build("fedlrgd", _task("logistic_soft"))                  # logistic_soft: no bound
+
+
+@pytest.mark.parametrize("name", ["fedzo_fd", "fedprox_zo", "scaffold_zo1", "scaffold_zo2"])
+def test_orthogonal_fd_baselines_refuse_more_directions_than_dim(name):
+  task = _task("logistic_soft")
+  with pytest.raises(ConfigError, match=rf"fd_directions <= dim = {task.dim} .*direction=sphere") as e:
+    algorithms.build(name, task)
+  assert e.value.flag == "fd_directions"
+  algorithms.build(name, task, fd_directions=task.dim)
+  algorithms.build(name, task, direction="sphere")
+
+
+def test_fedzo_orthogonal_is_refused_too_but_its_sphere_default_builds():
+  task = _task("logistic_soft")
+  algorithms.build("fedzo", task)
+  with pytest.raises(ConfigError, match="fd_directions"):
+    algorithms.build("fedzo", task, direction="orthogonal")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--algorithm=fedlrgd", "--task=ridge", "--x64"], "error: --rank: must be <= p + 1"),
+    (["--algorithm=fedzo_fd", "--task=logistic_soft"], "error: --fd_directions: orthogonal directions need"),
+])
+def test_cli_refuses_in_one_line_with_exit_2(tmp_path, args, line):
+  out = subprocess.run([sys.executable, "-m", "experiments.run", *args, f"--output_dir={tmp_path}"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+  assert out.returncode == 2, out.stderr[-2000:]
+  assert out.stderr.strip().startswith(line) and len(out.stderr.strip().splitlines()) == 1, out.stderr
