@@ -490,7 +490,8 @@ HELP_GROUPS = (
     ("task (each option applies to the tasks it names)", ("task", *TASK_OPTION_FLAGS)),
     ("algorithm selection", ("algorithm",)),
     ("output", ("output_dir", "overwrite", "resume", "checkpoint_every", "save_learners")),
-    ("compute", ("x64", "num_devices", "blas_threads", "compilation_cache", "xla_cpu_emitters", "watchdog_s")),
+    ("compute", ("x64", "num_devices", "blas_threads", "compilation_cache", "xla_cpu_emitters", "watchdog_s",
+                 "profile_dir")),
     ("multi-host", ("coordinator_address", "num_processes", "process_id")),
 )
 HELP_FLAGS = ("--help", "-help", "-h", "--h", "-?", "--helpshort", "-helpshort")

@@ -286,6 +286,9 @@ class ExperimentConfig:
       one line summarising its threads' stacks to stderr, writes every stack to
       ``<output_dir>/watchdog-<process>.txt`` and ends the process with status
       :data:`fedsim.results.EXIT_HUNG` (:mod:`fedsim.core.watchdog`); 0 = off.
+    profile_dir: a folder for a JAX profiler trace of each algorithm's rounds 2-3
+      (``PROFILE_DIR/LABEL``; :func:`fedsim.core.engine.simulate`'s ``profile_dir``);
+      ``""`` = off. Results are unchanged.
     output_dir: where outputs go (None: nothing written); ``run``'s argument wins.
     progress: print one line per evaluation (and per divergence) to stdout/stderr.
     flags: the command-line flags this config was made from (recorded in
@@ -353,6 +356,10 @@ class ExperimentConfig:
   watchdog_s: float = hparam(0.0, help="seconds without progress (a set-up step, the start of an algorithm's "
                              "compilation, an evaluation record) before the run prints its threads' stacks in one "
                              "line and exits with status 4 (fedsim.results.EXIT_HUNG); 0 = off", low=0, finite=True)
+  profile_dir: str = hparam("", help="a folder for a JAX profiler trace of each algorithm's rounds 2-3 (the chunk "
+                            "after the first, compiled by then; E+1..2E with eval_every E; none when the run is one "
+                            "chunk) under PROFILE_DIR/LABEL; open it in TensorBoard's profile plugin or "
+                            "ui.perfetto.dev; empty = off")
   output_dir: str | None = hparam(None, help="where config.json, metrics and curves.png go (from Python, "
                                   "None: nothing written)")
   progress: bool = True
@@ -531,8 +538,8 @@ class ExperimentConfig:
 # ``rounds``, is compared with the algorithms'). ``hparams``/``algorithms`` are compared
 # as each label's resolved hyperparameters.
 RECORD_EXEMPT = ("rounds", "comm_budget", "checkpoint_every", "resume", "overwrite", "save_learners",
-                 "num_devices", "blas_threads", "compilation_cache", "xla_cpu_emitters", "watchdog_s", "output_dir",
-                 "progress",
+                 "num_devices", "blas_threads", "compilation_cache", "xla_cpu_emitters", "watchdog_s", "profile_dir",
+                 "output_dir", "progress",
                  "flags", "source_names", "hparams", "algorithms")
 _TASK_OPTIONS_EXEMPT = ("cache_dir",)
 
@@ -963,7 +970,8 @@ def _run(config: ExperimentConfig, out_dir, callbacks, watchdog) -> dict[str, li
     watchdog.beat(f"{label} compiling")
     try:
       simulate(alg, run_task, rounds, config.eval_every, jax.random.key(config.seed), on_eval=writer,
-               checkpoint_dir=ckpt_dir, checkpoint_every=config.checkpoint_every, resume=config.resume)
+               checkpoint_dir=ckpt_dir, checkpoint_every=config.checkpoint_every, resume=config.resume,
+               profile_dir=os.path.join(config.profile_dir, label) if config.profile_dir else None)
     except DivergenceError as e:
       writer.close()
       if echo:

@@ -107,7 +107,8 @@ def init_state(algorithm: FederatedAlgorithm, key: jax.Array):
 def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_every: int,
              key: jax.Array, *, on_eval: Callable[[dict], None] | None = None,
              state=None, start_round: int = 0, totals: dict | None = None,
-             checkpoint_dir: str | None = None, checkpoint_every: int = 0, resume: bool = False):
+             checkpoint_dir: str | None = None, checkpoint_every: int = 0, resume: bool = False,
+             profile_dir: str | None = None):
   """Runs ``num_rounds`` communication rounds and evaluates every ``eval_every``.
 
   Args:
@@ -134,6 +135,13 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       boundaries of the same ``eval_every`` (they always do). Records at or
       before the checkpoint's round are not measured again (the returned list
       starts after it); ``wall_time_s`` continues the saved clock.
+
+    profile_dir: a folder for a JAX profiler trace (``jax.profiler.start_trace``)
+      of the chunks after the first one (compiled by then) up to round 3 at least:
+      rounds 2-3 with ``eval_every = 1``, rounds E+1..2E with ``eval_every = E``,
+      their evaluations included; a run of one chunk is not traced. None
+      (default): no trace. Open it with
+      TensorBoard's profile plugin or ui.perfetto.dev (BUILD.md, "Profiling").
 
   Returns:
     (final state, list of records).
@@ -202,12 +210,17 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
                             f"(metrics up to round {r} are kept)")
 
   r = start_round
+  tracing = False
   next_save = (r // checkpoint_every + 1) * checkpoint_every if checkpoint_every > 0 else None
   try:
     if r == 0:
       record(0)
+    traced = False
     while r < num_rounds:
       length = min(eval_every, num_rounds - r)
+      if profile_dir and not traced and r > start_round:   # the first chunk has compiled the program
+        jax.profiler.start_trace(profile_dir)
+        tracing = traced = True
       state, stats = chunk(state, task.data, rounds_key, jnp.int32(r), length)
       # Exact host-side accumulation: per-round int32 counts times static units
       # (RoundStats.units), summed as Python ints (RoundStats.totals).
@@ -215,11 +228,16 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
         totals[name] += value
       r += length
       record(r)
+      if tracing and r >= 3:
+        jax.profiler.stop_trace()
+        tracing = False
       if next_save is not None and r >= next_save:  # first chunk end at or after a multiple of K
         assert mngr is not None  # checkpoint_every > 0 needs checkpoint_dir (checked above)
         checkpoint.save(mngr, state, r, totals, time.perf_counter() - t0, algorithm.name)
         next_save = (r // checkpoint_every + 1) * checkpoint_every
   finally:
+    if tracing:   # a run that ended (or stopped) before round 3
+      jax.profiler.stop_trace()
     if mngr is not None:
       checkpoint.close(mngr)  # waits for the save in flight
   return state, records
