@@ -144,6 +144,20 @@ def _dumps(rec: dict) -> str:
   return json.dumps(strict_record(rec), allow_nan=False)
 
 
+FEW_POINTS = 20
+
+
+def marker(num_points: int) -> str | None:
+  """The marker of a plotted series of ``num_points`` points: ``"o"`` for at most
+  :data:`FEW_POINTS` (a lone point is visible; sparse evaluations read as samples, not a
+  continuous curve), None (a plain line) for more. Used by every fedsim figure.
+
+  >>> marker(1), marker(500)
+  ('o', None)
+  """
+  return "o" if num_points <= FEW_POINTS else None
+
+
 def plot_curves(histories: dict[str, list[dict]], path: str, title: str = ""):
   """Writes ``path``: objective vs rounds, objective vs queries, and test accuracy
   (or the attack accuracy, or the optimality gap) vs rounds when the records have it.
@@ -166,12 +180,12 @@ def plot_curves(histories: dict[str, list[dict]], path: str, title: str = ""):
     if not hist:
       continue
     rounds = [r["round"] for r in hist]
-    axes[0].plot(rounds, [r["objective"] for r in hist], label=name)
+    axes[0].plot(rounds, [r["objective"] for r in hist], marker=marker(len(hist)), ms=3, label=name)
     q = [(r["queries"], r["objective"]) for r in hist if r["queries"] > 0]
     if q:
-      axes[1].plot(*zip(*q), label=name)
+      axes[1].plot(*zip(*q), marker=marker(len(q)), ms=3, label=name)
     if extra:
-      axes[2].plot(rounds, [r.get(extra, float("nan")) for r in hist], label=name)
+      axes[2].plot(rounds, [r.get(extra, float("nan")) for r in hist], marker=marker(len(hist)), ms=3, label=name)
   axes[0].set_xlabel("round")
   axes[0].set_ylabel("objective")
   axes[1].set_xlabel("queries (summed over clients)")

@@ -12,6 +12,7 @@ import json
 import os
 
 from experiments.reproduce.claims import SUBSTITUTE_NOTE, Claim, Evidence, Stat, natural
+from fedsim.runner import marker
 
 METHOD_ORDER = ("fedavg", "fedzo", "dzopa", "zone_s", "hiso", "decomfl", "fzoos", "fedzo_fd",
                 "fedprox_zo", "scaffold_zo1", "scaffold_zo2", "fedavg_true_grad", "ffgb",
@@ -75,6 +76,9 @@ def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], x
   variants: dict[str, int] = {}
   for label in curves:
     variants[_base(label)] = variants.get(_base(label), 0) + 1
+  # Bases outside METHOD_ORDER (e.g. "d=1, eta=0.5") each get a hue of their own, in order.
+  others = [b for b in dict.fromkeys(_base(label) for label in sorted(curves, key=method_key))
+            if b not in METHOD_ORDER]
   for label in sorted(curves, key=method_key):
     runs = curves[label]
     n = min(len(r) for r in runs)
@@ -83,13 +87,13 @@ def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], x
     base = _base(label)
     k = seen.setdefault(base, 0)
     seen[base] += 1
-    idx = METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER)
+    idx = METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER) + others.index(base)
     hue = np.array(cmap(2 * idx if idx < 10 else (2 * (idx - 10) + 1) % 20)[:3])  # dark shades first
     # The k-th of a base's variants: its hue mixed with up to 55% white, so variants differ in shade too.
     color = tuple(hue + (1 - hue) * 0.55 * k / max(variants[base] - 1, 1))
     mean, low, high = band(y, bounds)
     shown = f"{label} (n={len(runs)})" if show_n else label
-    ax.plot(x, mean, _STYLES[k % len(_STYLES)], color=color, lw=1.4, label=shown)
+    ax.plot(x, mean, _STYLES[k % len(_STYLES)], color=color, lw=1.4, label=shown, marker=marker(len(x)), ms=3)
     if len(runs) > 1:
       ax.fill_between(x, low, high, color=color, alpha=0.15, lw=0)
   ax.set_xlabel(xlabel)
