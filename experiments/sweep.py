@@ -65,7 +65,7 @@ from fedsim.config import did_you_mean
 from fedsim.core import compile_options
 from fedsim.core.errors import ConfigError
 from fedsim.files import atomic_open, atomic_write
-from fedsim.runner import enable_compilation_cache, set_blas_threads
+from fedsim.runner import enable_compilation_cache, series_style, set_blas_threads
 
 FLAGS = flags.FLAGS
 if "algorithm" not in FLAGS:  # experiments.run may have defined them in this process
@@ -677,12 +677,14 @@ def plot_summary(sweep: Sweep, rows: list[list[str]], path: str):
     [float(x) for pts in lines.values() for x in pts]
   except ValueError:
     numeric = False
-  for key, pts in lines.items():
+  for i, (key, pts) in enumerate(lines.items()):
     xs = list(pts)
     pos = [float(x) for x in xs] if numeric else list(range(len(xs)))
     mean = [np.nanmean(pts[x]) for x in xs]
     std = [np.nanstd(pts[x], ddof=1) if len(pts[x]) > 1 else 0.0 for x in xs]
-    ax.errorbar(pos, mean, yerr=std, marker="o", capsize=3, label=key)
+    style = series_style(i, len(xs))
+    style["marker"] = style["marker"] or "."  # each point is a swept value: always marked
+    ax.errorbar(pos, mean, yerr=std, capsize=3, label=key, **style)
     if not numeric:
       ax.set_xticks(pos, xs)
   xs_all = [float(x) for pts in lines.values() for x in pts] if numeric else []

@@ -158,6 +158,25 @@ def marker(num_points: int) -> str | None:
   return "o" if num_points <= FEW_POINTS else None
 
 
+def series_style(index: int, num_points: int) -> dict:
+  """Keyword arguments for ``ax.plot`` of the ``index``-th series of a figure, of ``num_points``
+  points: a colour of its own (matplotlib's ten-colour cycle ``C0``..``C9``, then the light
+  shades of ``tab20``), and :func:`marker`'s marker. Used by every fedsim figure that draws
+  several series, so that no two series share a colour and a short series stays visible.
+
+  >>> series_style(0, 3)
+  {'color': 'C0', 'marker': 'o', 'ms': 3}
+  >>> series_style(1, 500)['marker'] is None
+  True
+  """
+  if index < 10:
+    color: object = f"C{index}"
+  else:
+    import matplotlib
+    color = matplotlib.colormaps["tab20"]((2 * (index - 10) + 1) % 20)
+  return {"color": color, "marker": marker(num_points), "ms": 3}
+
+
 def plot_curves(histories: dict[str, list[dict]], path: str, title: str = ""):
   """Writes ``path``: objective vs rounds, objective vs queries, and test accuracy
   (or the attack accuracy, or the optimality gap) vs rounds when the records have it.
@@ -176,16 +195,17 @@ def plot_curves(histories: dict[str, list[dict]], path: str, title: str = ""):
   ncol = 3 if extra else 2
   fig = Figure(figsize=(5 * ncol, 4))
   axes = fig.subplots(1, ncol)
-  for name, hist in histories.items():
+  for i, (name, hist) in enumerate(histories.items()):
     if not hist:
       continue
     rounds = [r["round"] for r in hist]
-    axes[0].plot(rounds, [r["objective"] for r in hist], marker=marker(len(hist)), ms=3, label=name)
+    # One colour per algorithm on every panel, even where a panel skips a series.
+    axes[0].plot(rounds, [r["objective"] for r in hist], **series_style(i, len(hist)), label=name)
     q = [(r["queries"], r["objective"]) for r in hist if r["queries"] > 0]
     if q:
-      axes[1].plot(*zip(*q), marker=marker(len(q)), ms=3, label=name)
+      axes[1].plot(*zip(*q), **series_style(i, len(q)), label=name)
     if extra:
-      axes[2].plot(rounds, [r.get(extra, float("nan")) for r in hist], marker=marker(len(hist)), ms=3, label=name)
+      axes[2].plot(rounds, [r.get(extra, float("nan")) for r in hist], **series_style(i, len(hist)), label=name)
   axes[0].set_xlabel("round")
   axes[0].set_ylabel("objective")
   axes[1].set_xlabel("queries (summed over clients)")

@@ -52,6 +52,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedsim.runner import series_style
+
 STUDIES = ("appc", "theorem1", "logistic", "both")  # both: appc and theorem1
 MODELS = ("mlp", "cnn")  # App. C's MNIST MLP, its CIFAR-10 CNN
 
@@ -434,10 +436,10 @@ def plot(summary: dict, output_dir: str):
     plt.close(fig)
   if "theorem1" in summary:
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for row in summary["theorem1"]:
+    for i, row in enumerate(summary["theorem1"]):
       r = np.arange(1, len(row["tails"]) + 1)
-      line, = ax.loglog(r, row["tails"], label=f"d={row['d']}, eta={row['eta']}: slope {row['slope']:.2f} "
-                        f"(rate {row['rate']:.2f})")
+      label = f"d={row['d']}, eta={row['eta']}: slope {row['slope']:.2f} (rate {row['rate']:.2f})"
+      line, = ax.loglog(r, row["tails"], **series_style(i, len(r)), label=label)
       ax.loglog(r, row["tails"][3] * (r / 4.0) ** row["rate"], ":", color=line.get_color())
     ax.set_xlabel("r")
     ax.set_ylabel("(1/nk) ||M - M_r||_F^2")
@@ -448,9 +450,9 @@ def plot(summary: dict, output_dir: str):
     plt.close(fig)
   if "logistic" in summary:
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for row in summary["logistic"]["coords"]:
+    for i, row in enumerate(summary["logistic"]["coords"]):
       ratio = row["sv_ratio"]
-      ax.semilogy(np.arange(1, len(ratio) + 1), ratio, "o-", ms=3,
+      ax.semilogy(np.arange(1, len(ratio) + 1), ratio, "o-", color=series_style(i, len(ratio))["color"], ms=3,
                   label=f"q={row['q']}: R^2 exp {row['r2_exponential']:.3f}, power {row['r2_power']:.3f}")
     ax.set_xlabel("j")
     ax.set_ylabel("sigma_j / sigma_1")

@@ -56,6 +56,8 @@ import time
 import numpy as np
 from absl import app, flags, logging
 
+from fedsim.runner import series_style
+
 FLAGS = flags.FLAGS
 STUDIES = ("fidelity", "convergence", "crossover", "precision")
 
@@ -234,7 +236,7 @@ def _plot_fidelity(rows, gaps, ranks):
   a.legend(fontsize=7)
   med = np.median(np.maximum(gaps, 1e-17), axis=0)
   for j, r in enumerate(ranks):
-    b.semilogy(med[j], label=f"r={r}")
+    b.semilogy(med[j], **series_style(j, len(med[j])), label=f"r={r}")
   b.set_xlabel("GD step")
   b.set_ylabel("F - F_* (median over seeds)")
   b.legend(fontsize=7)
@@ -381,10 +383,10 @@ def _plot_convergence(out, phis):
   for i, m in enumerate(ms):
     for j, phi in enumerate(phis):
       ax = axes[i, j]
-      for name, recs in out[m].items():
+      for k, (name, recs) in enumerate(out[m].items()):
         g = [r["compute"] + phi * r["uploads"] for r in recs if r["round"] > 0]
         y = [max(r["gap"], 1e-16) for r in recs if r["round"] > 0]
-        ax.loglog(g, y, label=name)
+        ax.loglog(g, y, **series_style(k, len(g)), label=name)
       ax.set_title(f"m={m}, phi={phi:g}", fontsize=9)
       ax.set_xlabel("Gamma (Definition 1)")
       ax.set_ylabel("F - F_*")
