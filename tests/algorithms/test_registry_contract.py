@@ -137,10 +137,16 @@ class Run:
   program: Any  # the round's ClosedJaxpr
 
 
+def initial_state(alg: FederatedAlgorithm):
+  """``init`` and then the host-side ``setup`` (FedLRGD's float32 set-up), as the engine does."""
+  state = alg.init(*rng.init_keys(ROOT))
+  return state if alg.setup is None else alg.setup(state)
+
+
 def make_run(name, task, hparams) -> Run:
   alg = algorithms.build(name, task, **hparams)
   step = jax.jit(alg.round, compiler_options=FAST_XLA)
-  state = alg.init(*rng.init_keys(ROOT))
+  state = initial_state(alg)
   states, stats = [state], []
   for r in range(ROUNDS):
     state, st = step(state, round_key(r), task.data)
@@ -213,7 +219,7 @@ def check_finite(run: Run):
 
 def check_same_seed(run: Run):
   alg = algorithms.build(run.name, run.task, **run.hparams)
-  state = alg.init(*rng.init_keys(ROOT))
+  state = initial_state(alg)
   assert_bitwise(state, run.states[0], f"{run.name} init")
   step = jax.jit(alg.round, compiler_options=FAST_XLA)
   if same_program(step.trace(state, round_key(0), run.task.data).jaxpr, run.program):
