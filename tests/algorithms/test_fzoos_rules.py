@@ -322,7 +322,8 @@ CODE_FD = dict(accept_if_improves=1,                              # settings.py:
 @pytest.mark.parametrize("name", ["fzoos", "fedzo_fd", "fedprox_zo", "scaffold_zo1", "scaffold_zo2",
                                   "fedavg_true_grad"])
 def test_code_preset_matches_the_authors_code(name):
-  task = make_task("quadratic", num_clients=2, dim=3, heterogeneity=C, seed=0)
+  # dim = 20: the FD baselines' Q = 20 orthonormal directions need Q <= d (refused before compiling otherwise)
+  task = make_task("quadratic", num_clients=2, dim=20, heterogeneity=C, seed=0)
   run = {"rounds": 2} if name == "fzoos" else {}   # only FZooS sizes its history from the run
   code = algorithms.build(name, task, variant="code", **run).hparams
   paper = algorithms.build(name, task, **run).hparams
