@@ -135,7 +135,6 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       boundaries of the same ``eval_every`` (they always do). Records at or
       before the checkpoint's round are not measured again (the returned list
       starts after it); ``wall_time_s`` continues the saved clock.
-
     profile_dir: a folder for a JAX profiler trace (``jax.profiler.start_trace``)
       of the chunks after the first one (compiled by then) up to round 3 at least:
       rounds 2-3 with ``eval_every = 1``, rounds E+1..2E with ``eval_every = E``,
@@ -210,12 +209,11 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
                             f"(metrics up to round {r} are kept)")
 
   r = start_round
-  tracing = False
+  tracing = traced = False   # a profiler trace is active / was started (profile_dir)
   next_save = (r // checkpoint_every + 1) * checkpoint_every if checkpoint_every > 0 else None
   try:
     if r == 0:
       record(0)
-    traced = False
     while r < num_rounds:
       length = min(eval_every, num_rounds - r)
       if profile_dir and not traced and r > start_round:   # the first chunk has compiled the program
