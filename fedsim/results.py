@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import glob
+import gzip
 import json
 import math
 import os
@@ -51,7 +52,8 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
   run's own history. Files of older versions with bare ``NaN`` read the same.
 
   Args:
-    path: a ``metrics.jsonl`` file, or a folder holding one (an algorithm's
+    path: a ``metrics.jsonl`` file (or its gzip, ``metrics.jsonl.gz``, as stored
+      reproduction evidence keeps it), or a folder holding one (an algorithm's
       output folder).
 
   Returns:
@@ -65,8 +67,9 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
   """
   path = os.fspath(path)
   if os.path.isdir(path):
-    path = os.path.join(path, METRICS_FILE)
-  with open(path) as f:
+    plain = os.path.join(path, METRICS_FILE)
+    path = plain if os.path.exists(plain) or not os.path.exists(plain + ".gz") else plain + ".gz"
+  with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
     lines = [(i, line) for i, line in enumerate(f, 1) if line.strip()]
   records = []
   for pos, (lineno, line) in enumerate(lines):

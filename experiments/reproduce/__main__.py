@@ -31,7 +31,7 @@ def define_flags():
   flags.DEFINE_enum("paper", "all", [*papers.PAPERS, "all"], "which paper's claims to reproduce")
   flags.DEFINE_enum("scale", "smoke", list(claims_lib.SCALES), "smoke: fewer rounds and seeds; paper: "
                     "the papers' settings")
-  flags.DEFINE_string("output_dir", "runs/reproduce", "where the reports, figures and runs go")
+  flags.DEFINE_string("output_dir", claims_lib.DEFAULT_OUTPUT, "where the reports, figures and runs go")
   flags.DEFINE_list("claims", [], "only these claim ids (default: all of the chosen papers)")
   flags.DEFINE_integer("jobs", 2, "papers evaluated at the same time (each runs its commands one after "
                        "another; compilation is mostly single-threaded, so 2 jobs use 2 cores)", lower_bound=1)
@@ -40,6 +40,10 @@ def define_flags():
                        "allocate GPU memory as they need it, XLA_PYTHON_CLIENT_PREALLOCATE=false)", lower_bound=1)
   flags.DEFINE_bool("rerun", False, "re-evaluate claims already in claims.json (finished runs are still "
                     "reused)")
+  flags.DEFINE_string("from_evidence", None, "run nothing: re-judge every claim of the chosen papers from the "
+                      "evidence stored under FOLDER/<paper>/evidence/ (the committed reports: docs/reproduction), "
+                      "writing claims.json, report.md and figures to --output_dir; a claim whose evidence is not "
+                      "stored keeps its record from FOLDER/<paper>/claims.json. Takes seconds, not hours.")
   flags.DEFINE_string("data_dir", None, "a folder with the papers' own data sets: cifar-10-batches-bin/ (the "
                       "CIFAR-10 binary release), fashion-mnist/ (its IDX files), covtype/ (LIBSVM's Covertype); "
                       "at --scale=paper the claims that otherwise run on offline substitutes (digits, MNIST-10k) "
@@ -53,11 +57,15 @@ def _load(path: str) -> dict:
 
 
 def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, run_jobs: int = 1,
-              data_dir: str | None = None) -> list[dict]:
+              data_dir: str | None = None, from_evidence: str | None = None) -> list[dict]:
   """Evaluates ``paper``'s claims (resuming) and writes its report.
 
   ``run_jobs``: runs of one claim executed side by side (:meth:`claims.Context.runs`);
-  ``data_dir``: the papers' own data sets (:meth:`claims.Context.resolve`).
+  ``data_dir``: the papers' own data sets (:meth:`claims.Context.resolve`);
+  ``from_evidence``: a folder of reports (``docs/reproduction``): every claim with a record in its
+  ``<paper>/claims.json`` is judged again from ``<paper>/evidence/`` at the record's scale, running
+  nothing (:class:`claims.MissingEvidence`: the record is kept as it is), and the report is written
+  under ``root``; ``scale``, ``rerun`` and ``data_dir`` are then not used.
 
   A claim whose command fails is reported and skipped (it stays unevaluated, so
   the next run tries it again); the others go on.
@@ -70,6 +78,8 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
   """
   folder = os.path.join(root, paper)
   os.makedirs(folder, exist_ok=True)
+  if from_evidence is not None:
+    return _from_evidence(paper, folder, os.path.join(from_evidence, paper), only)
   done = _load(os.path.join(folder, "claims.json"))
   todo = [c for c in papers.PAPERS[paper] if (not only or c.id in only) and not c.missing(scale, data_dir)]
   # Claims this scale and --data_dir cannot evaluate, with why; one evaluated earlier (on data
@@ -84,7 +94,7 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
   failed = []
 
   def records() -> list[dict]:  # every claim with a record, in the paper's order
-    return [new.get(c.id) or done[c.id] for c in papers.PAPERS[paper] if c.id in new or c.id in done]
+    return [new.get(c.id) or _kept(c, done[c.id]) for c in papers.PAPERS[paper] if c.id in new or c.id in done]
 
   for i, claim in enumerate(todo, 1):
     old = done.get(claim.id)
@@ -104,6 +114,8 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
       continue
     ev.commands = list(dict.fromkeys(ctx.commands))
     rec = report.claim_record(claim, ev, scale, time.perf_counter() - t0, sum(ctx.run_seconds.values()), ctx.data)
+    rec = _with_history(rec, old)
+    rec["evidence"] = True
     print(f"[{paper} {i}/{len(todo)}] {claim.id}: {rec['verdict']} ({rec['seconds']} s)", flush=True)
     new[claim.id] = rec
     report.write_paper(folder, paper, papers.TITLES[paper], records(), _pending(paper, skipped))
@@ -111,6 +123,66 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
   if failed:
     raise ClaimsFailed(f"{paper}: the commands of {', '.join(failed)} failed (not evaluated; rerun to retry)")
   return records()
+
+
+def _kept(claim: claims_lib.Claim, rec: dict) -> dict:
+  """A record kept from ``claims.json``, with the claim's current ``kind`` (a property of the
+  declaration, not of the runs)."""
+  rec = {"id": rec["id"], "kind": claim.kind, **{k: v for k, v in rec.items() if k not in ("id", "kind")}}
+  return rec
+
+
+def _with_history(rec: dict, old: dict | None) -> dict:
+  """``rec`` carrying ``old``'s history, plus ``old``'s verdict and criterion when either changed
+  (issue 34 item 3: a criterion is fixed before its runs; a later change keeps the old verdict)."""
+  history = list(old.get("history", [])) if old else []
+  if old and (old["verdict"] != rec["verdict"] or old["criterion"] != rec["criterion"]):
+    history.append({"verdict": old["verdict"], "criterion": old["criterion"], "scale": old["scale"],
+                    "replaced": time.strftime("%Y-%m-%d"),
+                    "reason": "criterion changed" if old["criterion"] != rec["criterion"] else "new runs"})
+  if history:
+    rec["history"] = history
+  return rec
+
+
+def _from_evidence(paper: str, folder: str, stored: str, only=()) -> list[dict]:
+  """:func:`reproduce` with ``from_evidence``: judges again every claim recorded in
+  ``stored/claims.json`` from ``stored/evidence`` (or ``evidence-smoke``), writing to ``folder``."""
+  path = os.path.join(stored, "claims.json")
+  if not os.path.exists(path):
+    print(f"[{paper}] no {path}; nothing to judge", flush=True)
+    return []
+  with open(path) as f:
+    committed = json.load(f)
+  done = {r["id"]: r for r in committed["claims"]}
+  by_id = {c.id: c for c in papers.PAPERS[paper]}
+  out: list[dict] = []
+  for cid, old in done.items():
+    claim = by_id.get(cid)
+    if claim is None or (only and cid not in only):
+      out.append(old if claim is None else _kept(claim, old))
+      continue
+    scale = old["scale"]
+    ctx = claims_lib.Context(folder, scale, log=lambda _: None, batch_tests=tuple(
+        dict.fromkeys(n for c in papers.PAPERS[paper] if c.id in done and c.tests for n in c.tests)),
+        substitutes=papers.SUBSTITUTES.get(paper, {}),
+        evidence_dir=os.path.join(stored, "evidence" if scale == "paper" else "evidence-smoke"),
+        from_evidence=True, command_root=os.path.join(claims_lib.DEFAULT_OUTPUT, paper))
+    try:
+      ev = claim.evaluate(ctx)
+    except claims_lib.MissingEvidence as e:
+      print(f"[{paper}] {cid}: kept ({e})", flush=True)
+      out.append(_kept(claim, old))
+      continue
+    ev.commands = list(dict.fromkeys(ctx.commands))
+    rec = report.claim_record(claim, ev, scale, old.get("seconds", 0.0), sum(ctx.run_seconds.values()), ctx.data)
+    rec["seconds"] = old.get("seconds", rec["seconds"])  # the evaluation's wall time when it was made
+    rec = _with_history(rec, old)
+    rec["evidence"] = True
+    print(f"[{paper}] {cid}: {rec['verdict']} (re-judged from stored evidence)", flush=True)
+    out.append(rec)
+  report.write_paper(folder, paper, papers.TITLES[paper], out, committed.get("pending", []))
+  return out
 
 
 def _pending(paper: str, skipped: dict[str, str]) -> list[str]:
@@ -181,13 +253,14 @@ def main(argv):
     print(f"data_dir {FLAGS.data_dir}: {have} (at --scale=paper the claims that can use them do)", flush=True)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   only = set(FLAGS.claims)
-  if FLAGS.jobs > 1 and len(chosen) > 1:
+  if FLAGS.jobs > 1 and len(chosen) > 1 and FLAGS.from_evidence is None:
     failed = _run_papers_in_parallel(chosen, FLAGS.jobs)
   else:
     failed = []
     for paper in chosen:
       try:
-        reproduce(paper, FLAGS.scale, FLAGS.output_dir, only, FLAGS.rerun, FLAGS.run_jobs, FLAGS.data_dir)
+        reproduce(paper, FLAGS.scale, FLAGS.output_dir, only, FLAGS.rerun, FLAGS.run_jobs, FLAGS.data_dir,
+                  FLAGS.from_evidence)
       except ClaimsFailed as e:
         print(f"error: {e}", flush=True)
         failed.append(paper)

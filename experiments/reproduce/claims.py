@@ -13,6 +13,7 @@ them, and a finished run is not run again when the reproduction resumes.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import json
 import math
@@ -27,8 +28,14 @@ from collections.abc import Callable, Sequence
 
 from fedsim import results
 
-VERDICTS = ("reproduced", "partly reproduced", "not reproduced")
+VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "inconclusive")
+KINDS = ("paper", "check", "diagnostic")
+"""A claim's kind (issue 34 item 1): ``paper``, a figure, table or theorem of the paper; ``check``, an
+implementation property (ledgers, bytes, identities, batches of unit tests), which cannot fail as a paper
+result; ``diagnostic``, a hypothesis of ours that explains a paper result. Only ``paper`` claims are
+counted in the index."""
 SCALES = ("smoke", "paper")
+DEFAULT_OUTPUT = "runs/reproduce"  # --output_dir's default: the root the committed reports' commands name
 FLAGFILES = "experiments/flagfiles/"  # the flagfiles' folder, relative to the repository
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -107,16 +114,20 @@ class Evidence:
   Attributes:
     verdict: one of :data:`VERDICTS`.
     why: for anything but ``reproduced``, what the diagnostic or ablation shows;
-      otherwise one sentence on what the numbers show.
+      otherwise one sentence on what the numbers show. For ``inconclusive`` it starts with the
+      reason (:data:`experiments.reproduce.stats.INCONCLUSIVE`).
     numbers: ``{name: Stat or float}``; names say the metric, method and setting.
     figures: paths of the figures (relative to the paper's report folder).
     commands: filled by :class:`Context` with every command the claim ran.
+    comparisons: the paired (or censored, or unpaired) comparisons that decided the verdict
+      (:func:`experiments.reproduce.stats.compare`); empty for a claim judged otherwise.
   """
   verdict: str
   why: str
   numbers: dict = dataclasses.field(default_factory=dict)
   figures: list = dataclasses.field(default_factory=list)
   commands: list = dataclasses.field(default_factory=list)
+  comparisons: list = dataclasses.field(default_factory=list)
 
   def __post_init__(self):
     if self.verdict not in VERDICTS:
@@ -139,6 +150,9 @@ class Claim:
     needs: a key of :data:`PAPER_DATA` (``cifar10``, ...) for a claim that runs only on the
       paper's own data set (no offline substitute): evaluated at paper scale when ``--data_dir``
       holds it, listed as needing it otherwise (:meth:`on_paper_data`).
+    kind: one of :data:`KINDS`.
+    headline: one of the paper's headline claims (its abstract, its main figures): the report's
+      summary lists it.
   """
   id: str
   statement: str
@@ -148,6 +162,20 @@ class Claim:
   tests: tuple[str, ...] = ()
   scales: tuple[str, ...] = SCALES
   needs: str | None = None
+  kind: str = "paper"
+  headline: bool = False
+
+  def __post_init__(self):
+    if self.kind not in KINDS:
+      raise ValueError(f"{self.id}: kind {self.kind!r}; accepted: {', '.join(KINDS)}")
+
+  def as_kind(self, kind: str) -> Claim:
+    """This claim, of ``kind`` (:data:`KINDS`)."""
+    return dataclasses.replace(self, kind=kind)
+
+  def as_headline(self) -> Claim:
+    """This claim, listed in its report's summary."""
+    return dataclasses.replace(self, headline=True)
 
   def paper_only(self) -> Claim:
     """This claim, evaluated at ``--scale=paper`` only."""
@@ -267,6 +295,15 @@ class Context:
       ``substitutes`` whose data set is there runs on it (:meth:`resolve`).
     substitutes: ``{flagfile: Substitute}``, the paper's flagfiles that run on an
       offline substitute of its data.
+    evidence_dir: where each finished run's evidence is kept (:meth:`store`): its
+      ``config.json``, each label's ``metrics.jsonl.gz``, the small files a script wrote, and
+      ``command.txt`` (the run's wall seconds and command). Default ``root/evidence`` at paper
+      scale, ``root/evidence-smoke`` at smoke scale.
+    from_evidence: run nothing: every run, script and test batch is read from ``evidence_dir``;
+      one it does not hold raises :class:`MissingEvidence` (issue 34 item 5).
+    command_root: the output root the recorded commands name (default ``root``); with
+      ``from_evidence`` the root the evidence was made under, so the commands re-judged from it
+      are the commands that made it.
 
   Attributes:
     data: ``{what ran: on which data}``, one entry per substitutable flagfile the claim
@@ -278,12 +315,16 @@ class Context:
 
   def __init__(self, root: str, scale: str, log: Callable[[str], None] = print,
                batch_tests: tuple[str, ...] = (), run_jobs: int = 1, data_dir: str | None = None,
-               substitutes: dict[str, Substitute] | None = None):
+               substitutes: dict[str, Substitute] | None = None, evidence_dir: str | None = None,
+               from_evidence: bool = False, command_root: str | None = None):
     if scale not in SCALES:
       raise ValueError(f"scale {scale!r}; accepted: {', '.join(SCALES)}")
     if run_jobs < 1:
       raise ValueError(f"run_jobs {run_jobs}; accepted: an integer >= 1")
     self.root, self.scale, self.log, self.run_jobs = root, scale, log, run_jobs
+    self.evidence_dir = evidence_dir or os.path.join(root, "evidence" if scale == "paper" else "evidence-smoke")
+    self.from_evidence = from_evidence
+    self.command_root = command_root or root
     self.data_dir, self.substitutes = data_dir, dict(substitutes or {})
     self.data: dict[str, str] = {}
     self._renamed: dict[str, str] = {}  # a run's name -> its folder's name on the paper's own data
@@ -305,8 +346,15 @@ class Context:
   def _launch(self, argv: list[str], marker: str, command: str,
               accept: Callable[[int], bool] | None = None) -> str:
     """Runs ``argv`` unless ``marker`` records the same command; writes ``marker`` when it ends
-    with status 0, or with a status ``accept`` takes (``experiments.run``'s divergence exit)."""
+    with status 0, or with a status ``accept`` takes (``experiments.run``'s divergence exit).
+    With ``from_evidence`` it runs nothing: ``marker`` is the evidence's ``command.txt``, which
+    must record the same command (:class:`MissingEvidence` otherwise)."""
     key = self._command_key(command)
+    if self.from_evidence:
+      if not os.path.exists(marker) or _marker_command(marker) != key:
+        raise MissingEvidence(f"no stored evidence for: {command}")
+      self.run_seconds[marker] = _marker_seconds(marker)
+      return command
     if os.path.exists(marker):
       stored = _marker_command(marker)
       if stored is None or stored == key:  # a marker from before commands were recorded is trusted
@@ -340,7 +388,7 @@ class Context:
   def _command_key(self, command: str) -> str:
     """``command`` with this context's root written ``<root>``, so the same run reached through a
     relative or an absolute ``--output_dir`` has one key."""
-    for root in (os.path.abspath(self.root), os.path.normpath(self.root)):
+    for root in (os.path.abspath(self.command_root), os.path.normpath(self.command_root)):
       command = command.replace(root + os.sep, "<root>" + os.sep)
     return command
 
@@ -379,6 +427,7 @@ class Context:
       out, argv, marker, command = plan
       self._launch(argv, marker, command,
                    accept=lambda rc, out=out: rc == results.EXIT_DIVERGED and stopped_on_divergence(out))
+      self.store(out, marker, command)
       return self._read_run(out)
 
     if self.run_jobs <= 1 or len(plans) <= 1:
@@ -390,9 +439,42 @@ class Context:
 
   @staticmethod
   def _read_run(out: str) -> dict[str, list[dict]]:
-    labels = sorted((d for d in os.listdir(out) if os.path.exists(os.path.join(out, d, "metrics.jsonl"))),
-                    key=natural)
-    return {label: results.read_metrics(os.path.join(out, label, "metrics.jsonl")) for label in labels}
+    labels = sorted((d for d in os.listdir(out) if any(os.path.exists(os.path.join(out, d, results.METRICS_FILE + gz))
+                                                       for gz in ("", ".gz"))), key=natural)
+    return {label: results.read_metrics(os.path.join(out, label)) for label in labels}
+
+  def store(self, out: str, marker: str, command: str) -> None:
+    """Keeps the evidence of the finished run in ``out`` (its completion ``marker``, its ``command``)
+    under ``evidence_dir/<run name>/``, replacing what was there: ``config.json``, each label's
+    ``metrics.jsonl`` gzipped (no timestamp in the gzip header, so equal runs store equal bytes), every
+    other file under :data:`EVIDENCE_MAX_BYTES` that is not a figure, a checkpoint or a marker, and
+    ``command.txt`` (the marker's seconds and command). Nothing with ``from_evidence``."""
+    if self.from_evidence or not os.path.isdir(out):
+      return
+    dest = os.path.join(self.evidence_dir, os.path.basename(os.path.normpath(out)))
+    if os.path.isdir(dest):
+      shutil.rmtree(dest)
+    for folder, subdirs, files in os.walk(out):
+      subdirs[:] = sorted(d for d in subdirs if d != "checkpoints" and not d.startswith("."))
+      for name in sorted(files):
+        src = os.path.join(folder, name)
+        rel = os.path.relpath(src, out)
+        if name.startswith(".") or name.endswith((".png", ".pdf")):
+          continue
+        if os.path.getsize(src) > EVIDENCE_MAX_BYTES:
+          self.log(f"  evidence: {rel} of {out} is over {EVIDENCE_MAX_BYTES} bytes; not stored")
+          continue
+        os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
+        if name == results.METRICS_FILE:
+          with open(src, "rb") as f, open(os.path.join(dest, rel + ".gz"), "wb") as raw, \
+              gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            shutil.copyfileobj(f, gz)
+        else:
+          shutil.copyfile(src, os.path.join(dest, rel))
+    os.makedirs(dest, exist_ok=True)
+    with open(os.path.join(dest, "command.txt"), "w") as f:
+      seconds = _marker_seconds(marker) if os.path.exists(marker) else 0.0
+      f.write(f"{seconds:.1f} s\n{self._command_key(command)}\n")
 
   def algorithm_config(self, name: str, label: str) -> dict:
     """The resolved settings of algorithm ``label`` in the finished run ``name``: its entry of
@@ -406,7 +488,10 @@ class Context:
 
   def run_dir(self, name: str) -> str:
     """The folder of run ``name`` (``root/runs/<name>``, or the name :meth:`resolve` gave it on the
-    paper's own data), for a diagnostic that rebuilds a run's task from its ``config.json``."""
+    paper's own data; with ``from_evidence``, its evidence folder), for a diagnostic that rebuilds a
+    run's task from its ``config.json``."""
+    if self.from_evidence:
+      return os.path.join(self.evidence_dir, self._renamed.get(name, name))
     return os.path.join(self.root, "runs", self._renamed.get(name, name))
 
   def _config(self, name: str) -> dict:
@@ -447,6 +532,7 @@ class Context:
     out, argv, marker, command = self._plan(name, module, flagfile, flags)
     self.commands.append(command)
     self._launch(argv, marker, command)
+    self.store(out, marker, command)
     return out
 
   def resolve(self, name: str, flagfile: str | None, flags: dict) -> tuple[str, str | None, dict]:
@@ -485,7 +571,7 @@ class Context:
   def _plan(self, name: str, module: str, flagfile: str | None, flags: dict) -> tuple[str, list[str], str, str]:
     """(output folder, argv, completion marker, command) of one run; clears an interrupted run's folder."""
     name, flagfile, flags = self.resolve(name, flagfile, flags)
-    out = os.path.join(self.root, "runs", name)
+    out = os.path.join(self.command_root, "runs", name)
     argv = [sys.executable, "-m", module]
     if flagfile:
       argv.append(f"--flagfile={FLAGFILES}{flagfile}")
@@ -493,10 +579,13 @@ class Context:
       value = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
       argv.append(f"--{key}={value}")
     argv.append(f"--output_dir={out}")
+    command = shlex.join(["python", *argv[1:]])
+    if self.from_evidence:
+      out = os.path.join(self.evidence_dir, name)
+      return out, argv, os.path.join(out, "command.txt"), command
     marker = os.path.join(out, ".complete")
     if not os.path.exists(marker) and os.path.isdir(out):
       shutil.rmtree(out)
-    command = shlex.join(["python", *argv[1:]])
     return out, argv, marker, command
 
   def pytest(self, *node_ids: str) -> dict[str, bool]:
@@ -510,14 +599,31 @@ class Context:
       give one entry per parameter); empty when nothing was collected.
     """
     key = hashlib.sha1(" ".join(sorted(node_ids)).encode()).hexdigest()[:12]
-    xml = os.path.join(self.root, "runs", "tests", key + ".xml")
+    xml = os.path.join(self.command_root, "runs", "tests", key + ".xml")
     argv = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-m", "", "-p", "no:cacheprovider",
             f"--junitxml={xml}", *node_ids]
+    stored = os.path.join(self.evidence_dir, "tests", key + ".xml")
+    if self.from_evidence:
+      self._execute(argv, stored + ".done")
+      return junit_results(stored)
     try:
       self._execute(argv, xml + ".done")
     except RuntimeError as e:  # failures are read from the XML below
       self.log(f"  a test failed: {str(e).splitlines()[0]}")
+    if os.path.exists(xml):
+      os.makedirs(os.path.dirname(stored), exist_ok=True)
+      shutil.copyfile(xml, stored)
+      with open(xml + ".done") as src, open(stored + ".done", "w") as dst:
+        dst.write(src.read())
     return junit_results(xml)
+
+
+EVIDENCE_MAX_BYTES = 2_000_000
+"""A run's file larger than this is not kept as evidence (the log says so)."""
+
+
+class MissingEvidence(RuntimeError):
+  """``--from_evidence``: a claim needs a run, script or test batch whose evidence is not stored."""
 
 
 def _marker_seconds(marker: str) -> float:
@@ -595,7 +701,26 @@ def test_claim(id: str, statement: str, source: str, *node_ids: str) -> Claim:  
                       f"{', '.join(missing) or '-'}", numbers=numbers)
     return Evidence("reproduced", f"all {passed} test cases pass", numbers=numbers)
   return Claim(id, statement, source, "reproduced when every cited test passes", evaluate,
-               tests=tuple(node_ids))
+               tests=tuple(node_ids), kind="check")
+
+
+def classify(claims: Sequence[Claim], checks: Sequence[str] = (), diagnostics: Sequence[str] = (),
+             headlines: Sequence[str] = ()) -> list[Claim]:
+  """``claims`` with the named ids made ``check`` or ``diagnostic`` claims (:data:`KINDS`; the rest keep
+  theirs) and the named ``headlines`` marked (:attr:`Claim.headline`).
+
+  Raises:
+    ValueError: an id that is not among ``claims``.
+  """
+  ids = {c.id for c in claims}
+  unknown = [i for i in (*checks, *diagnostics, *headlines) if i not in ids]
+  if unknown:
+    raise ValueError(f"classify: unknown claims {', '.join(unknown)}")
+  out = []
+  for c in claims:
+    c = c.as_kind("check") if c.id in checks else c.as_kind("diagnostic") if c.id in diagnostics else c
+    out.append(c.as_headline() if c.id in headlines else c)
+  return out
 
 
 def natural(label: str) -> list:

@@ -12,6 +12,7 @@ import json
 import os
 
 from experiments.reproduce.claims import SUBSTITUTE_NOTE, Claim, Evidence, Stat, natural
+from experiments.reproduce.stats import weakest
 from fedsim.runner import marker
 
 METHOD_ORDER = ("fedavg", "fedzo", "dzopa", "zone_s", "hiso", "decomfl", "fzoos", "fedzo_fd",
@@ -125,10 +126,15 @@ def claim_record(claim: Claim, ev: Evidence, scale: str, seconds: float, run_sec
   ``data``: for a claim whose runs could use the paper's own data set, ``{data set: what
   they ran on}`` (:attr:`experiments.reproduce.claims.Context.data`); absent otherwise.
   """
-  rec = {"id": claim.id, "statement": claim.statement, "source": claim.source,
+  rec = {"id": claim.id, "kind": claim.kind, **({"headline": True} if claim.headline else {}),
+         "statement": claim.statement, "source": claim.source,
          "criterion": claim.criterion, "verdict": ev.verdict, "scale": scale, "why": ev.why,
          "numbers": {k: _number(v) for k, v in ev.numbers.items()}, "figures": list(ev.figures),
          "commands": list(ev.commands), "seconds": round(seconds, 1), "run_seconds": round(run_seconds, 1)}
+  if ev.comparisons:
+    head = weakest(ev.comparisons)  # the claim is as strong as its weakest comparison
+    rec.update(statistic=head.test, effect=head.effect, effect_name=head.effect_name, ci95=list(head.ci95),
+               n=head.n, p=head.p, comparisons=[c.as_dict() for c in ev.comparisons])
   if data:
     rec["data"] = dict(sorted(data.items()))
   return rec
@@ -153,45 +159,158 @@ def _fmt(value) -> str:
   return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+SMOKE_NOTE = ("Smoke runs check the machinery (every claim's commands run and are judged), not the papers: "
+              "their verdicts are not evidence.")
+
+
+def _verdict_text(r: dict) -> str:
+  """``verdict`` with, for a claim judged by the statistics, its effect, CI, n, test and p."""
+  text = r["verdict"]
+  if "effect" in r:
+    lo, hi = r["ci95"]
+    text += (f" — {r['effect_name']} {_num(r['effect'])} [95% CI {_num(lo)}, {_num(hi)}], n = {r['n']}, "
+             f"{r['statistic']}, p = {r['p']:.3g}")
+  return text
+
+
+def _num(x) -> str:
+  return "nan" if x is None else f"{x:.3g}"
+
+
+def _first_sentence(text: str, limit: int = 170) -> str:
+  head = text.split(". ")[0].rstrip(".")
+  return head if len(head) <= limit else head[:limit - 1].rstrip() + "…"
+
+
+def summary(records: list[dict], pending: list[str]) -> list[str]:
+  """The report's opening (at most 8 lines): the paper claims' verdict counts, each headline claim
+  with its verdict and one line of why, the data used and how the verdicts were judged."""
+  papers_ = [r for r in records if r.get("kind", "paper") == "paper"]
+  counts = {v: sum(r["verdict"] == v for r in papers_) for v in
+            ("reproduced", "partly reproduced", "not reproduced", "inconclusive")}
+  others = len(records) - len(papers_)
+  lines = [f"**Summary.** {len(papers_)} paper claims: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+           + (f"; {len(pending)} not evaluated here" if pending else "")
+           + (f"; {others} checks and diagnostics counted apart" if others else "") + "."]
+  heads = [r for r in papers_ if r.get("headline")][:5]
+  lines += [f"- [{r['id']}](#{r['id'].replace('.', '')}) ({r['source'].split(';')[0]}): **{r['verdict']}** — "
+            f"{_first_sentence(r['why'])}." for r in heads]
+  subs = on_substitutes(papers_)
+  lines.append("- Data: " + (f"{len(subs)} paper claims ran on offline substitutes of the paper's data (their "
+                             "Data lines say which); the rest on the paper's settings." if subs else
+                             "the paper's settings, no substitute data."))
+  judged = sum("effect" in r for r in papers_)
+  lines.append(f"- Confidence: {judged} of {len(papers_)} paper claims are judged by paired tests from stored "
+               "evidence (effect, 95% CI, n); the others by the earlier unpaired rule (twice the larger seed std), "
+               "pending a re-run that stores their evidence.")
+  return lines
+
+
+def _command_groups(commands: list[str]) -> list[str]:
+  """The commands, grouped by module and flagfile: each group's shared flags once, then one line per
+  run with its own flags (issue 34 item 7)."""
+  import shlex
+  groups: dict[tuple, list[list[str]]] = {}
+  for c in commands:
+    tokens = shlex.split(c)
+    key = tuple(t for t in tokens[:4] if not t.startswith("--") or t.startswith("--flagfile"))
+    groups.setdefault(key, []).append(tokens)
+  out: list[str] = []
+  for runs in groups.values():
+    if len(runs) == 1:
+      out.append(shlex.join(runs[0]))
+      continue
+    shared = [t for t in runs[0] if all(t in r for r in runs[1:])]
+    out.append(shlex.join(shared) + " \\")
+    out += ["    " + " ".join(shlex.quote(t) for t in r if t not in shared) for r in runs]
+  return out
+
+
 def write_paper(folder: str, paper: str, title: str, records: list[dict], pending: list[str]) -> None:
-  """Writes ``folder/claims.json`` and ``folder/report.md`` (``pending``: claims with no evaluation yet)."""
+  """Writes ``folder/claims.json`` and ``folder/report.md`` (``pending``: claims with no evaluation yet).
+
+  The report opens with :func:`summary`; then the claims by kind (paper claims, then checks, then
+  diagnostics), each with its sentence, criterion, verdict (effect and CI where judged by the
+  statistics), comparisons, numbers, figures and its commands grouped (:func:`_command_groups`).
+  A claim whose runs and numbers repeat an earlier claim's points to it instead of repeating them.
+  """
   with open(os.path.join(folder, "claims.json.tmp"), "w") as f:
     json.dump({"paper": paper, "title": title, "claims": records, "pending": pending}, f, indent=1)
   os.replace(os.path.join(folder, "claims.json.tmp"), os.path.join(folder, "claims.json"))
-  lines = [f"# {title}", "", "| claim | source | verdict |", "|---|---|---|"]
-  lines += [f"| [{r['id']}](#{r['id'].replace('.', '')}) | {r['source']} | {r['verdict']}"
-            f"{' (smoke)' if r['scale'] == 'smoke' else ''} |" for r in records]
+  smoke = bool(records) and all(r["scale"] == "smoke" for r in records)
+  lines = [f"# {title}", ""]
+  if smoke:
+    lines += [f"**{SMOKE_NOTE}**", ""]
+  lines += [*summary(records, pending), ""]
+  kinds = (("paper", "Paper claims"), ("check", "Checks (implementation properties, not paper results)"),
+           ("diagnostic", "Diagnostics (our hypotheses about a paper result)"))
+  for kind, heading in kinds:
+    mine = [r for r in records if r.get("kind", "paper") == kind]
+    if not mine:
+      continue
+    lines += [f"| {heading} | source | verdict |", "|---|---|---|"]
+    lines += [f"| [{r['id']}](#{r['id'].replace('.', '')}) | {r['source']} | {r['verdict']}"
+              f"{' (smoke)' if r['scale'] == 'smoke' else ''} |" for r in mine]
+    lines.append("")
   if pending:
-    lines += ["", "Not evaluated yet (no verdict): " + "; ".join(pending) + "."]
+    lines += ["Not evaluated yet (no verdict): " + "; ".join(pending) + ".", ""]
   subs = on_substitutes(records)
   if subs:
-    lines += ["", "Ran on offline substitutes of the paper's data (each claim's Data line says which): "
-              + ", ".join(subs) + "."]
-  for r in records:
-    lines += ["", f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']}", "",
-              f"**Criterion**: {r['criterion']}", "",
-              f"**Verdict**: {r['verdict']} (scale {r['scale']}, {_timing(r)}). {r['why']}", ""]
-    if r.get("data"):
-      lines += ["**Data**: " + "; ".join(r["data"].values()), ""]
-    if r.get("note"):  # e.g. the criterion changed after this record was evaluated
-      lines += [f"**Note**: {r['note']}", ""]
-    if r["numbers"]:
-      lines += ["| number | value |", "|---|---|"]
-      lines += [f"| {k} | {_fmt(v)} |" for k, v in r["numbers"].items()]
-      lines.append("")
-    lines += [f"![{r['id']}]({p})" for p in r["figures"]]
-    lines += ["", "Commands:", "", "```"] + r["commands"] + ["```"]
+    lines += ["Ran on offline substitutes of the paper's data (each claim's Data line says which): "
+              + ", ".join(subs) + ".", ""]
+  seen_commands: dict[tuple, str] = {}
+  seen_numbers: dict[str, str] = {}
+  for kind, _ in kinds:
+    for r in (r for r in records if r.get("kind", "paper") == kind):
+      lines += [f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']}", "",
+                f"**Criterion**: {r['criterion']}", "",
+                f"**Verdict**: {_verdict_text(r)} (scale {r['scale']}, {_timing(r)}). {r['why']}", ""]
+      if r.get("comparisons"):
+        lines += ["**Comparisons** (the claimed method first; a positive effect favours the claim):", ""]
+        lines += [f"- {_comparison_line(c)}" for c in r["comparisons"]]
+        lines.append("")
+      if r.get("data"):
+        lines += ["**Data**: " + "; ".join(r["data"].values()), ""]
+      if r.get("note"):  # e.g. the criterion changed after this record was evaluated
+        lines += [f"**Note**: {r['note']}", ""]
+      for h in r.get("history", []):
+        lines += [f"**Earlier verdict** ({h['replaced']}, {h['reason']}): {h['verdict']} under "
+                  f"\"{h['criterion']}\"", ""]
+      if r["numbers"]:
+        key = json.dumps(r["numbers"], sort_keys=True)
+        if key in seen_numbers:
+          lines += [f"Numbers: as [{seen_numbers[key]}](#{seen_numbers[key].replace('.', '')}).", ""]
+        else:
+          seen_numbers[key] = r["id"]
+          lines += ["| number | value |", "|---|---|"]
+          lines += [f"| {k} | {_fmt(v)} |" for k, v in r["numbers"].items()]
+          lines.append("")
+      lines += [f"![{r['id']}]({p})" for p in r["figures"]]
+      ckey = tuple(r["commands"])
+      if ckey in seen_commands:
+        lines += ["", f"Commands: as [{seen_commands[ckey]}](#{seen_commands[ckey].replace('.', '')}).", ""]
+      elif r["commands"]:
+        seen_commands[ckey] = r["id"]
+        lines += ["", "Commands:", "", "```", *_command_groups(r["commands"]), "```", ""]
   with open(os.path.join(folder, "report.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
+    f.write("\n".join(lines).rstrip("\n") + "\n")
+
+
+def _comparison_line(c: dict) -> str:
+  wl = f", {c['wins']}/{c['losses']}/{c['ties']} wins/losses/ties" if c["wins"] + c["losses"] + c["ties"] else ""
+  cens = f", {c['censored']} never reached" if c["censored"] else ""
+  lo, hi = c["ci95"]
+  return (f"{c['name']}: {c['effect_name']} {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] ({c['test']}, "
+          f"n = {c['n']}, p = {c['p']:.3g}{wl}{cens}): **{c['outcome']}**")
 
 
 def write_index(root: str, papers: dict[str, str]) -> None:
-  """Writes ``root/report.md``: each paper's claims per scale, verdict counts and the claims that ran on
-  offline substitutes of its data (:func:`on_substitutes`), linking its report."""
-  lines = ["# fedsim reproduction report", "",
-           "| paper | claims per scale | reproduced | partly | not reproduced | claims | pending "
-           "| on offline substitutes |",
-           "|---|---|---|---|---|---|---|---|"]
+  """Writes ``root/report.md``: each paper's *paper* claims (checks and diagnostics are counted
+  apart) by verdict, the claims on offline substitutes of its data (:func:`on_substitutes`), and a
+  total; at smoke scale the verdicts are not counted (:data:`SMOKE_NOTE`)."""
+  verdicts = ("reproduced", "partly reproduced", "not reproduced", "inconclusive")
+  rows, total = [], [0] * 6
+  smoke_only = True
   for paper, title in papers.items():
     path = os.path.join(root, paper, "claims.json")
     if not os.path.exists(path):
@@ -199,10 +318,25 @@ def write_index(root: str, papers: dict[str, str]) -> None:
     with open(path) as f:
       data = json.load(f)
     recs = data["claims"]
-    counts = [sum(r["verdict"] == v for r in recs)
-              for v in ("reproduced", "partly reproduced", "not reproduced")]
+    mine = [r for r in recs if r.get("kind", "paper") == "paper"]
+    smoke_only &= all(r["scale"] == "smoke" for r in recs)
+    counts = [sum(r["verdict"] == v for r in mine) for v in verdicts]
+    cells = [*counts, len(mine), len(recs) - len(mine)]
+    total = [t + c for t, c in zip(total, cells)]
     scales = ", ".join(f"{s} {sum(r['scale'] == s for r in recs)}" for s in sorted({r["scale"] for r in recs})) or "-"
-    lines.append(f"| [{title}]({paper}/report.md) | {scales} | {counts[0]} | {counts[1]} | {counts[2]} | "
-                 f"{len(recs)} | {len(data.get('pending', []))} | {len(on_substitutes(recs))} |")
+    rows.append((title, paper, scales, cells, len(data.get("pending", [])), len(on_substitutes(mine))))
+  lines = ["# fedsim reproduction report", ""]
+  if smoke_only and rows:
+    lines += [f"**{SMOKE_NOTE}**", "", "| paper | claims per scale | paper claims | checks and diagnostics | pending |",
+              "|---|---|---|---|---|"]
+    lines += [f"| [{t}]({p}/report.md) | {s} | {c[4]} | {c[5]} | {pend} |" for t, p, s, c, pend, _ in rows]
+  else:
+    lines += ["Paper claims only (a figure, table or theorem of the paper); checks and diagnostics are counted apart.",
+              "", "| paper | claims per scale | reproduced | partly | not reproduced | inconclusive | paper claims "
+              "| checks and diagnostics | pending | on offline substitutes |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| [{t}]({p}/report.md) | {s} | " + " | ".join(map(str, c)) + f" | {pend} | {sub} |"
+              for t, p, s, c, pend, sub in rows]
+    lines.append("| **total** | | " + " | ".join(map(str, total)) + " | | |")
   with open(os.path.join(root, "report.md"), "w") as f:
     f.write("\n".join(lines) + "\n")

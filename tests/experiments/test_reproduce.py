@@ -203,7 +203,9 @@ def test_reports_and_resume(tmp_path, monkeypatch):
   main_mod.reproduce("toy", "paper", str(tmp_path))  # another scale is evaluated again
   assert calls == ["good", "bad", "good", "bad"]
   report.write_index(str(tmp_path), {"toy": "Toy paper"})
-  assert "| [Toy paper](toy/report.md) | paper 2 | 1 | 0 | 1 | 2 | 1 |" in (tmp_path / "report.md").read_text()
+  # reproduced, partly, not reproduced, inconclusive, paper claims, checks and diagnostics, pending, substitutes
+  index = (tmp_path / "report.md").read_text()
+  assert "| [Toy paper](toy/report.md) | paper 2 | 1 | 0 | 1 | 0 | 2 | 0 | 1 | 0 |" in index
   data = json.loads((tmp_path / "toy" / "claims.json").read_text())
   data["claims"][1]["note"] = "evaluated under an earlier criterion"
   report.write_paper(str(tmp_path / "toy"), "toy", "Toy paper", data["claims"], [])
@@ -211,7 +213,8 @@ def test_reports_and_resume(tmp_path, monkeypatch):
   data["claims"][0]["scale"], data["claims"][1]["scale"] = "paper", "smoke"  # the index counts each scale
   (tmp_path / "toy" / "claims.json").write_text(json.dumps(data))
   report.write_index(str(tmp_path), {"toy": "Toy paper"})
-  assert "| [Toy paper](toy/report.md) | paper 1, smoke 1 | 1 | 0 | 1 | 2 | 1 |" in (tmp_path / "report.md").read_text()
+  assert "| [Toy paper](toy/report.md) | paper 1, smoke 1 | 1 | 0 | 1 | 0 | 2 | 0 | 1 | 0 |" in (
+      tmp_path / "report.md").read_text()
 
 
 def test_a_reevaluated_claim_still_reports_what_its_runs_took(tmp_path, monkeypatch):
@@ -365,3 +368,45 @@ def test_a_run_whose_grid_diverges_in_part_is_finished_evidence(tmp_path):
   assert not C.stopped_on_divergence(str(ok))                       # an algorithm without metrics
   with pytest.raises(RuntimeError, match=r"exit 2"):
     ctx.run("bad", algorithm="fedavg:lr=-1")
+
+
+def test_from_evidence_rejudges_the_stored_runs_and_runs_nothing(tmp_path, monkeypatch):
+  # Run mode stores each run's config.json, gzipped metrics and command under <paper>/evidence/; the
+  # re-judgment reads only them (the runs folder is deleted), writes the same claims.json, and a claim
+  # whose evidence is missing keeps its committed record.
+  import shutil
+  import threading
+  monkeypatch.chdir(tmp_path)  # the runs are made under the default root, as the committed reports are
+  fake = _fake_launch_factory([0], [0], threading.Lock())
+  monkeypatch.setattr(C.Context, "_launch", fake)
+  seen = []
+
+  def paired(ctx):
+    runs = ctx.runs([(f"r{s}", "toy.cfg", dict(seed=s)) for s in range(3)])
+    seen.append([r["alg"][0]["objective"] for r in runs])
+    verdict = "reproduced" if sum(seen[-1]) == 3.0 else "not reproduced"
+    return C.Evidence(verdict, "sum of the seeds", numbers={"sum": C.Stat.of(seen[-1])})
+
+  monkeypatch.setitem(papers.PAPERS, "toy", [C.Claim("toy.paired", "p", "Fig. 1", "rule", paired)])
+  monkeypatch.setitem(papers.TITLES, "toy", "Toy paper")
+  monkeypatch.setitem(papers.PENDING, "toy", [])
+  monkeypatch.setitem(papers.SUBSTITUTES, "toy", {})
+  made = C.DEFAULT_OUTPUT
+  main_mod.reproduce("toy", "paper", made)
+  stored = tmp_path / made / "toy" / "evidence" / "r1"
+  assert sorted(os.listdir(stored)) == ["alg", "command.txt"] and os.listdir(stored / "alg") == ["metrics.jsonl.gz"]
+  assert (stored / "command.txt").read_text().splitlines()[1].endswith("--seed=1 --output_dir=<root>/runs/r1")
+  committed = json.loads((tmp_path / made / "toy" / "claims.json").read_text())
+  assert committed["claims"][0]["kind"] == "paper" and committed["claims"][0]["evidence"] is True
+  shutil.rmtree(tmp_path / made / "toy" / "runs")
+  monkeypatch.setattr(C.Context, "_launch", _real_launch)  # from evidence: a real launch would fail here
+  main_mod.reproduce("toy", "paper", "rejudged", from_evidence=made)
+  assert len(seen) == 2 and seen[-1] == [0.0, 1.0, 2.0]
+  assert json.loads((tmp_path / "rejudged" / "toy" / "claims.json").read_text()) == committed
+  # One run's evidence lost: the claim keeps its committed record.
+  shutil.rmtree(stored.parent / "r2")
+  main_mod.reproduce("toy", "paper", "rejudged2", from_evidence=made)
+  assert len(seen) == 2 and json.loads((tmp_path / "rejudged2" / "toy" / "claims.json").read_text()) == committed
+
+
+_real_launch = C.Context._launch

@@ -66,39 +66,62 @@ def _runs(c05, c50, code_final=3.0, code_fd=2.0, gamma_one=0.5, fd05=(3.0, 2.0, 
           "fig1_code_C50_s0": {"fzoos": _h([3.0, 3.0, code_final]), "fedzo_fd": _h([3.0, 2.5, code_fd], 200)}}
 
 
-@pytest.mark.parametrize("c05,c50,verdict", [(1.0, 1.0, "reproduced"), (1.0, 4.0, "partly reproduced"),
-                                             (1.6, 4.0, "not reproduced")])
-def test_fig1_final_paper(tmp_path, c05, c50, verdict):
-  ev = fz.fig1_final_paper(Ctx(tmp_path, _runs(c05, c50)))
-  assert ev.verdict == verdict
-  assert ev.numbers["C=0.5 F(x_R) fzoos"].mean == c05
-  assert len(ev.figures) == 4 and all(os.path.exists(tmp_path / f) for f in ev.figures)
-  if verdict != "reproduced":  # the C = 50 diagnostic rides along
-    assert ev.numbers["C=50 drift mean_i |grad f_i - grad F|^2 / |grad F|^2 at x_0"].mean == 200.0
-    assert "C=50 code preset fzoos F(x_R)" in ev.numbers
+def _paper_fig1(fzoos_rounds, fd_rounds, seeds=5, cs=(0.5, 5.0, 50.0), per_fd=200):
+  """Paper-scale Fig. 1 runs: from F(x_0) = 3 each method drops to the floor 0 at the round its
+  ``*_rounds`` gives (per C, or one for every C; None: it stays at 3, never reaching the target)."""
+  def curve(at):
+    return [3.0 if at is None or r < at else 0.0 for r in range(7)]
+  runs = {}
+  for c in cs:
+    fz_at = fzoos_rounds[c] if isinstance(fzoos_rounds, dict) else fzoos_rounds
+    fd_at = fd_rounds[c] if isinstance(fd_rounds, dict) else fd_rounds
+    for s in range(seeds):
+      run = {"fzoos": _h(curve(fz_at), 100)}
+      run.update({b: _h(curve(fd_at), per_fd) for b in FD})
+      runs[f"fig1_paper_C{c:g}_s{s}"] = run
+  return runs
 
 
-def test_fig1_code_reads_the_code_runs(tmp_path):
-  assert fz.fig1_final_code(Ctx(tmp_path, _runs(1.0, 1.0, code_final=1.0, code_fd=2.0))).verdict == "reproduced"
-  assert fz.fig1_final_code(Ctx(tmp_path, _runs(1.0, 1.0, code_final=3.0, code_fd=2.0))).verdict == "not reproduced"
+@pytest.mark.parametrize("fzoos_rounds,fd_rounds,verdict", [
+    (2, 4, "reproduced"),                                  # faster on every seed, every C, every baseline
+    (2, None, "reproduced"),                               # the baselines never get there: censored, not 0
+    ({0.5: 2, 5.0: 2, 50.0: 5}, 4, "partly reproduced"),   # slower at C = 50
+    (None, 4, "not reproduced"),                           # FZooS never gets there: every pair the other way
+])
+def test_fig1_rounds_paper_pairs_the_seeds(tmp_path, fzoos_rounds, fd_rounds, verdict):
+  ev = fz.fig1_rounds_paper(Ctx(tmp_path, _paper_fig1(fzoos_rounds, fd_rounds), scale="paper"))
+  assert ev.verdict == verdict, ev.why
+  assert len(ev.comparisons) == 3 * len(FD) and {c.n for c in ev.comparisons} == {5}
+  first = ev.comparisons[0]
+  assert first.name == "C=0.5: round to 90% of the initial gap, fzoos vs fedzo_fd"
+  if fd_rounds is None:
+    assert first.test.startswith("one-sided exact sign test") and first.censored == 5 and first.effect == 1.0
+    assert ev.numbers["C=0.5 round to 90% of the initial gap fedzo_fd"] == ["never"] * 5
+  elif verdict == "reproduced":
+    assert first.test.startswith("one-sided exact Wilcoxon") and first.effect == 2.0 and first.p == 0.5 ** 5
+  assert len(ev.figures) == 3 and all(os.path.exists(tmp_path / f) for f in ev.figures)
 
 
-def test_fig1_queries_compares_within_fzoos_budget(tmp_path):
-  # FZooS: 100 queries a round, ends at 1.0 after 200 queries; FD: 200 a round, so within
-  # 200 queries they have only rounds 0-1 (3.0), although their finals (0.5) are lower.
-  runs = _runs(1.0, 1.0, fd05=(0.5,) * 4, fd50=(0.5,) * 4)
-  ev = fz.fig1_queries_paper(Ctx(tmp_path, runs))
-  assert ev.verdict == "reproduced"
-  assert ev.numbers["C=0.5 query budget (FZooS's total)"] == 200.0
-  assert ev.numbers["C=0.5 best F within 200 queries fedzo_fd"].mean == 3.0
-  assert fz.fig1_final_paper(Ctx(tmp_path, runs)).verdict == "not reproduced"
-  # FD twice as query-efficient: within 200 queries it has its final value.
-  runs = _runs(1.0, 1.0, fd05=(0.5,) * 4, fd50=(0.5,) * 4)
-  for name in ("fig1_paper_C0.5_s0", "fig1_paper_C50_s0"):
-    runs[name].update({b: _h([3.0, 3.0, 0.5], 100) for b in FD})
-  assert fz.fig1_queries_paper(Ctx(tmp_path, runs)).verdict == "not reproduced"
-  runs["fig1_paper_C0.5_s0"]["fzoos"] = _h([3.0, 0.1, 0.2])  # best-so-far, not final
-  assert fz.fig1_queries_paper(Ctx(tmp_path, runs)).verdict == "partly reproduced"
+def test_fig1_queries_counts_queries_not_rounds(tmp_path):
+  # Both reach the target at round 2; FZooS spends 100 queries a round, the FD baselines 200.
+  runs = _paper_fig1(2, 2)
+  assert fz.fig1_rounds_paper(Ctx(tmp_path, runs, scale="paper")).verdict == "not reproduced"  # all ties
+  ev = fz.fig1_queries_paper(Ctx(tmp_path, runs, scale="paper"))
+  assert ev.verdict == "reproduced" and ev.comparisons[0].effect == 200.0
+  runs = _paper_fig1(2, 2, per_fd=50)  # the FD baselines query less
+  assert fz.fig1_queries_paper(Ctx(tmp_path, runs, scale="paper")).verdict == "not reproduced"
+
+
+def test_fig1_final_is_inconclusive_when_every_method_ends_at_the_floor(tmp_path):
+  ev = fz.fig1_final_paper(Ctx(tmp_path, _paper_fig1(2, 4), scale="paper"))
+  assert ev.verdict == "inconclusive" and ev.why.startswith("saturated")
+  assert {c.outcome for c in ev.comparisons} == {"saturated"}
+
+
+def test_fig1_on_one_seed_is_inconclusive_too_few_seeds(tmp_path):
+  runs = {k.replace("paper", "code"): v for k, v in _paper_fig1(2, 4, seeds=1, cs=(50.0,)).items()}
+  ev = fz.fig1_rounds_code(Ctx(tmp_path, runs))  # smoke: one seed, C = 50
+  assert ev.verdict == "inconclusive" and ev.why.startswith("too few seeds")
 
 
 @pytest.mark.parametrize("fd05,fd50,verdict", [

@@ -19,6 +19,7 @@ from experiments.reproduce.claims import (
   Stat,
   Substitute,
   beyond_noise,
+  classify,
   curves,
   falls_beyond_noise,
   final,
@@ -796,3 +797,9 @@ _SOFTMAX = Substitute("fashion_mnist", "MNIST-10k (../shared/data/mnist's 10,000
 SUBSTITUTES = {"fedzo_fig1a_attack_H.cfg": _ATTACK, "fedzo_fig1b_attack_M.cfg": _ATTACK,
                "fedzo_fig1c_attack_aircomp.cfg": _ATTACK, "fedzo_fig3_softmax_H.cfg": _SOFTMAX,
                "fedzo_fig4_softmax_M.cfg": _SOFTMAX, "fedzo_fig5_softmax_aircomp.cfg": _SOFTMAX}
+
+# Kinds (issue 34 item 1): implementation checks and our diagnostics are counted apart from the paper's claims.
+CLAIMS = classify(
+    CLAIMS, checks=("fedzo.participation",),
+    diagnostics=("fedzo.m_variance", "fedzo.sampling_penalty"),
+    headlines=('fedzo.fig1a_H', 'fedzo.fig1b_M', "fedzo.fig1c_snr"))

@@ -1,0 +1,237 @@
+"""The statistics every claim's verdict uses (issue 34 item 3), all from ``scipy.stats``.
+
+A paper claim says that one method (``A``, the claimed one) does better than another
+(``B``) on some number: a final value, the rounds or queries to reach a fraction of the
+initial gap, the round of a first success. :func:`compare` turns the per-seed (or per-target)
+numbers of the two into a :class:`Comparison`:
+
+* **paired** when the two share seeds or targets (same x_0, clients, target image): a
+  one-sided exact Wilcoxon signed-rank test in the claimed direction, and the mean paired
+  difference with a paired bootstrap 95% CI (``scipy.stats.bootstrap``, percentile method,
+  fixed generator, so a re-judgment from stored evidence prints the same digits);
+* **censored** when some numbers are "never reached" (``math.inf``: beyond the horizon,
+  never 0): a one-sided exact sign test (``scipy.stats.binomtest``) on the pairs that differ,
+  which needs only their order, and as effect the fraction of those pairs the claimed method
+  wins, with its exact (Clopper-Pearson) 95% CI;
+* **unpaired** only when the runs share nothing: a one-sided Mann-Whitney U test and the
+  difference of means with a two-sample bootstrap CI.
+
+Each comparison's ``outcome`` is ``holds`` (p < :data:`ALPHA` in the claimed direction),
+``opposite`` (p < ALPHA the other way), ``undecided``, or ``too few`` when even a unanimous
+result could not reach ALPHA (an exact one-sided paired test needs n >= 5 pairs: 0.5^5 = 0.031).
+:func:`verdict` combines a claim's comparisons.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+ALPHA = 0.05       # one-sided level of every test, in the direction the paper claims
+RESAMPLES = 9999   # bootstrap resamples
+SEED = 0           # the bootstrap's generator: fixed, so stored evidence re-judges to the same digits
+OUTCOMES = ("holds", "opposite", "undecided", "too few", "saturated")
+INCONCLUSIVE = ("saturated", "flat substitute", "baseline untuned", "baseline diverged", "too few seeds")
+"""The reasons a verdict is ``inconclusive`` (issue 34 item 3), written after the word."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  """One claimed-better-than comparison, judged.
+
+  Attributes:
+    name: what is compared, e.g. ``"C=5: rounds to 10% of the gap, fzoos vs fedzo_fd"``.
+    test: the test, e.g. ``"one-sided exact Wilcoxon signed-rank (paired)"``.
+    n: pairs (paired, censored) or the two sample sizes' sum (unpaired).
+    effect: paired: mean of ``B - A`` (or ``A - B`` when higher is better), so a positive effect
+      favours the claim; censored: the fraction of differing pairs the claimed method wins;
+      unpaired: the difference of means, signed likewise.
+    effect_name: what ``effect`` is, in words.
+    ci95: the 95% CI of ``effect`` (bootstrap or Clopper-Pearson).
+    p: the one-sided p-value in the claimed direction.
+    p_opposite: the one-sided p-value in the opposite direction.
+    wins, losses, ties: pairs in which the claimed method is better, worse, equal (paired and
+      censored; unpaired: 0).
+    censored: pairs with a "never" (inf) on either side.
+    outcome: one of :data:`OUTCOMES` (``saturated``: set by the claim, not by the test, when both
+      methods end at the floor: :func:`experiments.reproduce.declare.saturated`).
+  """
+  name: str
+  test: str
+  n: int
+  effect: float
+  effect_name: str
+  ci95: tuple[float, float]
+  p: float
+  p_opposite: float
+  wins: int = 0
+  losses: int = 0
+  ties: int = 0
+  censored: int = 0
+  outcome: str = "undecided"
+
+  def line(self) -> str:
+    """One line: ``name: effect [CI] (test, n, p, wins/losses): outcome``."""
+    wl = f", {self.wins} wins / {self.losses} losses / {self.ties} ties" if self.wins + self.losses + self.ties else ""
+    cens = f", {self.censored} censored (never)" if self.censored else ""
+    return (f"{self.name}: {self.effect_name} {_g(self.effect)} [{_g(self.ci95[0])}, {_g(self.ci95[1])}] "
+            f"({self.test}, n = {self.n}, p = {self.p:.3g}{wl}{cens}): {self.outcome}")
+
+  def as_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def _g(x: float) -> str:
+  return f"{x:.3g}" if math.isfinite(x) else ("inf" if x > 0 else "-inf" if x < 0 else "nan")
+
+
+def _outcome(p: float, p_opposite: float, p_min: float) -> str:
+  if p < ALPHA:
+    return "holds"
+  if p_opposite < ALPHA:
+    return "opposite"
+  return "too few" if p_min >= ALPHA else "undecided"
+
+
+def compare(name: str, a: Sequence[float], b: Sequence[float], *, lower_is_better: bool,
+            paired: bool = True) -> Comparison:
+  """Judges "the claimed method A does better than B" from their per-seed numbers.
+
+  Args:
+    name: the comparison, in words.
+    a: the claimed method's numbers, one per seed (or target); ``math.inf`` is "never
+      reached" (a censored time, beyond the horizon), allowed with ``paired`` only.
+    b: the other method's, in the same order when ``paired``.
+    lower_is_better: True for errors, gaps, rounds to a target; False for accuracies.
+    paired: the i-th numbers of ``a`` and ``b`` share a seed or target (the runs share x_0,
+      clients, data); False only when they share nothing.
+
+  Returns:
+    The :class:`Comparison` (module docstring: which test, effect and CI).
+
+  Raises:
+    ValueError: paired numbers of different lengths, an empty side, a NaN, or a censored
+      (inf) value in an unpaired comparison.
+  """
+  a = np.asarray(a, float)
+  b = np.asarray(b, float)
+  if a.size == 0 or b.size == 0:
+    raise ValueError(f"{name}: no numbers")
+  if np.isnan(a).any() or np.isnan(b).any():
+    raise ValueError(f"{name}: NaN in the numbers (a diverged run is judged by the claim, not here)")
+  sign = 1.0 if lower_is_better else -1.0
+  if not paired:
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+      raise ValueError(f"{name}: censored (inf) numbers need paired runs")
+    p = float(sps.mannwhitneyu(sign * b, sign * a, alternative="greater").pvalue)
+    q = float(sps.mannwhitneyu(sign * b, sign * a, alternative="less").pvalue)
+    p_min = float(sps.mannwhitneyu(np.arange(b.size) + a.size, np.arange(a.size), alternative="greater").pvalue)
+    ci = sps.bootstrap((sign * b, sign * a), lambda x, y, axis=-1: x.mean(axis) - y.mean(axis),
+                       confidence_level=0.95, n_resamples=RESAMPLES, method="percentile",
+                       rng=np.random.default_rng(SEED)).confidence_interval
+    return Comparison(name, "one-sided Mann-Whitney U (unpaired)", int(a.size + b.size),
+                      float(sign * (b.mean() - a.mean())), "difference of means (favouring the claim)",
+                      (float(ci.low), float(ci.high)), p, q, outcome=_outcome(p, q, p_min))
+  if a.shape != b.shape:
+    raise ValueError(f"{name}: paired numbers of different lengths ({a.size} vs {b.size})")
+  censored = int((~np.isfinite(a) | ~np.isfinite(b)).sum())
+  # better[i] > 0: the claimed method is better on pair i (inf - inf: both never, a tie).
+  with np.errstate(invalid="ignore"):
+    diff = np.where(a == b, 0.0, sign * (b - a))
+  wins, losses = int((diff > 0).sum()), int((diff < 0).sum())
+  ties = int(a.size - wins - losses)
+  differing = wins + losses
+  p_min = 0.5 ** a.size  # "too few": even n differing pairs all one way could not decide (ties make it undecided)
+  if censored:
+    if differing == 0:
+      return Comparison(name, "one-sided exact sign test (paired, censored)", int(a.size), math.nan,
+                        "fraction of differing pairs won", (math.nan, math.nan), 1.0, 1.0, 0, 0, ties,
+                        censored, _outcome(1.0, 1.0, p_min))
+    test = sps.binomtest(wins, differing, 0.5, alternative="greater")
+    p = float(test.pvalue)
+    q = float(sps.binomtest(wins, differing, 0.5, alternative="less").pvalue)
+    ci = sps.binomtest(wins, differing, 0.5).proportion_ci(confidence_level=0.95, method="exact")  # two-sided
+    return Comparison(name, "one-sided exact sign test (paired, censored)", int(a.size), wins / differing,
+                      "fraction of differing pairs won", (float(ci.low), float(ci.high)), p, q, wins, losses,
+                      ties, censored, _outcome(p, q, p_min))
+  if differing == 0:
+    p = q = 1.0
+  else:
+    p = float(sps.wilcoxon(diff, alternative="greater", zero_method="wilcox", method="exact").pvalue)
+    q = float(sps.wilcoxon(diff, alternative="less", zero_method="wilcox", method="exact").pvalue)
+  if a.size > 1 and np.ptp(diff) > 0:
+    ci = sps.bootstrap((diff,), np.mean, confidence_level=0.95, n_resamples=RESAMPLES, method="percentile",
+                       rng=np.random.default_rng(SEED)).confidence_interval
+    low, high = float(ci.low), float(ci.high)
+  else:  # every pair differs by the same amount: the bootstrap distribution is one point
+    low = high = float(diff.mean())
+  return Comparison(name, "one-sided exact Wilcoxon signed-rank (paired)", int(a.size), float(diff.mean()),
+                    "mean paired difference (favouring the claim)", (low, high), p, q, wins, losses, ties, 0,
+                    _outcome(p, q, p_min))
+
+
+def first_reach(history: Sequence[dict], metric: str, target: float, x: str = "round",
+                lower_is_better: bool = True) -> float:
+  """The first ``x`` (round, queries) at which ``metric`` reaches ``target`` (``<=`` when lower is
+  better, ``>=`` otherwise); ``math.inf`` when no record does: censored, beyond the horizon.
+
+  >>> first_reach([{"round": 0, "f": 3.0}, {"round": 5, "f": 0.5}], "f", 1.0)
+  5.0
+  >>> first_reach([{"round": 0, "f": 3.0}], "f", 1.0)
+  inf
+  """
+  for r in history:
+    v = r.get(metric)
+    if v is not None and math.isfinite(v) and (v <= target if lower_is_better else v >= target):
+      return float(r[x])
+  return math.inf
+
+
+def verdict(comparisons: Sequence[Comparison], inconclusive: str | None = None) -> tuple[str, str]:
+  """The verdict of a claim that holds when every comparison holds, and its reason.
+
+  Args:
+    comparisons: the claim's comparisons (each judged by :func:`compare`).
+    inconclusive: a reason of :data:`INCONCLUSIVE` the claim found before testing (every
+      method saturated at the floor; a flat substitute; a diverged or edge-tuned baseline):
+      the verdict is then ``inconclusive`` whatever the tests say.
+
+  Returns:
+    ``(verdict, reason)``: ``reproduced`` (every comparison holds), ``partly reproduced``
+    (some hold), ``not reproduced`` (none holds and some go the opposite way, or the undecided
+    ones had n >= 5), ``inconclusive`` with ``reason`` (``saturated``: every comparison is at the
+    floor; ``too few seeds``: no comparison decided and some could not have at their n; or the
+    given reason).
+
+  Raises:
+    ValueError: no comparisons, or an unknown ``inconclusive`` reason.
+  """
+  if inconclusive is not None:
+    if inconclusive not in INCONCLUSIVE:
+      raise ValueError(f"inconclusive reason {inconclusive!r}; accepted: {', '.join(INCONCLUSIVE)}")
+    return "inconclusive", inconclusive
+  if not comparisons:
+    raise ValueError("a verdict needs at least one comparison")
+  outcomes = [c.outcome for c in comparisons]
+  holds = outcomes.count("holds")
+  if holds == len(outcomes):
+    return "reproduced", ""
+  if holds:
+    return "partly reproduced", ""
+  if "opposite" in outcomes:
+    return "not reproduced", ""
+  if all(o == "saturated" for o in outcomes):
+    return "inconclusive", "saturated"
+  if "too few" in outcomes:
+    return "inconclusive", "too few seeds"
+  return "not reproduced", ""
+
+
+def weakest(comparisons: Sequence[Comparison]) -> Comparison:
+  """The comparison a claim's headline ``effect``/``ci95``/``n`` quote: the one with the largest
+  p in the claimed direction (the claim is only as strong as it)."""
+  return max(comparisons, key=lambda c: (c.p, c.name))

@@ -1,0 +1,133 @@
+"""The verdict statistics (experiments/reproduce/stats.py) and declarations (declare.py) on hand-computed
+cases: each test fails if a direction is flipped, a pairing dropped, a "never" averaged as 0, or a
+saturated or too-small comparison given a verdict."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats as sps
+
+from experiments.reproduce import declare, stats
+
+INF = math.inf
+
+
+def test_paired_exact_wilcoxon_p_is_one_over_2_to_the_n_when_every_pair_favours_the_claim():
+  c = stats.compare("x", [1, 2, 3, 4, 5], [2, 4, 6, 8, 10], lower_is_better=True)
+  assert c.test == "one-sided exact Wilcoxon signed-rank (paired)"
+  assert c.p == pytest.approx(1 / 32) and c.outcome == "holds" and (c.wins, c.losses, c.ties) == (5, 0, 0)
+  assert c.effect == pytest.approx(3.0)  # mean of b - a = (1 + 2 + 3 + 4 + 5) / 5
+  assert c.ci95[0] <= 3.0 <= c.ci95[1] and 1.0 <= c.ci95[0]  # bootstrap means lie within [min, max] diff
+  assert stats.compare("x", [1, 2, 3, 4, 5], [2, 4, 6, 8, 10], lower_is_better=True) == c  # fixed generator
+
+
+def test_direction_flips_with_higher_is_better():
+  lower = stats.compare("x", [1, 2, 3, 4, 5], [2, 4, 6, 8, 10], lower_is_better=True)
+  higher = stats.compare("x", [1, 2, 3, 4, 5], [2, 4, 6, 8, 10], lower_is_better=False)
+  assert higher.outcome == "opposite" and higher.effect == -lower.effect and higher.p == lower.p_opposite
+
+
+def test_pairing_decides_where_the_seed_spread_hides_a_consistent_gain():
+  # Seeds differ by 10x (different problems); within each seed A is 1% better.
+  b = [1.0, 10.0, 100.0, 1000.0, 10000.0]
+  a = [0.99 * v for v in b]
+  assert stats.compare("p", a, b, lower_is_better=True).outcome == "holds"
+  unpaired = stats.compare("u", a, b, lower_is_better=True, paired=False)
+  assert unpaired.test == "one-sided Mann-Whitney U (unpaired)" and unpaired.outcome == "undecided"
+  assert unpaired.p == pytest.approx(sps.mannwhitneyu(b, a, alternative="greater").pvalue)
+
+
+def test_never_is_censored_beyond_the_horizon_not_averaged_as_zero():
+  # HiSo Table 2's per-seed ratios [1.02, never, 1.09] read as rounds: HiSo never reaching on seed 1 is a
+  # loss for HiSo on that pair, not a zero that drags a mean down.
+  c = stats.compare("t", [98.0, INF, 92.0, 90.0, 95.0], [100.0, 100.0, 100.0, 100.0, 100.0], lower_is_better=True)
+  assert c.test == "one-sided exact sign test (paired, censored)" and c.censored == 1
+  assert (c.wins, c.losses) == (4, 1) and c.effect == pytest.approx(0.8)
+  assert c.p == pytest.approx(sps.binomtest(4, 5, 0.5, alternative="greater").pvalue)  # 6/32
+  lo, hi = sps.binomtest(4, 5, 0.5).proportion_ci(confidence_level=0.95, method="exact")
+  assert c.ci95 == (pytest.approx(lo), pytest.approx(hi)) and c.outcome == "undecided"
+  both = stats.compare("t", [INF, 1, 1, 1, 1], [INF, 2, 2, 2, 2], lower_is_better=True)
+  assert (both.wins, both.ties) == (4, 1)  # never on both sides is a tie
+
+
+def test_too_few_pairs_cannot_decide_even_when_unanimous():
+  c = stats.compare("x", [1, 1, 1], [2, 2, 2], lower_is_better=True)
+  assert c.p == pytest.approx(1 / 8) and c.outcome == "too few"
+  assert stats.verdict([c]) == ("inconclusive", "too few seeds")
+  ties = stats.compare("x", [1] * 5, [1] * 5, lower_is_better=True)
+  assert ties.outcome == "undecided"  # five equal pairs: no difference, not too few
+
+
+def test_errors():
+  with pytest.raises(ValueError, match="different lengths"):
+    stats.compare("x", [1, 2], [1], lower_is_better=True)
+  with pytest.raises(ValueError, match="censored"):
+    stats.compare("x", [1, INF], [1, 2], lower_is_better=True, paired=False)
+  with pytest.raises(ValueError, match="NaN"):
+    stats.compare("x", [1, math.nan], [1, 2], lower_is_better=True)
+  with pytest.raises(ValueError, match="inconclusive reason"):
+    stats.verdict([], inconclusive="bad luck")
+
+
+def _c(outcome):
+  return stats.Comparison("c", "t", 5, 0.0, "e", (0.0, 0.0), 0.5, 0.5, outcome=outcome)
+
+
+@pytest.mark.parametrize("outcomes,verdict", [
+    (("holds", "holds"), ("reproduced", "")),
+    (("holds", "opposite"), ("partly reproduced", "")),
+    (("holds", "saturated"), ("partly reproduced", "")),
+    (("undecided", "opposite"), ("not reproduced", "")),
+    (("undecided", "undecided"), ("not reproduced", "")),
+    (("saturated", "saturated"), ("inconclusive", "saturated")),
+    (("too few", "undecided"), ("inconclusive", "too few seeds")),
+])
+def test_verdict_combines_outcomes(outcomes, verdict):
+  assert stats.verdict([_c(o) for o in outcomes]) == verdict
+  assert stats.verdict([_c(o) for o in outcomes], inconclusive="baseline untuned") == ("inconclusive",
+                                                                                         "baseline untuned")
+
+
+def test_weakest_is_the_largest_p():
+  a = stats.compare("a", [1, 2, 3, 4, 5], [2, 4, 6, 8, 10], lower_is_better=True)
+  b = stats.compare("b", [1, 2, 3, 4, 5], [2, 4, 6, 8, 4], lower_is_better=True)
+  assert stats.weakest([a, b]) is b
+
+
+def _run(values_by_label, per=None):
+  per = per or {}
+  return {lab: [{"round": r, "queries": r * per.get(lab, 10), "objective": v} for r, v in enumerate(vs)]
+          for lab, vs in values_by_label.items()}
+
+
+def test_reach_targets_a_fraction_of_each_seeds_own_gap():
+  # Seed floor 0 (b's end), start 10: the 10% target is 1.0. a gets there at round 2, b at round 3.
+  run = _run({"a": [10, 5, 1.0, 0.5], "b": [10, 9, 2, 0.0]})
+  got = declare.per_seed([run], ["a", "b"], declare.Measure("reach", x="round", fraction=0.1))
+  assert got == {"a": [2.0], "b": [3.0]}
+  got = declare.per_seed([run], ["a", "b"], declare.Measure("reach", x="queries", fraction=0.5))
+  assert got == {"a": [10.0], "b": [20.0]}  # target 5.0
+  assert declare.per_seed([run], ["a", "b"], declare.Measure("final")) == {"a": [0.5], "b": [0.0]}
+
+
+def test_saturated_needs_both_near_the_floor_for_the_last_quarter_on_every_seed():
+  near = _run({"a": [10, 1, 0.05, 0.05, 0.05], "b": [10, 2, 0.0, 0.0, 0.0]})  # 0.05 <= 1% of the gap 10
+  far = _run({"a": [10, 1, 0.5, 0.5, 0.5], "b": [10, 2, 0.0, 0.0, 0.0]})
+  late = _run({"a": [10, 9, 8, 7, 0.0], "b": [10, 9, 8, 7, 0.0]})  # equal, but only just arrived
+  assert declare.saturated([near, near], "a", "b") and not declare.saturated([near, far], "a", "b")
+  assert not declare.saturated([late], "a", "b")
+  acc = {lab: [{"round": r["round"], "acc": 1 - r["objective"] / 10} for r in recs] for lab, recs in near.items()}
+  assert declare.saturated([acc], "a", "b", "acc", lower_is_better=False)
+
+
+def test_outperforms_pairs_each_setting_and_baseline():
+  seeds = [_run({"a": [10, 1, 0], "b": [10, 5, 0.0 + s], "c": [10, 9, 8]}) for s in range(5)]
+  comps, numbers = declare.outperforms("a", ["b", "c", "missing"], {"C=1": seeds},
+                                       declare.Measure("reach", fraction=0.1))
+  assert [c.name for c in comps] == ["C=1: round to 90% of the initial gap, a vs b",
+                                     "C=1: round to 90% of the initial gap, a vs c"]
+  assert numbers["C=1 round to 90% of the initial gap c"] == ["never"] * 5
+  assert all(c.outcome == "holds" for c in comps)
+  assert declare.judged(comps)[0] == "reproduced"
