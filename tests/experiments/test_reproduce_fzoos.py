@@ -136,22 +136,35 @@ def test_fig1_heterogeneity(tmp_path, fd05, fd50, verdict):
   assert ev.verdict == "not reproduced"
 
 
-@pytest.mark.parametrize("s05,s50,verdict", [((2.0, 1.0), (2.0, 1.5), "reproduced"),
-                                             ((2.0, 1.0), (2.0, 2.0), "partly reproduced"),  # a tie: no win
-                                             ((2.0, 1.0), (1.0, 2.0), "partly reproduced"),
-                                             ((1.0, 2.0), (1.0, 2.0), "not reproduced")])
-def test_fig1_scaffold(tmp_path, s05, s50, verdict):
-  ev = fz.fig1_scaffold(Ctx(tmp_path, _runs(1.0, 1.0, fd05=(3.0, 3.0, *s05), fd50=(3.0, 3.0, *s50))))
-  assert ev.verdict == verdict
+def _reach_runs(at, seeds=5, cs=(0.5, 5.0, 50.0)):
+  """Paper-scale Fig. 1 runs where label L drops from 3 to the floor 0 at round ``at[L]`` (a number, or
+  ``{C: number}``; None: never)."""
+  runs = {}
+  for c in cs:
+    for s in range(seeds):
+      runs[f"fig1_paper_C{c:g}_s{s}"] = {
+          lab: _h([3.0 if (r_at := (a[c] if isinstance(a, dict) else a)) is None or r < r_at else 0.0
+                   for r in range(7)]) for lab, a in at.items()}
+  return runs
 
 
-@pytest.mark.parametrize("fd05,verdict", [((1.0, 2.0, 2.0, 0.0), "reproduced"),
-                                          ((1.0, 2.0, 0.5, 0.0), "partly reproduced"),
-                                          ((1.0, 1.0, 0.5, 0.0), "not reproduced")])
-def test_fig1_fedzo_small_c(tmp_path, fd05, verdict):
-  ev = fz.fig1_fedzo_small_c(Ctx(tmp_path, _runs(1.0, 1.0, fd05=fd05)))
-  assert ev.verdict == verdict
-  assert not any(k.startswith("C=50") for k in ev.numbers)  # C = 50 is not a small C
+@pytest.mark.parametrize("scaffold2, verdict", [(2, "reproduced"), ({0.5: 2, 5.0: 2, 50.0: 4}, "partly reproduced"),
+                                               (4, "not reproduced"), (6, "not reproduced")])
+def test_fig1_scaffold(tmp_path, scaffold2, verdict):
+  at = {"fzoos": 2, "fedzo_fd": 3, "fedprox_zo": 3, "scaffold_zo1": 4, "scaffold_zo2": scaffold2}
+  ev = fz.fig1_scaffold(Ctx(tmp_path, _reach_runs(at), scale="paper"))
+  assert ev.verdict == verdict, ev.why
+  assert [c.name for c in ev.comparisons] == [f"C={c}: round to 90% of the initial gap, scaffold_zo2 vs scaffold_zo1"
+                                              for c in ("0.5", "5", "50")]
+
+
+@pytest.mark.parametrize("fedprox, scaffold1, verdict", [(4, 4, "reproduced"), (4, 2, "partly reproduced"),
+                                                         (2, 2, "not reproduced")])
+def test_fig1_fedzo_small_c(tmp_path, fedprox, scaffold1, verdict):
+  at = {"fzoos": 2, "fedzo_fd": 3, "fedprox_zo": fedprox, "scaffold_zo1": scaffold1, "scaffold_zo2": 3}
+  ev = fz.fig1_fedzo_small_c(Ctx(tmp_path, _reach_runs(at), scale="paper"))
+  assert ev.verdict == verdict, ev.why
+  assert len(ev.comparisons) == 4 and not any(k.startswith("C=50") for k in ev.numbers)  # C = 50 is not small
 
 
 def _cos_run(fz_cos, early, late, fd_cos=0.2):

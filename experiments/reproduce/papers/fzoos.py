@@ -201,33 +201,22 @@ def fig1_heterogeneity(ctx: Context) -> Evidence:
                   f"({', '.join(f'C={c:g}: {s.mean:.3g}' for c, s in drift(ctx).items())})", numbers)
 
 
+def _fig1_pairs(ctx: Context, claimed: str, baselines: Sequence[str], cs: Sequence[float]) -> Evidence:
+  """``claimed`` against ``baselines`` on Fig. 1's paper-preset runs at each C of ``cs``: the rounds to 90% of
+  each seed's initial gap, paired by seed (:func:`declare.outperforms`)."""
+  settings = {f"C={c:g}": _fig1(ctx, "paper", c) for c in cs}
+  comparisons, numbers = declare.outperforms(claimed, baselines, settings,
+                                             declare.Measure("reach", x="round", fraction=FIG1_FRACTION))
+  verdict, why = declare.judged(comparisons)
+  return Evidence(verdict, why, numbers, comparisons=comparisons)
+
+
 def fig1_scaffold(ctx: Context) -> Evidence:
-  cs = _cs(ctx, "paper")
-  fin = {c: _finals(_fig1(ctx, "paper", c), ("scaffold_zo1", "scaffold_zo2")) for c in cs}
-  numbers = {f"C={c:g} F(x_R) {m}": fin[c][m] for c in cs for m in ("scaffold_zo1", "scaffold_zo2")}
-  ok = [beyond_noise(fin[c]["scaffold_zo1"], fin[c]["scaffold_zo2"]) for c in cs]
-  if all(ok):
-    return Evidence("reproduced", "SCAFFOLD II ends below SCAFFOLD I beyond seed noise at every C", numbers)
-  lost = ", ".join(f"{c:g}" for c, w in zip(cs, ok) if not w)
-  return Evidence("partly reproduced" if any(ok) else "not reproduced",
-                  f"SCAFFOLD II does not end below SCAFFOLD I beyond seed noise at C = {lost}; the runs share x_0 "
-                  f"and the FD settings, "
-                  f"so the difference is the control variate (the per-C numbers)", numbers)
+  return _fig1_pairs(ctx, "scaffold_zo2", ["scaffold_zo1"], _cs(ctx, "paper"))
 
 
 def fig1_fedzo_small_c(ctx: Context) -> Evidence:
-  cs = [c for c in _cs(ctx, "paper") if c <= C_SMALL]
-  numbers, ok = {}, []
-  for c in cs:
-    fin = _finals(_fig1(ctx, "paper", c), ("fedzo_fd", "fedprox_zo", "scaffold_zo1"))
-    numbers.update({f"C={c:g} F(x_R) {m}": v for m, v in fin.items()})
-    ok += [beyond_noise(fin[m], fin["fedzo_fd"]) for m in ("fedprox_zo", "scaffold_zo1")]
-  if all(ok):
-    return Evidence("reproduced", "FedZO ends below FedProx and SCAFFOLD I at every C <= 5", numbers)
-  return Evidence("partly reproduced" if any(ok) else "not reproduced",
-                  f"FedZO is below FedProx / SCAFFOLD I beyond seed noise in {sum(ok)} of {len(ok)} comparisons "
-                  "(C <= 5); "
-                  "the runs share x_0 and FD settings, so the corrections alone make the difference", numbers)
+  return _fig1_pairs(ctx, "fedzo_fd", ["fedprox_zo", "scaffold_zo1"], [c for c in _cs(ctx, "paper") if c <= C_SMALL])
 
 
 def fig4_cosine(ctx: Context) -> Evidence:
@@ -672,14 +661,15 @@ CLAIMS = [
           fig1_heterogeneity),
     Claim("fzoos.fig1_scaffold", "SCAFFOLD Type II consistently beats SCAFFOLD Type I.",
           "seed 000 Fig. 1; spec §7 check 6",
-          "reproduced: mean F(x_R) of SCAFFOLD II below SCAFFOLD I's by more than twice the larger seed std at "
-          "every C; partly: at some C; not: at none",
+          "per C, SCAFFOLD II against SCAFFOLD I paired by seed on " + _REACH.format(x="rounds") + "; one-sided "
+          "exact test (Wilcoxon, or the sign test when censored) at p < 0.05; reproduced: at every C; partly: at "
+          "some; not reproduced: at none (and the other way somewhere, or undecided at n = 5)",
           fig1_scaffold),
     Claim("fzoos.fig1_fedzo_small_c", "For C <= 5, FedProx and SCAFFOLD I are worse than FedZO.",
           "seed 000 Fig. 1; spec §7 check 6",
-          "reproduced: FedZO's mean F(x_R) below FedProx's and SCAFFOLD I's beyond twice the larger seed std at "
-          "every C <= 5 run; partly: in "
-          "some of these comparisons; not: in none", fig1_fedzo_small_c),
+          "at C = 0.5 and 5, FedZO against FedProx and against SCAFFOLD I paired by seed on "
+          + _REACH.format(x="rounds") + "; one-sided exact test at p < 0.05; reproduced: all four hold; partly: "
+          "some; not reproduced: none", fig1_fedzo_small_c),
     Claim("fzoos.fig4_cosine", "FZooS's local direction (eq. 8) has a higher cosine to grad F than every FD "
           "baseline's, and its quality falls with the local step t.", "seed 000 Fig. 4 (App. F.1); spec §7",
           "reproduced: FZooS's mean cosine above every FD baseline's and its late (t > T/2) mean below its "

@@ -1,0 +1,50 @@
+"""The committed reports re-judge to themselves from their stored evidence (issue 34 item 5).
+
+``python -m experiments.reproduce --paper=all --from_evidence=docs/reproduction`` runs no experiment: it
+judges every claim again from ``docs/reproduction/<paper>/evidence/`` and must write exactly the
+committed ``claims.json`` files (a claim whose evidence is not stored keeps its committed record). A
+criterion or statistic changed without re-judging the committed reports fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from experiments.reproduce import papers
+from experiments.reproduce.claims import REPO
+
+DOCS = os.path.join(REPO, "docs", "reproduction")
+
+
+def test_committed_claims_rejudge_to_themselves_from_their_evidence(tmp_path):
+  proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--paper=all",
+                         f"--from_evidence={DOCS}", f"--output_dir={tmp_path}"],
+                        cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert "$ python" not in proc.stdout  # nothing ran
+  rejudged = 0
+  for paper in papers.PAPERS:
+    with open(os.path.join(DOCS, paper, "claims.json")) as f:
+      committed = json.load(f)
+    with open(tmp_path / paper / "claims.json") as f:
+      again = json.load(f)
+    for old, new in zip(committed["claims"], again["claims"], strict=True):
+      assert new == old, f"{old['id']} re-judges differently from its stored evidence"
+    rejudged += sum(bool(r.get("evidence")) for r in committed["claims"])
+    assert [r["id"] for r in committed["claims"]] == [r["id"] for r in again["claims"]]
+  assert rejudged >= 1
+  assert proc.stdout.count("(re-judged from stored evidence)") == rejudged
+
+
+def test_every_record_has_a_kind_and_every_judged_paper_claim_its_statistics():
+  for paper in papers.PAPERS:
+    with open(os.path.join(DOCS, paper, "claims.json")) as f:
+      records = json.load(f)["claims"]
+    kinds = {c.id: c.kind for c in papers.PAPERS[paper]}
+    for r in records:
+      assert r["kind"] == kinds[r["id"]], r["id"]
+      if r["kind"] == "paper" and r.get("evidence") and r.get("comparisons"):
+        assert {"statistic", "effect", "ci95", "n", "p"} <= r.keys(), r["id"]
