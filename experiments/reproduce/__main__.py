@@ -126,10 +126,11 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
 
 
 def _kept(claim: claims_lib.Claim, rec: dict) -> dict:
-  """A record kept from ``claims.json``, with the claim's current ``kind`` (a property of the
-  declaration, not of the runs)."""
-  rec = {"id": rec["id"], "kind": claim.kind, **{k: v for k, v in rec.items() if k not in ("id", "kind")}}
-  return rec
+  """A record kept from ``claims.json``, with the claim's current ``kind`` and ``headline`` (properties of
+  the declaration, not of the runs)."""
+  head = {"headline": True} if claim.headline else {}
+  return {"id": rec["id"], "kind": claim.kind, **head,
+          **{k: v for k, v in rec.items() if k not in ("id", "kind", "headline")}}
 
 
 def _with_history(rec: dict, old: dict | None) -> dict:

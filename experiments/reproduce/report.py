@@ -193,11 +193,11 @@ def summary(records: list[dict], pending: list[str]) -> list[str]:
            + (f"; {len(pending)} not evaluated here" if pending else "")
            + (f"; {others} checks and diagnostics counted apart" if others else "") + "."]
   heads = [r for r in papers_ if r.get("headline")][:5]
-  lines += [f"- [{r['id']}](#{r['id'].replace('.', '')}) ({r['source'].split(';')[0]}): **{r['verdict']}** — "
+  lines += [f"- [{r['id']}](#{r['id'].replace('.', '').lower()}) ({r['source'].split(';')[0]}): **{r['verdict']}** — "
             f"{_first_sentence(r['why'])}." for r in heads]
   subs = on_substitutes(papers_)
-  lines.append("- Data: " + (f"{len(subs)} paper claims ran on offline substitutes of the paper's data (their "
-                             "Data lines say which); the rest on the paper's settings." if subs else
+  lines.append("- Data: " + (f"{len(subs)} paper claim{'s' if len(subs) > 1 else ''} ran on offline substitutes of "
+                             "the paper's data (see their Data lines); the rest on the paper's settings." if subs else
                              "the paper's settings, no substitute data."))
   judged = sum("effect" in r for r in papers_)
   lines.append(f"- Confidence: {judged} of {len(papers_)} paper claims are judged by paired tests from stored "
@@ -249,7 +249,7 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
     if not mine:
       continue
     lines += [f"| {heading} | source | verdict |", "|---|---|---|"]
-    lines += [f"| [{r['id']}](#{r['id'].replace('.', '')}) | {r['source']} | {r['verdict']}"
+    lines += [f"| [{r['id']}](#{r['id'].replace('.', '').lower()}) | {r['source']} | {r['verdict']}"
               f"{' (smoke)' if r['scale'] == 'smoke' else ''} |" for r in mine]
     lines.append("")
   if pending:
@@ -279,7 +279,7 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
       if r["numbers"]:
         key = json.dumps(r["numbers"], sort_keys=True)
         if key in seen_numbers:
-          lines += [f"Numbers: as [{seen_numbers[key]}](#{seen_numbers[key].replace('.', '')}).", ""]
+          lines += [f"Numbers: as [{seen_numbers[key]}](#{seen_numbers[key].replace('.', '').lower()}).", ""]
         else:
           seen_numbers[key] = r["id"]
           lines += ["| number | value |", "|---|---|"]
@@ -288,7 +288,7 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
       lines += [f"![{r['id']}]({p})" for p in r["figures"]]
       ckey = tuple(r["commands"])
       if ckey in seen_commands:
-        lines += ["", f"Commands: as [{seen_commands[ckey]}](#{seen_commands[ckey].replace('.', '')}).", ""]
+        lines += ["", f"Commands: as [{seen_commands[ckey]}](#{seen_commands[ckey].replace('.', '').lower()}).", ""]
       elif r["commands"]:
         seen_commands[ckey] = r["id"]
         lines += ["", "Commands:", "", "```", *_command_groups(r["commands"]), "```", ""]
