@@ -67,8 +67,9 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
   """
   path = os.fspath(path)
   if os.path.isdir(path):
-    plain = os.path.join(path, METRICS_FILE)
-    path = plain if os.path.exists(plain) or not os.path.exists(plain + ".gz") else plain + ".gz"
+    path = os.path.join(path, METRICS_FILE)
+  if not os.path.exists(path) and os.path.exists(path + ".gz"):  # stored evidence keeps it gzipped
+    path += ".gz"
   with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
     lines = [(i, line) for i, line in enumerate(f, 1) if line.strip()]
   records = []
