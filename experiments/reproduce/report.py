@@ -194,8 +194,8 @@ def summary(records: list[dict], pending: list[str]) -> list[str]:
            + (f"; {others} checks and diagnostics counted apart" if others else "") + "."]
   heads = [r for r in papers_ if r.get("headline")][:5]
   lines += [f"- [{r['id']}](#{r['id'].replace('.', '').lower()}) ({r['source'].split(';')[0]}): **{r['verdict']}** — "
-            f"{_first_sentence(r['why'])}" + (f"; weakest comparison p = {r['p']:.2g}, n = {r['n']}" if "p" in r else "")
-            + "." for r in heads]
+            f"{_first_sentence(r['why'])}" + (f"; weakest comparison p = {r['p']:.2g}, n = {r['n']}"
+                                               if "p" in r else "") + "." for r in heads]
   subs = on_substitutes(papers_)
   lines.append("- Data: " + (f"{len(subs)} paper claim{'s' if len(subs) > 1 else ''} ran on offline substitutes of "
                              "the paper's data (see their Data lines); the rest on the paper's settings." if subs else
