@@ -208,22 +208,38 @@ def summary(records: list[dict], pending: list[str]) -> list[str]:
 
 
 def _command_groups(commands: list[str]) -> list[str]:
-  """The commands, grouped by module and flagfile: each group's shared flags once, then one line per
-  run with its own flags (issue 34 item 7)."""
-  import shlex
-  groups: dict[tuple, list[list[str]]] = {}
+  """The commands, compact (issue 34 item 7): runs that differ only in ``--seed=S`` (or ``--attack_target=S``)
+  and an output folder ending in ``S`` become one ``for s in ...`` loop; the rest are written as they are.
+
+  >>> _command_groups(["python -m m --a=1 --seed=0 --output_dir=r/x_s0",
+  ...                  "python -m m --a=1 --seed=1 --output_dir=r/x_s1"])
+  ['for s in 0 1; do python -m m --a=1 --seed=$s --output_dir=r/x_s$s; done']
+  """
+  import re
+  groups: dict[str, list[str]] = {}
+  order: list[str] = []
   for c in commands:
-    tokens = shlex.split(c)
-    key = tuple(t for t in tokens[:4] if not t.startswith("--") or t.startswith("--flagfile"))
-    groups.setdefault(key, []).append(tokens)
-  out: list[str] = []
-  for runs in groups.values():
-    if len(runs) == 1:
-      out.append(shlex.join(runs[0]))
-      continue
-    shared = [t for t in runs[0] if all(t in r for r in runs[1:])]
-    out.append(shlex.join(shared) + " \\")
-    out += ["    " + " ".join(shlex.quote(t) for t in r if t not in shared) for r in runs]
+    # The one integer flag (--seed, --attack_target, ...) whose value ends the output folder's name.
+    out_dir = re.search(r" --output_dir=(\S*?)(\d+)$", c)
+    flag = out_dir and next((f for f in re.finditer(r" --(seed|attack_target)=(\d+)(?= |$)", c[:out_dir.start()])
+                             if f.group(2) == out_dir.group(2)), None)
+    if out_dir and flag:
+      key = (f"{c[:flag.start()]} --{flag.group(1)}=$s{c[flag.end():out_dir.start()]} "
+             f"--output_dir={out_dir.group(1)}$s")
+      if key not in groups:
+        order.append(key)
+      groups.setdefault(key, []).append(out_dir.group(2))
+    else:
+      order.append(c)
+  out = []
+  for key in order:
+    seeds = groups.get(key)
+    if seeds is None:
+      out.append(key)
+    elif len(seeds) == 1:
+      out.append(key.replace("$s", seeds[0]))
+    else:
+      out.append(f"for s in {' '.join(seeds)}; do {key}; done")
   return out
 
 
@@ -267,9 +283,7 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
                 f"**Criterion**: {r['criterion']}", "",
                 f"**Verdict**: {_verdict_text(r)} (scale {r['scale']}, {_timing(r)}). {r['why']}", ""]
       if r.get("comparisons"):
-        lines += ["**Comparisons** (the claimed method first; a positive effect favours the claim):", ""]
-        lines += [f"- {_comparison_line(c)}" for c in r["comparisons"]]
-        lines.append("")
+        lines += _comparison_table(r["comparisons"])
       if r.get("data"):
         lines += ["**Data**: " + "; ".join(r["data"].values()), ""]
       if r.get("note"):  # e.g. the criterion changed after this record was evaluated
@@ -277,14 +291,19 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
       for h in r.get("history", []):
         lines += [f"**Earlier verdict** ({h['replaced']}, {h['reason']}): {h['verdict']} under "
                   f"\"{h['criterion']}\"", ""]
-      if r["numbers"]:
+      if r["numbers"] and r.get("comparisons"):  # the comparisons carry the verdict; per-seed numbers in the JSON
+        lines += [f"Per-seed numbers ({len(r['numbers'])}): `claims.json`.", ""]
+      elif r["numbers"]:
         key = json.dumps(r["numbers"], sort_keys=True)
         if key in seen_numbers:
           lines += [f"Numbers: as [{seen_numbers[key]}](#{seen_numbers[key].replace('.', '').lower()}).", ""]
         else:
           seen_numbers[key] = r["id"]
+          items = list(r["numbers"].items())
           lines += ["| number | value |", "|---|---|"]
-          lines += [f"| {k} | {_fmt(v)} |" for k, v in r["numbers"].items()]
+          lines += [f"| {k} | {_fmt(v)} |" for k, v in items[:MAX_NUMBERS]]
+          if len(items) > MAX_NUMBERS:
+            lines.append(f"| ... {len(items) - MAX_NUMBERS} more in claims.json | |")
           lines.append("")
       lines += [f"![{r['id']}]({p})" for p in r["figures"]]
       ckey = tuple(r["commands"])
@@ -297,12 +316,22 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
     f.write("\n".join(lines).rstrip("\n") + "\n")
 
 
-def _comparison_line(c: dict) -> str:
-  wl = f", {c['wins']}/{c['losses']}/{c['ties']} wins/losses/ties" if c["wins"] + c["losses"] + c["ties"] else ""
-  cens = f", {c['censored']} never reached" if c["censored"] else ""
-  lo, hi = c["ci95"]
-  return (f"{c['name']}: {c['effect_name']} {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] ({c['test']}, "
-          f"n = {c['n']}, p = {c['p']:.3g}{wl}{cens}): **{c['outcome']}**")
+MAX_NUMBERS = 12  # rows of a claim's numbers table in report.md; claims.json keeps them all
+
+
+def _comparison_table(comparisons: list[dict]) -> list[str]:
+  """The comparisons as one table; the test and the effect's meaning written once when shared."""
+  tests = sorted({c["test"] for c in comparisons})
+  effects = sorted({c["effect_name"] for c in comparisons})
+  lines = [f"**Comparisons** (the claimed method first; test: {' / '.join(tests)}; effect: {' / '.join(effects)}, "
+           "positive favours the claim):", "", "| comparison | effect [95% CI] | n | p | won / lost / tied (never) "
+           "| outcome |", "|---|---|---|---|---|---|"]
+  for c in comparisons:
+    lo, hi = c["ci95"]
+    never = f" ({c['censored']})" if c["censored"] else ""
+    lines.append(f"| {c['name']} | {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] | {c['n']} | {c['p']:.2g} | "
+                 f"{c['wins']} / {c['losses']} / {c['ties']}{never} | **{c['outcome']}** |")
+  return [*lines, ""]
 
 
 def write_index(root: str, papers: dict[str, str]) -> None:
