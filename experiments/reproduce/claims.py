@@ -488,11 +488,9 @@ class Context:
 
   def run_dir(self, name: str) -> str:
     """The folder of run ``name`` (``root/runs/<name>``, or the name :meth:`resolve` gave it on the
-    paper's own data; with ``from_evidence``, its evidence folder), for a diagnostic that rebuilds a
-    run's task from its ``config.json``."""
-    if self.from_evidence:
-      return os.path.join(self.evidence_dir, self._renamed.get(name, name))
-    return os.path.join(self.root, "runs", self._renamed.get(name, name))
+    paper's own data), for a diagnostic script that rebuilds a run's task from its ``config.json``; with
+    ``from_evidence`` the folder the commands name (the script's own evidence is read, not the run)."""
+    return os.path.join(self.command_root, "runs", self._renamed.get(name, name))
 
   def _config(self, name: str) -> dict:
     with open(os.path.join(self.run_dir(name), "config.json")) as f:

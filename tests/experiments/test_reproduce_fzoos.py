@@ -256,7 +256,18 @@ def test_attack_and_metric(tmp_path, finals, verdict):
   assert (reach == 1.0) if finals[0] <= 2.0 else reach != reach  # nan: never reached
   assert ev.numbers["seeds (targets) on which FZooS reaches the best baseline's final objective"] == (
       1 if finals[0] <= 2.0 else 0)
-  assert fz.metric(Ctx(tmp_path, {"metric_s0": run})).verdict == verdict
+  assert fz.metric(Ctx(tmp_path, {"metric_s0": run})).verdict == "inconclusive"  # one seed: too few
+
+
+@pytest.mark.parametrize("fd_end, verdict", [(2.0, "reproduced"), (4.0, "inconclusive"), (0.5, "not reproduced")])
+def test_metric_pairs_seeds_and_a_flat_substitute_decides_nothing(tmp_path, fd_end, verdict):
+  # 5 seeds; FZooS ends at 1.0. FD baselines at 4.0 = F(x_0) on every seed: flat, no evidence either way.
+  runs = {f"metric_s{s}": {"fzoos": _h([4.0 + 0.01 * s, 1.0 + 0.01 * s]),
+                           "fedzo_fd": _h([4.0 + 0.01 * s, fd_end + 0.01 * s])} for s in range(5)}
+  ev = fz.metric(Ctx(tmp_path, runs, scale="paper"))
+  assert ev.verdict == verdict, ev.why
+  if verdict == "inconclusive":
+    assert ev.why.startswith("flat substitute")
 
 
 def test_attack_compares_at_fzoos_queries_too(tmp_path):
