@@ -182,6 +182,19 @@ def _first_sentence(text: str, limit: int = 170) -> str:
   return head if len(head) <= limit else head[:limit - 1].rstrip() + "…"
 
 
+def _held(r: dict) -> str:
+  """One line for a judged claim: its comparisons that hold, per setting (the part of a comparison's name
+  before ``:``), e.g. ``paired comparisons holding (p < 0.05, n = 5): C=0.5 4/4, C=5 4/4, C=50 0/4``."""
+  groups: dict[str, list[str]] = {}
+  for c in r["comparisons"]:
+    groups.setdefault(c["name"].split(":")[0] if ":" in c["name"] else "", []).append(c["outcome"])
+  n = sorted({c["n"] for c in r["comparisons"]})
+  parts = ([f"{k} {v.count('holds')}/{len(v)}" for k, v in groups.items()] if "" not in groups
+           else [f"{c['name']} {c['outcome']}" for c in r["comparisons"]])
+  reason = r["why"].split(":")[0] + "; " if r["verdict"] == "inconclusive" else ""
+  return (f"{reason}paired comparisons holding (p < 0.05, n = {'/'.join(map(str, n))}): " + ", ".join(parts))
+
+
 def summary(records: list[dict], pending: list[str]) -> list[str]:
   """The report's opening (at most 8 lines): the paper claims' verdict counts, each headline claim
   with its verdict and one line of why, the data used and how the verdicts were judged."""
@@ -194,8 +207,7 @@ def summary(records: list[dict], pending: list[str]) -> list[str]:
            + (f"; {others} checks and diagnostics counted apart" if others else "") + "."]
   heads = [r for r in papers_ if r.get("headline")][:5]
   lines += [f"- [{r['id']}](#{r['id'].replace('.', '').lower()}) ({r['source'].split(';')[0]}): **{r['verdict']}** — "
-            f"{_first_sentence(r['why'])}" + (f"; weakest comparison p = {r['p']:.2g}, n = {r['n']}"
-                                               if "p" in r else "") + "." for r in heads]
+            + (_held(r) if r.get("comparisons") else _first_sentence(r["why"])) + "." for r in heads]
   subs = on_substitutes(papers_)
   lines.append("- Data: " + (f"{len(subs)} paper claim{'s' if len(subs) > 1 else ''} ran on offline substitutes of "
                              "the paper's data (see their Data lines); the rest on the paper's settings." if subs else
