@@ -436,7 +436,8 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
   ``num_classes``. Score it with ``fedsim.tasks.functional.cache_view(task)``.
 
   Raises:
-    ValueError: unknown variant / schedule / oracle, or bad settings.
+    ValueError: unknown variant / schedule / oracle, bad settings, or a task without labelled
+      client samples (ffgb_l: without square loss), before anything compiles.
   """
   variant = CODE_PRESETS.get(name, name)
   if variant not in VARIANTS:
@@ -449,8 +450,12 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
     raise ValueError(f"local_steps must be >= 1; got {cfg.local_steps}")
   if not 0 < cfg.gamma <= 1:
     raise ValueError(f"gamma must be in (0, 1]; got {cfg.gamma}")
+  if not {"x", "y", "mask"} <= set(getattr(task, "client_data", None) or {}):
+    raise ValueError(f"{name} needs a task whose clients hold labelled samples (x, y), e.g. softmax, mlp, cnn "
+                     f"or shift_tabular; {task.name!r} has none")
   if variant == "ffgb_l" and task.info.get("loss", "ce") != "square":
-    raise ValueError("ffgb_l needs a square-loss task (problem (14))")
+    raise ValueError(f"ffgb_l needs a square-loss task (problem (14)): task=shift_tabular with tabular_loss=square; "
+                     f"{task.name!r} has loss {task.info.get('loss', 'ce')}")
   if cfg.ffgb_l_query not in ("fixed", "printed"):
     raise ValueError(f"ffgb_l_query must be fixed or printed; got {cfg.ffgb_l_query!r}")
   N = task.num_clients
