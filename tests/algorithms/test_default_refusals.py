@@ -74,3 +74,17 @@ def test_ffgb_refuses_a_task_without_labelled_samples_before_compiling(name):
   assert e.value.flag == "algorithm"
   with pytest.raises(ValueError, match="ffgb_l needs a square-loss task .*tabular_loss=square"):
     algorithms.build("ffgb_l", _task("softmax", hidden_width=4))
+
+
+def test_a_function_space_task_refuses_every_algorithm_but_the_ffgb_family():
+  # shift_tabular has value caches and no parameter vector: fedavg used to fail while tracing its round.
+  task = _task("shift_tabular", samples_per_client=6)
+  with pytest.raises(ConfigError, match=r"shift_tabular is a function-space task .*FFGB family \(ffgb, .*, not fedavg"):
+    algorithms.build("fedavg", task)
+  algorithms.build("ffgb", task)
+
+
+def test_ffgb_refuses_a_task_without_class_labels_or_square_loss():
+  # logistic_soft's float labels used to fail while tracing (cross-entropy needs integer labels).
+  with pytest.raises(ValueError, match=r"ffgb needs class labels .*or a square-loss task"):
+    algorithms.build("ffgb", _task("logistic_soft"))
