@@ -20,7 +20,7 @@ engine's programs compile with XLA's CPU optimisation off (compile time dominate
 
 Measured on the 2-core machine while another job loaded it (load average ~5): the
 default subset, 25 pairs, 30 s in-process (-n 0), 40 s wall with -n 2; the slow matrix,
-756 pairs (about 200 refusals), 21.6 min wall with -n 2 (20 CPU min), FZooS on the
+756 pairs (248 of them refusals: 124 listed pairs x 2 precisions), 21.6 min wall with -n 2 (20 CPU min), FZooS on the
 CNN tasks the slowest (140-200 s: d = 14,538 with M = 10,000 features).
 """
 
