@@ -101,9 +101,14 @@ def build(name: str, task, **hparams):
   Raises:
     ConfigError: unknown algorithm name, unknown hyperparameter (with a "did
       you mean" suggestion) or an invalid value, before anything compiles
-      (:func:`make_config`).
+      (:func:`make_config`); a function-space task (``task.info["function_space"]``,
+      e.g. shift_tabular) for an algorithm outside the FFGB family (flag ``task``).
   """
   cfg = make_config(name, **hparams)
+  if task.info.get("function_space") and not isinstance(cfg, FFGBConfig):
+    family = [n for n, (cls, _, _) in REGISTRY.items() if cls is FFGBConfig]
+    raise ConfigError("task", f"{task.name} is a function-space task (value caches, no parameter vector): it runs "
+                              f"the FFGB family ({', '.join(family)}), not {name}")
   return REGISTRY[name][2](task, cfg, name=name)
 
 

@@ -436,7 +436,9 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
   ``num_classes``. Score it with ``fedsim.tasks.functional.cache_view(task)``.
 
   Raises:
-    ValueError: unknown variant / schedule / oracle, or bad settings.
+    ValueError: unknown variant / schedule / oracle, bad settings, or a task without labelled
+      client samples, class labels (ce) or square loss (ffgb_l: without square loss), before
+      anything compiles.
   """
   variant = CODE_PRESETS.get(name, name)
   if variant not in VARIANTS:
@@ -449,8 +451,16 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
     raise ValueError(f"local_steps must be >= 1; got {cfg.local_steps}")
   if not 0 < cfg.gamma <= 1:
     raise ValueError(f"gamma must be in (0, 1]; got {cfg.gamma}")
+  if not {"x", "y", "mask"} <= set(getattr(task, "client_data", None) or {}):
+    raise ValueError(f"{name} needs a task whose clients hold labelled samples (x, y), e.g. softmax, mlp, cnn "
+                     f"or shift_tabular; {task.name!r} has none")
+  if task.info.get("loss", "ce") == "ce" and not (jnp.issubdtype(task.client_data["y"].dtype, jnp.integer)
+                                                  and ("num_classes" in task.info or "num_outputs" in task.info)):
+    raise ValueError(f"{name} needs class labels (integer y and the task's num_classes: softmax, mlp, cnn, ...) "
+                     f"or a square-loss task (shift_tabular); {task.name!r} has neither")
   if variant == "ffgb_l" and task.info.get("loss", "ce") != "square":
-    raise ValueError("ffgb_l needs a square-loss task (problem (14))")
+    raise ValueError(f"ffgb_l needs a square-loss task (problem (14)): task=shift_tabular with tabular_loss=square; "
+                     f"{task.name!r} has loss {task.info.get('loss', 'ce')}")
   if cfg.ffgb_l_query not in ("fixed", "printed"):
     raise ValueError(f"ffgb_l_query must be fixed or printed; got {cfg.ffgb_l_query!r}")
   N = task.num_clients
@@ -558,9 +568,12 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
               jnp.zeros((m,), jnp.int32), gh)
     return FFGBState(f_train=jnp.zeros((N, M, C)), f_test=jnp.zeros((M_test, C)),
                      t=jnp.zeros((), jnp.int32), comm=jnp.float32(2.0), gamma_hat=gh,
-                     gamma_hat_min_all=jnp.float32(jnp.inf), clip_change=jnp.zeros(()),
+                     gamma_hat_min_all=jnp.full((), jnp.inf, gh.dtype), clip_change=jnp.zeros(()),
                      hbar=hbar, store=store,
                      diag={k: jnp.float32(jnp.nan) for k in diag_keys(variant)})
+
+  def as_f32(d):
+    return {k: jnp.asarray(v).astype(jnp.float32) for k, v in d.items()}
 
   def round_fn(state: FFGBState, key, data):
     t = state.t
@@ -570,7 +583,7 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
 
       def fresh(_):
         ids, th, gh, _, tr, te, dl = compute(key, data, state, etas)
-        return (tr, te, th, ids, gh), dl
+        return (tr, te, th, ids, gh), as_f32(dl)
       hbar, dl = jax.lax.cond(t == 0, fresh,
                               lambda _: (state.hbar, {k: state.diag[k] for k in lkeys}), None)
       tr, te, thetas, ids, gh = hbar
@@ -582,14 +595,14 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
     rho, w = weights(etas)
     f_train = rho * state.f_train + jnp.einsum("k,knmc->nmc", w, tr)
     f_test = rho * state.f_test + jnp.einsum("k,kmc->mc", w, te)
-    diag = dict(dl)
+    diag = as_f32(dl)  # float32 logs (FFGBState.diag), with --x64 too
     mask = data["clients"]["mask"]
     if variant == "ffgb_c":  # entries of f^{t+1} that the output projection Pi_B changes
       n_b = jnp.sum(mask[..., None] & (jnp.abs(f_train) > B)) + jnp.sum(jnp.abs(f_test) > B)
       den = (jnp.sum(mask) + M_test) * C
       diag["clip_fraction_B"] = n_b.astype(jnp.float32) / jnp.maximum(den, 1).astype(jnp.float32)
     if variant == "ffgb_l":  # ||f^{t+1}||_lip on each client's points (C = {||f||_lip <= L/gamma})
-      diag["f_lip"] = jnp.max(jax.vmap(empirical_lip)(f_train, data["clients"]["x"], mask))
+      diag["f_lip"] = jnp.max(jax.vmap(empirical_lip)(f_train, data["clients"]["x"], mask)).astype(jnp.float32)
     store = state.store
     if store is not None:
       slot = t % R

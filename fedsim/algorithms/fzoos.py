@@ -142,7 +142,8 @@ class FZooSConfig:
     gp_noise: sigma^2 of the GP = 1e-6 ([code] ``alpha``).
     gp_window: history points nearest to x in the local GP = 150 ([code]).
     rff_window: points nearest to x_r in the RFF fit = 500 ([code]).
-    rff_ridge: sigma^2 of the RFF fit (code: 0, min-norm; 1e-8 numerically).
+    rff_ridge: sigma^2 of the RFF fit (code: 0, min-norm; 1e-8 numerically); float32 fits
+      add u tr(Phi Phi^T) (rffm.float32_jitter: the windows are near-singular), float64 none.
     rff_cache: 0 (default): every eq. 6 fit computes its window's features and
       Gram afresh (rffm.fit_weights, all clients vmapped): the curves of earlier
       fedsim versions. 1: each client keeps its last RFF window's features and

@@ -84,8 +84,9 @@ def make_tabular_task(x, y, mask=None, x_test=None, y_test=None, name: str = "ta
     info: extra task description.
 
   Returns:
-    A Task (``info["loss"] = loss``) meant for FFGB-family algorithms; its
-    ``evaluate`` is :func:`cache_view`'s.
+    A Task (``info["loss"] = loss``, ``info["function_space"] = True``: no parameter
+    vector, so ``fedsim.algorithms.build`` refuses every algorithm but the FFGB family)
+    meant for FFGB-family algorithms; its ``evaluate`` is :func:`cache_view`'s.
   """
   x = jnp.asarray(x, jnp.float32)
   ydt = jnp.float32 if loss == "square" else jnp.int32
@@ -109,7 +110,7 @@ def make_tabular_task(x, y, mask=None, x_test=None, y_test=None, name: str = "ta
   task = Task(name=name, num_clients=int(N), init_params=lambda k: jnp.zeros(()), data=data,
               loss=unsupported, sample_batch=unsupported, full_batch=lambda c: c,
               evaluate=lambda p, d: {}, stochastic=False,
-              info={"loss": loss, "num_outputs": num_out,
+              info={"loss": loss, "num_outputs": num_out, "function_space": True,
                     "n_train": int(np.sum(mask)), **(info or {})})
   return cache_view(task)
 

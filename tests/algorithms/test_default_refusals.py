@@ -4,6 +4,8 @@ FedLRGD on ``ridge`` with the default rank 8 > p + 1 (every G^(i) exactly singul
 fedsim/tasks/ridge.py) used to stop at round 1 on a NaN objective; the FD baselines with
 orthogonal directions on a 2-dimensional task used to end in a traceback raised while tracing.
 Both are now a ConfigError naming the setting and what works, and the CLI prints one line.
+The FFGB family on a task without labelled samples (quadratic, ackley, the attacks) used to end
+in a KeyError while building; it is refused like FedLRGD on a task without server data.
 """
 
 from __future__ import annotations
@@ -60,3 +62,29 @@ def test_cli_refuses_in_one_line_with_exit_2(tmp_path, args, line):
                        capture_output=True, text=True, timeout=120)
   assert out.returncode == 2, out.stderr[-2000:]
   assert out.stderr.strip().startswith(line) and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+@pytest.mark.parametrize("name", ["ffgb", "ffgb_c", "ffgb_l"])
+def test_ffgb_refuses_a_task_without_labelled_samples_before_compiling(name):
+  # It used to end in a KeyError ('x') raised while building; fedsim.run words it as a ConfigError.
+  config = fedsim.ExperimentConfig(task="quadratic", task_options={"dim": 3}, num_clients=2, clients_per_round=2,
+                                   algorithms=name, rounds=1, progress=False)
+  with pytest.raises(ConfigError, match=rf"{name}: {name} needs a task whose clients hold labelled samples") as e:
+    fedsim.run(config)
+  assert e.value.flag == "algorithm"
+  with pytest.raises(ValueError, match="ffgb_l needs a square-loss task .*tabular_loss=square"):
+    algorithms.build("ffgb_l", _task("softmax", hidden_width=4))
+
+
+def test_a_function_space_task_refuses_every_algorithm_but_the_ffgb_family():
+  # shift_tabular has value caches and no parameter vector: fedavg used to fail while tracing its round.
+  task = _task("shift_tabular", samples_per_client=6)
+  with pytest.raises(ConfigError, match=r"shift_tabular is a function-space task .*FFGB family \(ffgb, .*, not fedavg"):
+    algorithms.build("fedavg", task)
+  algorithms.build("ffgb", task)
+
+
+def test_ffgb_refuses_a_task_without_class_labels_or_square_loss():
+  # logistic_soft's float labels used to fail while tracing (cross-entropy needs integer labels).
+  with pytest.raises(ValueError, match=r"ffgb needs class labels .*or a square-loss task"):
+    algorithms.build("ffgb", _task("logistic_soft"))

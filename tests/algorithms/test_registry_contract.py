@@ -376,13 +376,7 @@ EXPECTED = {
 # ------------------------------------------------------------------ known failures
 
 # (check, name) -> reason. strict: the case fails today; fixing it turns the xfail into an error.
-KNOWN = {
-    ("finite", "fzoos"): (
-        "FZooS's RFF fit (fedsim/estimators/rff.py fit_weights, rff_ridge = 1e-8 in float32) "
-        "returns non-finite weights w (Cholesky of a near-singular window Gram matrix; the "
-        "1e-6 jitter retry is too small in float32) by round 2 and x is NaN a round later; "
-        "also at the pure defaults on the quadratic, d = 20 and 25"),
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def names(check):

@@ -204,3 +204,37 @@ def test_cached_fit_equals_fit_weights_over_a_sequence_of_windows():
     X2[0] += 1.0
     w_stale, _ = cached(X2, Hy[rows], mask, ids[rows].astype(np.int32), cache)
     assert float(jnp.max(jnp.abs(w_stale - plain(X2, Hy[rows], mask)))) > 1e-6
+
+
+@pytest.mark.parametrize("n, M, radius", [(60, 2000, 0.01), (60, 2000, 1.0)])
+def test_float32_fit_of_a_near_singular_window_is_finite_and_near_the_float64_fit(n, M, radius):
+  """FZooS's windows (queries within `radius` of x_r, SE kernel l = 1, y min-max normalised):
+  at radius 0.01 the float32 Cholesky of G + sigma^2 I fails with the code's sigma^2 = 1e-8
+  and the 1e-6 retry (checked: the fit was NaN before rff.float32_jitter); with the u tr(G)
+  floor the float32 w is finite, interpolates y to 1% and gives eq. 7's gradient at x_r within
+  2% of the float64 fit of the same draw and window."""
+  with jax.enable_x64(True):
+    r64 = rff.draw(jax.random.key(5), M, 4, 1.0, jnp.float64)
+    rs = np.random.default_rng(0)
+    x0 = rs.normal(size=4)
+    X = x0 + radius * rs.uniform(-1, 1, size=(n, 4))
+    y = np.sum((X - 0.3) ** 2, 1)
+    y = (y - y.min()) / (y.max() - y.min())
+    mask = jnp.ones(n, bool)
+    w64 = rff.fit_weights(r64, jnp.asarray(X), jnp.asarray(y), mask, 1e-8)
+    r32 = rff.RFF(r64.V.astype(jnp.float32), r64.b.astype(jnp.float32))
+    X32, y32 = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
+    phi32 = rff.features(r32, X32)
+    old = jnp.linalg.cholesky(phi32 @ phi32.T + (1e-8 + 1e-6 + 1e-6) * jnp.eye(n, dtype=jnp.float32))
+    assert bool(jnp.all(jnp.isfinite(old))) == (radius > 0.1)  # without the floor: no factor at 0.01
+    w32 = rff.fit_weights(r32, X32, y32, mask, 1e-8)
+    assert w32.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(w32)))
+    w = w32.astype(jnp.float64)
+    Phi = rff.features(r64, jnp.asarray(X))
+    assert float(jnp.linalg.norm(Phi @ w - y) / np.linalg.norm(y)) < 1e-2
+    g64, g32 = rff.gradient(r64, w64, jnp.asarray(x0)), rff.gradient(r64, w, jnp.asarray(x0))
+    assert float(jnp.linalg.norm(g32 - g64) / jnp.linalg.norm(g64)) < 2e-2
+    # The float64 fit is eq. 6 with sigma^2 as given (no floor): --x64 runs are unchanged.
+    A = np.asarray(Phi @ Phi.T) + 1e-8 * np.eye(n)
+    np.testing.assert_allclose(w64, np.asarray(Phi).T @ np.linalg.solve(A, y), rtol=1e-6,
+                               atol=1e-6 * float(jnp.max(jnp.abs(w64))))
