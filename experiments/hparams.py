@@ -74,5 +74,18 @@ def main(argv: list[str]) -> int:
   return 0
 
 
+def _run() -> int:
+  """``main``, quiet when a pager or ``head`` closes the pipe early (the Python docs' recipe: stdout pointed
+  at devnull so the interpreter's final flush does not raise again)."""
+  try:
+    code = main(sys.argv)
+    sys.stdout.flush()
+    return code
+  except BrokenPipeError:
+    import os
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 if __name__ == "__main__":
-  sys.exit(main(sys.argv))
+  sys.exit(_run())

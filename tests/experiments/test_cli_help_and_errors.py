@@ -138,3 +138,13 @@ def test_sweep_suggests_a_name_and_names_each_differing_flag_once(tmp_path):
   (tmp_path / "sweep_config.json").write_text(json.dumps({"rounds": 30}))
   line = _one_line(_binary("experiments.sweep", "--algorithm=fedavg", "--rounds=20", f"--output_dir={tmp_path}"))
   assert "--rounds: stored 30, given 20" in line and line.count("--rounds") == 1, line
+
+
+def test_hparams_binary_is_quiet_when_the_reader_closes_the_pipe():
+  # `python -m experiments.hparams fedzo | head -2`: the reader goes away before the table is written
+  # (here at once, so the write always finds the pipe closed).
+  proc = subprocess.Popen([sys.executable, "-m", "experiments.hparams", "fedzo"], cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  proc.stdout.close()
+  err = proc.stderr.read()
+  assert proc.wait(timeout=300) == 0 and "Traceback" not in err, err[-2000:]
