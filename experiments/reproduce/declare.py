@@ -91,6 +91,8 @@ def saturated(runs: Sequence[dict[str, list[dict]]], a: str, b: str, metric: str
   for run in runs:
     finite = [sign * r[metric] for lab in run for r in run[lab]
               if r.get(metric) is not None and math.isfinite(r[metric])]
+    if run[a][0].get(metric) is None:  # no value at round 0 (a diagnostic metric): no gap to measure
+      return False
     floor, start = min(finite), sign * run[a][0][metric]
     # Both at the floor at the end and already three quarters of the way through the run (a flat tail:
     # two curves still moving together are not saturated).

@@ -176,11 +176,16 @@ def _cos_run(fz_cos, early, late, fd_cos=0.2):
 
 @pytest.mark.parametrize("cos,early,late,verdict", [(0.5, 0.6, 0.4, "reproduced"),
                                                     (0.5, 0.4, 0.6, "partly reproduced"),
-                                                    (0.1, 0.2, 0.0, "not reproduced")])
+                                                    (0.1, 0.2, 0.3, "not reproduced")])
 def test_fig4_cosine(tmp_path, cos, early, late, verdict):
-  ev = fz.fig4_cosine(Ctx(tmp_path, {"fig1_paper_C0.5_s0": _cos_run(cos, early, late)}))
-  assert ev.verdict == verdict
-  assert ev.numbers["cos(direction, grad F) fzoos"].mean == cos
+  # Paper scale: 5 seeds of each preset, seed s shifting every cosine by 0.01 s (a paired design).
+  runs = {f"fig4{tag}_s{s}": _cos_run(cos + 0.01 * s, early + 0.01 * s, late + 0.01 * s, fd_cos=0.2 + 0.01 * s)
+          for tag in ("", "_code") for s in range(5)}
+  ev = fz.fig4_cosine(Ctx(tmp_path, runs, scale="paper"))
+  assert ev.verdict == verdict, ev.why
+  assert len(ev.comparisons) == 2 * (len(FD) + 1)
+  assert ev.comparisons[-1].name == "code preset: fzoos cosine late (t > T/2) vs early (t <= T/2)"
+  assert fz.fig4_cosine(Ctx(tmp_path, {"fig1_paper_C0.5_s0": _cos_run(cos, early, late)})).verdict == "inconclusive"
 
 
 def _paper_fig6(c, finals):
@@ -431,17 +436,11 @@ def test_fig6_gaps_within_seed_noise_are_not_effects(tmp_path):
   assert ev.verdict == "partly reproduced" and "the gain grows with C" in ev.why
 
 
-def test_fig4_cosine_within_seed_noise(tmp_path):
-  def runs(spread):
-    return {f"fig4_s{s}": _cos_run(0.25 + (s - 2) * spread, 0.3 + (s - 2) * spread, 0.2 + (s - 2) * spread)
-            for s in range(5)}
-  assert fz.fig4_cosine(Ctx(tmp_path, runs(0.001), scale="paper")).verdict == "reproduced"
-  ev = fz.fig4_cosine(Ctx(tmp_path, runs(0.05), scale="paper"))
-  assert ev.verdict == "not reproduced"
-  # Paired diagnostic: FZooS (0.15, 0.2, 0.25, 0.3, 0.35 by seed) above the FD baselines' 0.2 on 3 seeds.
-  assert ev.numbers["seeds with the fzoos cosine above fedzo_fd"] == 3.0
-  assert "FZooS above on 3 of 5 seeds" in ev.why
-
+def test_fig4_cosine_pairs_the_seeds(tmp_path):
+  # FZooS 0.05 above the FD baselines on every seed, the seeds themselves spread by 0.1 (unpaired: noise).
+  runs = {f"fig4{tag}_s{s}": _cos_run(0.25 + 0.1 * s, 0.3 + 0.1 * s, 0.2 + 0.1 * s, fd_cos=0.2 + 0.1 * s)
+          for tag in ("", "_code") for s in range(5)}
+  assert fz.fig4_cosine(Ctx(tmp_path, runs, scale="paper")).verdict == "reproduced"
 
 def test_fig8_sweeps_judge_every_setting_on_the_15_targets(tmp_path):
   # T = 10 (the attack claims' own runs): FZooS first succeeds at round 5 on every target, fedzo_fd
