@@ -140,15 +140,14 @@ def _plain(v: float) -> float | str:
 
 def judged(comparisons: Sequence[stats.Comparison], inconclusive: str | None = None) -> tuple[str, str]:
   """(verdict, why) of a declared claim: :func:`experiments.reproduce.stats.verdict` and one sentence
-  that counts the comparisons by outcome and names those that did not hold."""
+  that counts the comparisons by outcome (the record's ``comparisons`` name each)."""
   verdict, reason = stats.verdict(comparisons, inconclusive)
   n = len(comparisons)
-  parts = [f"{sum(c.outcome == 'holds' for c in comparisons)} of {n} paired comparisons hold "
-           f"(one-sided p < {stats.ALPHA})"]
-  for outcome, words in (("opposite", "the other way"), ("undecided", "undecided"),
-                         ("too few", "too few differing pairs to decide"), ("saturated", "saturated at the floor")):
-    names = [c.name for c in comparisons if c.outcome == outcome]
-    if names:
-      parts.append(f"{words}: {'; '.join(names)}")
-  why = ". ".join(parts)
+  counts = [f"{k} {words}" for words, k in (
+      ("the other way", sum(c.outcome == "opposite" for c in comparisons)),
+      ("undecided", sum(c.outcome == "undecided" for c in comparisons)),
+      ("with too few pairs to decide", sum(c.outcome == "too few" for c in comparisons)),
+      ("saturated at the floor", sum(c.outcome == "saturated" for c in comparisons))) if k]
+  why = (f"{sum(c.outcome == 'holds' for c in comparisons)} of {n} paired comparisons hold (one-sided p < "
+         f"{stats.ALPHA})" + (f"; {', '.join(counts)}" if counts else "") + " (each named in the comparisons)")
   return verdict, (f"{reason}: {why}" if reason else why)

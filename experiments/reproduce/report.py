@@ -166,7 +166,7 @@ SMOKE_NOTE = ("Smoke runs check the machinery (every claim's commands run and ar
 def _verdict_text(r: dict) -> str:
   """``verdict`` with, for a claim judged by the statistics, its effect, CI, n, test and p."""
   text = r["verdict"]
-  if "effect" in r:
+  if "effect" in r and len(r.get("comparisons", ())) == 1:  # several: the comparisons table says it
     lo, hi = r["ci95"]
     text += (f" — {r['effect_name']} {_num(r['effect'])} [95% CI {_num(lo)}, {_num(hi)}], n = {r['n']}, "
              f"{r['statistic']}, p = {r['p']:.3g}")
@@ -289,10 +289,13 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
               + ", ".join(subs) + ".", ""]
   seen_commands: dict[tuple, str] = {}
   seen_numbers: dict[str, str] = {}
+  seen_criteria: dict[str, str] = {}
   for kind, _ in kinds:
     for r in (r for r in records if r.get("kind", "paper") == kind):
+      first = seen_criteria.setdefault(r["criterion"], r["id"])
+      criterion = r["criterion"] if first == r["id"] else f"as [{first}](#{first.replace('.', '').lower()})"
       lines += [f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']}", "",
-                f"**Criterion**: {r['criterion']}", "",
+                f"**Criterion**: {criterion}", "",
                 f"**Verdict**: {_verdict_text(r)} (scale {r['scale']}, {_timing(r)}). {r['why']}", ""]
       if r.get("comparisons"):
         lines += _comparison_table(r["comparisons"])
@@ -335,13 +338,19 @@ def _comparison_table(comparisons: list[dict]) -> list[str]:
   """The comparisons as one table; the test and the effect's meaning written once when shared."""
   tests = sorted({c["test"] for c in comparisons})
   effects = sorted({c["effect_name"] for c in comparisons})
-  lines = [f"**Comparisons** (the claimed method first; test: {' / '.join(tests)}; effect: {' / '.join(effects)}, "
-           "positive favours the claim):", "", "| comparison | effect [95% CI] | n | p | won / lost / tied (never) "
-           "| outcome |", "|---|---|---|---|---|---|"]
+  # Names are "<setting>: <measure>, <claimed> vs <other>"; a measure every row shares goes in the heading.
+  measures = {c["name"].split(": ", 1)[1].split(", ", 1)[0] for c in comparisons
+              if ": " in c["name"] and ", " in c["name"].split(": ", 1)[1]}
+  shared = measures.pop() if len(measures) == 1 and all(": " in c["name"] for c in comparisons) else None
+  lines = [f"**Comparisons** ({'measure: ' + shared + '; ' if shared else ''}the claimed method first; test: "
+           f"{' / '.join(tests)}; effect: {' / '.join(effects)}, positive favours the claim):", "",
+           "| comparison | effect [95% CI] | n | p | won / lost / tied (never) | outcome |",
+           "|---|---|---|---|---|---|"]
   for c in comparisons:
     lo, hi = c["ci95"]
     never = f" ({c['censored']})" if c["censored"] else ""
-    lines.append(f"| {c['name']} | {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] | {c['n']} | {c['p']:.2g} | "
+    name = c["name"].replace(f": {shared}, ", ", ") if shared else c["name"]
+    lines.append(f"| {name} | {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] | {c['n']} | {c['p']:.2g} | "
                  f"{c['wins']} / {c['losses']} / {c['ties']}{never} | **{c['outcome']}** |")
   return [*lines, ""]
 

@@ -158,6 +158,13 @@ def test_fig2a_residual_pairs_the_seeds(tmp_path):
   ev = F.fig2a_residual(PaperSeeds(tmp_path, runs=_residual_runs((0.1, 0.61, 0.81), (0.1, 0.6, 0.8), spread=0.05)))
   assert ev.verdict == "reproduced" and ev.comparisons[-1].wins == 5
 
+
+@pytest.mark.parametrize("finals, verdict", [
+    ((0.5, 0.6, 0.65, 0.7, 0.8), "reproduced"),
+    ((0.5, 0.6, 0.6, 0.7, 0.8), "partly reproduced"),  # a tie is not a rise
+    ((0.5, 0.7, 0.6, 0.7, 0.8), "partly reproduced"),
+    ((0.8, 0.7, 0.6, 0.7, 0.8), "not reproduced"),
+])
 def test_fig2b_k_sweep(tmp_path, finals, verdict):
   runs = {"k_sweep_seed0": {k: _hist(0.5, train=(0.1, v), objective=(2.3, 1.0)) for k, v in zip(F.K_LABELS, finals)}}
   ev = F.fig2b_k_sweep(FakeContext(tmp_path, runs=runs))
