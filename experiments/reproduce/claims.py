@@ -493,7 +493,10 @@ class Context:
     return os.path.join(self.command_root, "runs", self._renamed.get(name, name))
 
   def _config(self, name: str) -> dict:
-    with open(os.path.join(self.run_dir(name), "config.json")) as f:
+    renamed = self._renamed.get(name, name)
+    folder = (os.path.join(self.evidence_dir, renamed) if self.from_evidence
+              else os.path.join(self.root, "runs", renamed))
+    with open(os.path.join(folder, "config.json")) as f:
       return json.load(f)
 
   def script(self, name: str, module: str, **flags) -> str:

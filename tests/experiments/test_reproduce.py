@@ -99,6 +99,8 @@ def _fake_launch_factory(active, peak, lock):
     os.makedirs(os.path.join(out, "alg"), exist_ok=True)
     with open(os.path.join(out, "alg", "metrics.jsonl"), "w") as f:
       f.write(json.dumps({"round": 0, "objective": float(seed)}) + "\n")
+    with open(os.path.join(out, "config.json"), "w") as f:
+      json.dump({"algorithms": {"alg": {"lr": 0.5}}}, f)
     open(marker, "w").close()
     with lock:
       active[0] -= 1
@@ -382,6 +384,7 @@ def test_from_evidence_rejudges_the_stored_runs_and_runs_nothing(tmp_path, monke
 
   def paired(ctx):
     runs = ctx.runs([(f"r{s}", "toy.cfg", dict(seed=s)) for s in range(3)])
+    assert ctx.algorithm_config("r0", "alg") == {"lr": 0.5}  # read from the evidence when re-judging
     seen.append([r["alg"][0]["objective"] for r in runs])
     verdict = "reproduced" if sum(seen[-1]) == 3.0 else "not reproduced"
     return C.Evidence(verdict, "sum of the seeds", numbers={"sum": C.Stat.of(seen[-1])})
@@ -393,7 +396,8 @@ def test_from_evidence_rejudges_the_stored_runs_and_runs_nothing(tmp_path, monke
   made = C.DEFAULT_OUTPUT
   main_mod.reproduce("toy", "paper", made)
   stored = tmp_path / made / "toy" / "evidence" / "r1"
-  assert sorted(os.listdir(stored)) == ["alg", "command.txt"] and os.listdir(stored / "alg") == ["metrics.jsonl.gz"]
+  assert sorted(os.listdir(stored)) == ["alg", "command.txt", "config.json"]
+  assert os.listdir(stored / "alg") == ["metrics.jsonl.gz"]
   assert (stored / "command.txt").read_text().splitlines()[1].endswith("--seed=1 --output_dir=<root>/runs/r1")
   committed = json.loads((tmp_path / made / "toy" / "claims.json").read_text())
   assert committed["claims"][0]["kind"] == "paper" and committed["claims"][0]["evidence"] is True
