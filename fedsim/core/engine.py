@@ -1,7 +1,7 @@
 """The round engine: ``simulate`` (DESIGN.md, "Engine").
 
-Rounds run inside ``jax.lax.scan`` in chunks of ``eval_every`` rounds; each
-chunk is one compiled call (compiled once per configuration and chunk length),
+Rounds run inside a ``jax.lax`` loop in chunks of ``eval_every`` rounds; each
+chunk is one compiled call (one compiled program per configuration: the round count is traced),
 so Python only runs between chunks, where the solution is evaluated, the
 ledgers are accumulated, the record is handed to ``on_eval`` and, every
 ``checkpoint_every`` rounds, the full state is saved (``fedsim.core.checkpoint``).
@@ -29,27 +29,46 @@ from fedsim.core.types import FederatedAlgorithm, Task
 
 
 def round_chunk(algorithm: FederatedAlgorithm) -> Callable:
-  """``chunk(state, data, rounds_key, first_round, length) -> (state, stacked RoundStats)``, not jitted.
+  """``chunk(state, data, rounds_key, first_round, length, count=None) -> (state, stacked RoundStats)``,
+  not jitted.
 
-  ``length`` rounds of ``algorithm`` in one ``lax.scan``; :func:`make_chunk`
+  ``count`` rounds of ``algorithm`` (``first_round``, ..., ``first_round + count - 1``) in
+  one loop; the RoundStats come stacked in ``length`` rows, rows ``count`` and after zero.
+  ``length`` (static) is the chunk's capacity; ``count`` (default ``length``) may be
+  traced: the engine passes it traced, so one compiled program runs every chunk of a run
+  (the last, shorter one included) and XLA cannot see the trip count. That is what makes a
+  run's numbers independent of how it is cut: with a visible trip count of 1 XLA
+  removes the loop and compiles the round's body into the surrounding program, whose
+  float arithmetic may then differ in the last bits from the looped body (FZooS at the
+  paper's size: F(x_5) 1.3762073693645593 with ``eval_every = 1`` against
+  1.3762073694803476 with 2, 5 or 10, HISTORY.md 2026-11-28). :func:`make_chunk`
   compiles it. Programs that trace it inside their own (``fedsim.core.batched``)
   wrap it in a plain ``jax.jit``: compiler options are top-level only.
   """
 
-  def chunk(state, data, rounds_key, first_round, length):
+  def chunk(state, data, rounds_key, first_round, length, count=None):
     data = sharding_lib.unpad(data)  # padded clients never reach the algorithm
+    count = length if count is None else count
 
-    def body(s, r):
+    def round_at(s, r):
       return algorithm.round(s, rng.round_key(rounds_key, r), data)
-    return jax.lax.scan(body, state, first_round + jnp.arange(length, dtype=jnp.int32))
+    stats_shape = jax.eval_shape(round_at, state, first_round)[1]
+    stats = jax.tree_util.tree_map(lambda a: jnp.zeros((length,) + a.shape, a.dtype), stats_shape)
+
+    def body(i, carry):
+      s, stacked = carry
+      s, st = round_at(s, first_round + i)
+      return s, jax.tree_util.tree_map(lambda b, x: b.at[i].set(x), stacked, st)
+    # A while loop when count is traced (the engine); lax.fori_loop makes static bounds a scan.
+    return jax.lax.fori_loop(jnp.int32(0), jnp.asarray(count, jnp.int32), body, (state, stats))
   return chunk
 
 
 def make_chunk(algorithm: FederatedAlgorithm):
   """:func:`round_chunk`, jitted with the engine's compiler options (:mod:`fedsim.core.compile_options`).
 
-  ``length`` is static; ``first_round`` is traced, so every chunk of the same
-  length reuses one compilation. Top-level calls only (a compiled program).
+  ``length`` (the capacity) is static; ``first_round`` and ``count`` are traced, so every
+  chunk of a run reuses one compilation. Top-level calls only (a compiled program).
   """
   # Donating the state saves a copy on accelerators; CPU cannot use donations.
   donate = (0,) if jax.default_backend() != "cpu" else ()
@@ -185,6 +204,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     state = _apply_setup(algorithm, init(*init_keys))
   rounds_key = rng.stream(key, "rounds")
   chunk = make_chunk(algorithm)
+  capacity = max(1, min(eval_every, num_rounds))    # the chunk's static size: the same for every cut of this run
   evaluate_task = task_evaluator(task.evaluate)     # one program per task, not per algorithm
   # The algorithm's part: its solution and its own metrics, one small program.
   def solve(s):
@@ -215,11 +235,11 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     if r == 0:
       record(0)
     while r < num_rounds:
-      length = min(eval_every, num_rounds - r)
+      length = min(eval_every, num_rounds - r)   # rounds in this chunk (traced: one program for all)
       if profile_dir and not traced and r > start_round:   # the first chunk has compiled the program
         jax.profiler.start_trace(profile_dir)
         tracing = traced = True
-      state, stats = chunk(state, task.data, rounds_key, jnp.int32(r), length)
+      state, stats = chunk(state, task.data, rounds_key, jnp.int32(r), capacity, jnp.int32(length))
       # Exact host-side accumulation: per-round int32 counts times static units
       # (RoundStats.units), summed as Python ints (RoundStats.totals).
       for name, value in fetch(stats).totals().items():

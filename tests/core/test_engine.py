@@ -147,6 +147,40 @@ def test_one_vs_eight_devices_same_metrics():
         np.testing.assert_allclose(r8[k], v, rtol=1e-6, atol=1e-7, err_msg=f"{name} {k}")
 
 
+def test_every_chunk_of_a_run_is_one_program_that_keeps_its_round_loop(digits10):
+  """The round count of a chunk is traced (issue 34 item 6): a run cut 3 + 3 + 2 compiles
+  one chunk program, and with ``eval_every = 1`` the program still loops over rounds. With a
+  static trip count of 1 XLA removed the loop and compiled the round into the surrounding
+  program, whose rounding differed (FZooS at the paper's size: F(x_5) differed in the 10th
+  digit between ``eval_every`` 1 and 5); the old code fails both assertions (one loop fewer at
+  capacity 1)."""
+  import logging
+
+  from fedsim.core import engine
+  alg = algorithms.build("fedavg", digits10, lr=0.1, clients_per_round=3, local_steps=1)
+  compiled = []
+
+  class Catch(logging.Handler):
+    def emit(self, record):
+      compiled.append(record.getMessage())
+
+  handler, logger = Catch(), logging.getLogger("jax")
+  logger.addHandler(handler)
+  try:
+    with jax.log_compiles(True):
+      simulate(alg, digits10, 8, 3, jax.random.key(0))
+  finally:
+    logger.removeHandler(handler)
+  done = [m for m in compiled if m.startswith("Finished XLA compilation")]
+  assert sum("jit(chunk)" in m for m in done) == 1, done
+  state, key = engine.init_state(alg, jax.random.key(0)), rng.stream(jax.random.key(0), "rounds")
+
+  def loops(capacity):   # while loops of the compiled chunk (the round loop and the algorithm's own)
+    return engine.make_chunk(alg).lower(state, digits10.data, key, np.int32(0), capacity,
+                                        np.int32(capacity)).compile().as_text().count(" while(")
+  assert loops(1) == loops(2)
+
+
 def test_chunks_and_evaluations_compile_once_on_a_sharded_task(digits10):
   """After ``shard_task`` (as ``fedsim.run`` does), init's state has the sharding every
   chunk returns, so the 2nd..4th chunks and evaluations reuse the first compilation."""
