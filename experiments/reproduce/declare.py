@@ -123,7 +123,7 @@ def outperforms(claimed: str, baselines: Sequence[str], settings: dict[str, Sequ
     labels = [claimed, *(b for b in baselines if b in runs[0])]
     values = per_seed(runs, labels, measure)
     for lab in labels:
-      numbers[f"{name} {measure.describe()} {lab}"] = [_plain(v) for v in values[lab]]
+      numbers[f"{name} {measure.describe()} {lab}"] = [plain(v) for v in values[lab]]
     for b in labels[1:]:
       c = stats.compare(f"{name}: {measure.describe()}, {claimed} vs {b}", values[claimed], values[b],
                         lower_is_better=measure.lower_is_better or measure.kind == "reach")
@@ -133,7 +133,7 @@ def outperforms(claimed: str, baselines: Sequence[str], settings: dict[str, Sequ
   return comparisons, numbers
 
 
-def _plain(v: float) -> float | str:
+def plain(v: float) -> float | str:
   """A per-seed number for claims.json (strict JSON): ``"never"`` for a censored time."""
   return "never" if math.isinf(v) else v
 

@@ -193,24 +193,27 @@ def _paper_fig6(c, finals):
 
 
 def test_fig6b_c50(tmp_path):
+  # Smoke: one seed, gamma = 1 alone (the fully fixed correction runs at paper scale only): too few to decide.
   ev = fz.fig6b_c50(Ctx(tmp_path, _runs(1.0, 1.0, gamma_one=0.5)))
-  assert ev.verdict == "partly reproduced" and os.path.exists(tmp_path / ev.figures[0])
-  assert fz.fig6b_c50(Ctx(tmp_path, _runs(1.0, 1.0, gamma_one=1.5))).verdict == "not reproduced"
-  base = {"adaptive": 1.0, "fixed length": 2.0, "fixed vector": 2.0, "fixed both": 0.5, "none": 3.0, "M=10000": 1.0}
-  assert fz.fig6b_c50(Ctx(tmp_path, _paper_fig6(50, base), scale="paper")).verdict == "reproduced"
+  assert ev.verdict == "inconclusive" and os.path.exists(tmp_path / ev.figures[0]), ev.why
+  assert "paper scale only" in ev.why
+  base = {"adaptive": 1.0, "fixed length": 0.8, "fixed vector": 2.0, "fixed both": 0.5, "none": 3.0, "M=10000": 1.0}
+  ev = fz.fig6b_c50(Ctx(tmp_path, _paper_fig6(50, base), scale="paper"))
+  assert ev.verdict == "reproduced", ev.why
+  assert [c.name for c in ev.comparisons] == ["C=50: final objective, fixed both vs adaptive",
+                                              "C=50: final objective, fixed length vs adaptive"]
+  base["fixed length"] = 1.5
+  assert fz.fig6b_c50(Ctx(tmp_path, _paper_fig6(50, base), scale="paper")).verdict == "partly reproduced"
   base["fixed both"] = 1.5
   assert fz.fig6b_c50(Ctx(tmp_path, _paper_fig6(50, base), scale="paper")).verdict == "not reproduced"
 
 
 def test_fig6b_ablations_c5(tmp_path):
-  def smoke(a, n):
-    return {"fig6_C5_s0": {"fzoos": _h([3.0, a]), "fzoos-gamma_schedule=zero": _h([3.0, n])}}
-
-  assert fz.fig6b_ablations_c5(Ctx(tmp_path, smoke(1.0, 2.0))).verdict == "reproduced"
-  assert fz.fig6b_ablations_c5(Ctx(tmp_path, smoke(2.0, 1.0))).verdict == "not reproduced"
   base = {"adaptive": 1.0, "fixed length": 2.0, "fixed vector": 0.5, "fixed both": 2.0, "none": 3.0, "M=10000": 1.0}
   ev = fz.fig6b_ablations_c5(Ctx(tmp_path, _paper_fig6(5, base), scale="paper"))
-  assert ev.verdict == "partly reproduced" and "fixed vector" in ev.why
+  assert ev.verdict == "partly reproduced" and ev.comparisons[1].outcome == "opposite", ev.why
+  base["fixed vector"] = 2.0
+  assert fz.fig6b_ablations_c5(Ctx(tmp_path, _paper_fig6(5, base), scale="paper")).verdict == "reproduced"
 
 
 @pytest.mark.parametrize("m1k_c5,m10k_c5,m1k_c50,m10k_c50,verdict", [
@@ -224,8 +227,8 @@ def test_fig6a_m(tmp_path, m1k_c5, m10k_c5, m1k_c50, m10k_c50, verdict):
   runs = {**_paper_fig6(5, {**base, "adaptive": m1k_c5, "M=10000": m10k_c5}),
           **_paper_fig6(50, {**base, "adaptive": m1k_c50, "M=10000": m10k_c50})}
   ev = fz.fig6a_m(Ctx(tmp_path, runs, scale="paper"))
-  assert ev.verdict == verdict and os.path.exists(tmp_path / ev.figures[0])
-  assert ev.numbers["C=50 gain of M = 10,000 (F(x_R) M=1000 - M=10000)"] == pytest.approx(m1k_c50 - m10k_c50)
+  assert ev.verdict == verdict and os.path.exists(tmp_path / ev.figures[0]), ev.why
+  assert ev.numbers["C=50 gain of M = 10,000 (F(x_R) M=1000 - M=10000)"] == pytest.approx([m1k_c50 - m10k_c50] * 5)
   assert ("ends above F(x_0)" in ev.why) == (max(m1k_c50, m10k_c50) > 3.0)  # the runs start at 3.0
 
 
@@ -234,7 +237,7 @@ def test_fig6a_m_says_when_the_c50_runs_rise(tmp_path):
   runs = {**_paper_fig6(5, {**base, "adaptive": 1.0, "M=10000": 1.0}),
           **_paper_fig6(50, {**base, "adaptive": 4.0, "M=10000": 5.0})}
   ev = fz.fig6a_m(Ctx(tmp_path, runs, scale="paper"))
-  assert ev.verdict == "not reproduced" and "ends above F(x_0) = 3" in ev.why
+  assert ev.verdict == "not reproduced" and "ends above F(x_0) on 5 (M = 1000) and 5 (M = 10,000) of 5" in ev.why
 
 
 @pytest.mark.parametrize("drift,gamma_one,c50,code_final,verdict", [
@@ -354,63 +357,50 @@ def test_attack_success_compares_the_success_rate_over_the_15_targets(tmp_path):
 S = Stat.of
 
 
-@pytest.mark.parametrize("beats,r,verdict", [
-    (True, (50, 30, 20), "reproduced"),            # T helps, by 2.5x < 4x
-    (True, (50, 30, 10), "partly reproduced"),     # T helps by 5x: more than T grows
-    (True, (50, 60, 20), "partly reproduced"),     # the middle T needs more rounds: T does not help
-    (False, (50, 30, 20), "partly reproduced"),
-    (False, (50, 50, 50), "not reproduced"),       # no gain at all
-    (False, (20, 30, 51), "not reproduced")])      # T = 20 never there (censored at 51)
-def test_fig5_verdict_on_one_seed(beats, r, verdict):
-  assert fz.fig5_verdict(beats, [S([x]) for x in r], S([r[0] / r[-1]]), 4.0)[0] == verdict
-
-
-def test_fig5_verdict_counts_only_gains_beyond_seed_noise():
-  # Rounds 50 -> 30 -> 20 on average, but the seeds spread by +-15 (std 15): the gap 30 is not
-  # beyond twice the largest std, so T does not help beyond noise.
-  noisy = [S([35, 50, 65]), S([20, 30, 40]), S([5, 20, 35])]
-  assert fz.fig5_verdict(True, noisy, S([2.5, 2.5, 2.5]), 4.0)[0] == "partly reproduced"
-  tight = [S([49, 50, 51]), S([29, 30, 31]), S([19, 20, 21])]
-  assert fz.fig5_verdict(True, tight, S([2.4, 2.5, 2.6]), 4.0)[0] == "reproduced"
-  # The gain's mean 3.0 is below 4, but with a seed std of 1 not beyond twice it.
-  assert fz.fig5_verdict(True, tight, S([2.0, 3.0, 4.0]), 4.0)[0] == "partly reproduced"
-
-
 def test_seed_rounds_to_times_each_seed_to_its_own_target():
   runs = [{"fzoos": _h([3.0, 2.0, 1.0])}, {"fzoos": _h([3.0, 1.0, 0.5])}]
-  assert fz.seed_rounds_to(runs, "fzoos", [2.0, 2.0]) == ([1.0, 1.0], 0)
-  assert fz.seed_rounds_to(runs, "fzoos", [1.0, 0.5]) == ([2.0, 2.0], 0)
-  assert fz.seed_rounds_to(runs, "fzoos", [0.9, 1.0]) == ([3.0, 1.0], 1)  # seed 0 never: last round + 1
+  assert fz.seed_rounds_to(runs, "fzoos", [2.0, 2.0]) == [1.0, 1.0]
+  assert fz.seed_rounds_to(runs, "fzoos", [1.0, 0.5]) == [2.0, 2.0]
+  assert fz.seed_rounds_to(runs, "fzoos", [0.9, 1.0]) == [float("inf"), 1.0]  # seed 0 never: censored
 
 
-def _fig5_runs(t20=(3.0, 0.9, 0.5), fd=(2.0, 2.0, 2.0, 2.0)):
-  """T = 5 ends at 1.0 (round 2), T = 10 reaches it at round 1, T = 20 as given; FD baselines end at ``fd``."""
+def _drop(at, n=25, floor=0.0):
+  """F(x_0) = 3 falling linearly to ``floor`` at round ``at`` (then flat); None: flat at 3."""
+  return [3.0 if at is None else max(floor, 3.0 - 3.0 * r / at) if r < at else floor for r in range(n)]
+
+
+def _fig5_paper(fz_at=(8, 6, 4), fd_at=12, seeds=5):
+  """Paper-scale Fig. 5 runs at T = 5, 10 (Fig. 1's), 20: FZooS reaches the floor at round fz_at[i] (+ s on
+  seed s), every FD baseline at ``fd_at`` (+ s); queries 100 a round for FZooS, 200 for the baselines."""
   out = {}
-  for name, f in (("fig5_T5_s0", (3.0, 2.0, 1.0)), ("fig1_paper_C5_s0", (3.0, 1.0, 0.8)), ("fig5_T20_s0", t20)):
-    out[name] = {"fzoos": _h(f, 100), **{b: _h([3.0, 3.0, v], 200) for b, v in zip(FD, fd)}}
+  for (name, at) in zip(("fig5_T5_s{}", "fig1_paper_C5_s{}", "fig5_T20_s{}"), fz_at):
+    for s in range(seeds):
+      out[name.format(s)] = {"fzoos": _h(_drop(None if at is None else at + s), 100),
+                             **{b: _h(_drop(None if fd_at is None else fd_at + s), 200) for b in FD}}
   return out
 
 
-def test_fig5_t_reads_every_t_and_judges_the_rounds(tmp_path):
-  ev = fz.fig5_t(Ctx(tmp_path, _fig5_runs(t20=(3.0, 0.9, 0.5))))
-  # T = 5 reaches its final 1.0 at round 2, T = 10 and T = 20 at round 1: 2 / 1 / 1 is not strictly
-  # falling, so T does not help; FZooS beats the FD baselines.
-  assert ev.verdict == "partly reproduced", ev.why
-  assert ev.numbers["FZooS rounds to each seed's T=5 final F at T=20"].mean == 1.0
-  assert ev.numbers["T=10 F(x_R) fzoos"].mean == 0.8 and ev.numbers["T=20 F(x_R) scaffold_zo2"].mean == 2.0
+@pytest.mark.parametrize("fz_at, fd_at, verdict", [
+    ((8, 6, 4), 12, "reproduced"),          # faster than FD at every T; T = 20 reaches T = 5's final sooner, 2x < 4x
+    ((16, 8, 2), 20, "partly reproduced"),  # T helps by 8x on seed 0 (16 / 2), more than T's 4x
+    ((8, 8, 8), 12, "partly reproduced"),   # T does not help: equal rounds at every T
+    ((4, 6, 8), 2, "not reproduced"),       # FD faster everywhere, T hurts (its gain then not compared with 4x)
+])
+def test_fig5_t_pairs_the_seeds(tmp_path, fz_at, fd_at, verdict):
+  ev = fz.fig5_t(Ctx(tmp_path, _fig5_paper(fz_at, fd_at), scale="paper"))
+  assert ev.verdict == verdict, ev.why
+  # 3 T x 4 baselines x (rounds, queries), then T helps, then (where it does) the gain against 4.
+  helps = fz_at[2] < fz_at[0]
+  assert len(ev.comparisons) == 2 * 3 * len(FD) + 1 + helps
+  assert ev.comparisons[2 * 3 * len(FD)].name == "FZooS rounds to each seed's T=5 final F, T=20 vs T=5"
   assert os.path.exists(tmp_path / ev.figures[0])
-  # Longer curves: T = 5 gets to its final 1.0 at round 6, T = 10 (Fig. 1's run) at 3, T = 20 at 1:
-  # T helps, but by 6x, more than T's 4x.
-  runs = _fig5_runs()
-  runs["fig5_T5_s0"]["fzoos"] = _h([3.0, 2.8, 2.6, 2.4, 2.2, 1.8, 1.0], 100)
-  runs["fig1_paper_C5_s0"]["fzoos"] = _h([3.0, 2.0, 1.5, 0.8], 100)
-  ev = fz.fig5_t(Ctx(tmp_path, runs))
-  assert ev.verdict == "partly reproduced" and ev.numbers["per-seed gain: rounds at T=5 / at T=20"].mean == 6.0
-  runs["fig5_T20_s0"]["fzoos"] = _h([3.0, 2.0, 0.9], 100)  # there at round 2: 6 / 3 / 2, a 3x gain
-  assert fz.fig5_t(Ctx(tmp_path, runs)).verdict == "reproduced"
-  # An FD baseline ends below FZooS (at every T), and T does not help: nothing holds.
-  ev = fz.fig5_t(Ctx(tmp_path, _fig5_runs(t20=(3.0, 2.5, 1.0), fd=(2.0, 0.2, 2.0, 2.0))))
-  assert ev.verdict == "not reproduced"
+
+
+def test_fig5_t_censors_a_t_that_never_gets_there(tmp_path):
+  ev = fz.fig5_t(Ctx(tmp_path, _fig5_paper((8, 6, None), 12), scale="paper"))
+  assert ev.numbers["FZooS rounds to each seed's T=5 final F at T=20"] == ["never"] * 5
+  helps = ev.comparisons[-1]
+  assert helps.outcome == "opposite" and helps.censored == 5 and "not compared with 4x" in ev.why
 
 
 def _noisy_fig6(c, finals, spread):
@@ -419,21 +409,25 @@ def _noisy_fig6(c, finals, spread):
           for s in range(5)}
 
 
-def test_fig6_gaps_within_seed_noise_are_not_effects(tmp_path):
-  # The adaptive correction ends 0.5 below every ablation; with seeds spread by +-1 (std 0.79)
-  # that is within twice the larger seed std, so no ablation is beaten.
+def test_fig6_pairs_the_seeds(tmp_path):
+  # The adaptive correction ends 0.5 below every ablation on every seed while the seeds spread by
+  # +-1: the unpaired rule saw no effect, the paired test sees 5 of 5 seeds in its favour.
   base = {"adaptive": 1.0, "fixed length": 1.5, "fixed vector": 1.5, "fixed both": 1.5, "none": 1.5, "M=10000": 1.0}
-  assert fz.fig6b_ablations_c5(Ctx(tmp_path, _noisy_fig6(5, base, 0.01), scale="paper")).verdict == "reproduced"
   ev = fz.fig6b_ablations_c5(Ctx(tmp_path, _noisy_fig6(5, base, 0.5), scale="paper"))
-  assert ev.verdict == "not reproduced" and "beyond seed noise" in ev.why
-  # Fig. 6(a): M = 10,000 gains 1.0 at C = 50 and 0 at C = 5 on every seed (the gain is per seed),
-  # but the C = 50 finals themselves spread by +-2: the gain grows beyond noise, M = 10,000 is not
-  # below M = 1000 beyond it.
+  assert ev.verdict == "reproduced", ev.why
+  assert [c.name for c in ev.comparisons] == [f"C=5: final objective, adaptive vs {r}"
+                                              for r in ("fixed length", "fixed vector", "fixed both", "none")]
+  # One seed the other way (the adaptive run 1.0 above the ablation on seed 4): the exact Wilcoxon p is 0.094.
+  runs = _noisy_fig6(5, base, 0.5)
+  runs["fig6_C5_s4"][fz.FIG6["adaptive"]] = _h([3.0, 3.5])
+  assert fz.fig6b_ablations_c5(Ctx(tmp_path, runs, scale="paper")).verdict == "not reproduced"
+  # Fig. 6(a): M = 10,000 gains 1.0 at C = 50 and 0 at C = 5 on every seed, the finals spread by +-2.
   m = {"adaptive": 9.0, "fixed length": 9.0, "fixed vector": 9.0, "fixed both": 9.0, "none": 9.0}
   runs = {**_noisy_fig6(5, {**m, "adaptive": 1.0, "M=10000": 1.0}, 0.0),
           **_noisy_fig6(50, {**m, "adaptive": 2.0, "M=10000": 1.0}, 1.0)}
   ev = fz.fig6a_m(Ctx(tmp_path, runs, scale="paper"))
-  assert ev.verdict == "partly reproduced" and "the gain grows with C" in ev.why
+  assert ev.verdict == "reproduced", ev.why
+  assert ev.comparisons[-1].name == "gain of M = 10,000 at C = 50 vs at C = 5"
 
 
 def test_fig4_cosine_pairs_the_seeds(tmp_path):
