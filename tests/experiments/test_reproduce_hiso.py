@@ -302,3 +302,51 @@ def test_fig5_keeps_a_grid_that_tunes_both(tmp_path):
   assert not any("lr0.001" in c for c in ctx.commands) and "extended" not in ev.why
   assert ev.numbers["lrs that diverged decomfl (per seed)"].mean == 0
   assert H.lr_at_edge({"decomfl-lr=0.01": _recs([0.1, 0.5], metric="test_accuracy")}, "hiso") is None
+
+
+def _acc_hist(acc):
+  return [{"round": 0, "test_accuracy": 0.1}, {"round": 100, "test_accuracy": acc}]
+
+
+def _nu_runs(eq8, trace, spread=0.05):
+  """5 seeds of hiso_nu_sweep.cfg: final accuracies per nu (``eq8``, ``trace``: one per nu), every value of seed s
+  shifted by (s - 2) x ``spread`` (so only a per-seed spread can be judged)."""
+  out = {}
+  for s in range(5):
+    d = (s - 2) * spread
+    run = {H.NU_FAMILIES["hiso (eq. 8 step)"].format(v=v): _acc_hist(a + d) for v, a in zip(H.NU_GRID, eq8)}
+    run.update({H.NU_FAMILIES["hiso step_norm=trace (eq. 7 factor)"].format(v=v): _acc_hist(a + d)
+                for v, a in zip(H.NU_GRID, trace)})
+    out[f"hiso_nu_sweep_s{s}"] = run
+  return out
+
+
+@pytest.mark.parametrize("eq8, trace, verdict", [
+    ((0.80, 0.805, 0.802, 0.801), (0.70, 0.702, 0.701, 0.703), "reproduced"),   # spreads 0.5 pp and 0.3 pp
+    ((0.80, 0.85, 0.802, 0.801), (0.70, 0.702, 0.701, 0.703), "partly reproduced"),  # eq. 8 spreads 5 pp
+    ((0.80, 0.85, 0.802, 0.801), (0.70, 0.75, 0.701, 0.703), "not reproduced"),
+])
+def test_nu_insensitivity(tmp_path, eq8, trace, verdict):
+  ev = H.hiso_nu(FakeContext(tmp_path, runs=_nu_runs(eq8, trace)))
+  assert ev.verdict == verdict, ev.why
+  assert ev.numbers["hiso (eq. 8 step): per-seed spread of the final test accuracy over nu"] == pytest.approx(
+      [max(eq8) - min(eq8)] * 5)
+  assert os.path.exists(tmp_path / ev.figures[0])
+
+
+def _tau_runs(hiso, decomfl):
+  return {f"hiso_tau_sweep_s{s}": {**{H.TAU_FAMILIES["hiso"].format(v=v): _acc_hist(a + 0.01 * s)
+                                      for v, a in zip(H.TAU_GRID, hiso)},
+                                   **{H.TAU_FAMILIES["decomfl"].format(v=v): _acc_hist(a + 0.01 * s)
+                                      for v, a in zip(H.TAU_GRID, decomfl)}} for s in range(5)}
+
+
+@pytest.mark.parametrize("hiso, decomfl, verdict", [
+    ((0.80, 0.803, 0.801, 0.802), (0.5, 0.6, 0.7, 0.3), "reproduced"),
+    ((0.80, 0.83, 0.801, 0.802), (0.5, 0.6, 0.7, 0.3), "partly reproduced"),   # HiSo spreads 3 pp: above 1 pp
+    ((0.50, 0.80, 0.801, 0.802), (0.7, 0.75, 0.7, 0.7), "not reproduced"),     # HiSo spreads more than DeComFL
+])
+def test_tau_insensitivity(tmp_path, hiso, decomfl, verdict):
+  ev = H.hiso_tau(FakeContext(tmp_path, runs=_tau_runs(hiso, decomfl)))
+  assert ev.verdict == verdict, ev.why
+  assert [c.name for c in ev.comparisons] == ["spread over tau, hiso vs decomfl", "hiso: spread over tau vs 1 pp"]

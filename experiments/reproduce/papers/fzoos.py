@@ -371,7 +371,8 @@ def fig5_t(ctx: Context) -> Evidence:
                                      "grows", gain, [float(hi // lo)] * len(gain), lower_is_better=True))
   verdict, why = declare.judged(comparisons)
   if helps.outcome != "holds":
-    why += f"; T = {hi} does not reach each seed's T = {lo} final F sooner, so its gain is not compared with {hi // lo}x"
+    why += (f"; T = {hi} does not reach each seed's T = {lo} final F sooner, so its gain is not compared with "
+            f"{hi // lo}x")
   cur = {f"{lab}-local_steps={t}": v for t in FIG5_T for lab, v in curves(by_t[t], "objective").items()
          if lab in ("fzoos", "fedzo_fd")}
   path = plot_curves(os.path.join(ctx.root, "fig", "fzoos_fig5_T.png"), cur, "round", "F(x_r)",
@@ -680,8 +681,8 @@ CLAIMS = [
           "F(x_r) closes 90% of the seed's initial gap (never: censored); FZooS's rounds to each seed's own "
           f"T = {FIG5_T[0]} final F at T = {FIG5_T[-1]} against T = {FIG5_T[0]} (fewer: T helps); the per-seed "
           f"gain R(T = {FIG5_T[0]}) / R(T = {FIG5_T[-1]}) below {FIG5_T[-1] // FIG5_T[0]} (the factor T grows "
-          "by; judged only where T helps); each one-sided exact (Wilcoxon, or sign test when censored) at p < 0.05. Reproduced: all hold; "
-          "partly: some; not reproduced: none", fig5_t).paper_only(),
+          "by; judged only where T helps); each one-sided exact (Wilcoxon, or sign test when censored) at p < "
+          "0.05. Reproduced: all hold; partly: some; not reproduced: none", fig5_t).paper_only(),
     Claim("fzoos.c50_known", "Known (issue 14): at C = 50 the client drift (about 200 |grad F|^2 at x_0) "
           "overwhelms the gamma = 1/t correction; gamma = 1 beats every FD baseline; the code preset's accept "
           "rule leaves FZooS flat at F(x_0).", "issue 14; seed 000 Fig. 1, Fig. 6(b); [code] settings.py",
