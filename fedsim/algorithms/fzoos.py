@@ -75,6 +75,13 @@ explicitly wins. Every other default already is the code's value (windows
 The shared RFF draw comes from the run's shared key stream and is stored once
 in the state (not per client).
 
+Domain: the paper optimises over X = [0, 1]^d (§2); neither Algorithm 2 nor the authors' code projects
+the iterates, and the tasks clip x inside the objective (fedsim.tasks.quadratic.to_z), so a coordinate
+that an Adam step carries outside [0, 1] sees a zero estimated gradient there and may stay out (the
+code-preset C = 0.5 runs of Fig. 1: one coordinate at z = -10 on 3 of 5 seeds, F(x_R) 0.0302 above the
+other two). ``project = 1`` clips every local iterate onto [0, 1]^d (FZooS and the FD baselines alike);
+the default 0 is the code's behaviour, which every stored claim used.
+
 Ablations (Fig. 6): ``gamma_schedule`` (``inv_t`` paper, ``one`` fixed length,
 ``zero`` no correction), ``correction_point`` (``current`` iterate, eq. 8, or
 ``round_start`` = x_{r-1} as in SCAFFOLD), ``num_rff`` (M).
@@ -117,6 +124,19 @@ def accept_if_improves_hparam():
   return hparam(None, help="1 keeps x_{r-1} unless the true F improves (authors' code; outside the "
                 "query model); None: the variant's", choices=(0, 1),
                 source="[code] run_server, settings.py l. 79-80")
+
+
+def project_hparam():
+  """The ``project`` setting, declared once for FZooS and the ZO baselines (issue 34 item 6)."""
+  return hparam(0, help="1 projects every local iterate onto the paper's domain X = [0, 1]^d (clip after each "
+                "step); 0 (the authors' code): no projection, the tasks clip inside the objective, so a coordinate "
+                "that leaves [0, 1] sees a zero gradient there", choices=(0, 1),
+                source="seed 000 §2 (X = [0, 1]^d); [code] no projection")
+
+
+def project(x, on):
+  """x clipped to [0, 1]^d when ``on`` (static) (the ``project`` setting), else x unchanged."""
+  return jnp.clip(x, 0.0, 1.0) if on else x
 
 
 def track_cosine_hparam():
@@ -219,6 +239,7 @@ class FZooSConfig:
                                  "(Fig. 6b)", choices=CORRECTION_POINTS, source="seed 000 eq. 8, Fig. 6b")
   accept_if_improves: int | None = accept_if_improves_hparam()
   track_cosine: int = track_cosine_hparam()
+  project: int = project_hparam()
   variant: str = hparam("paper", help="paper, code (the authors' code preset of kernel, gp_lengthscale and "
                         "accept_if_improves)", choices=VARIANTS)
 
@@ -434,7 +455,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       raise ValueError(f"unknown {field} {value!r}; accepted: {', '.join(accepted)}")
   if max(cfg.gp_window, cfg.rff_window) > cfg.history_size:
     raise ValueError(f"history_size={cfg.history_size} must be >= gp_window and rff_window")
-  for field in ("accept_if_improves", "track_cosine", "rff_cache"):
+  for field in ("accept_if_improves", "track_cosine", "rff_cache", "project"):
     if getattr(cfg, field) not in (0, 1):
       raise ValueError(f"{field} must be 0 or 1; got {getattr(cfg, field)!r}")
   if cfg.local_steps < 1 or cfg.num_rff < 1:
@@ -512,7 +533,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       else:
         cos = jnp.zeros((), x.dtype)
       updates, opt_state = opt.update(ghat, opt_state, x)
-      x = optax.apply_updates(x, updates)
+      x = project(optax.apply_updates(x, updates), cfg.project)           # X = [0, 1]^d when project = 1
       h = _write(h, x[None], f_client(x, client)[None])
       h = active(h, client, x, cfg.local_radius, cfg.local_candidates, cfg.local_active,
                  jax.random.fold_in(k_loc, t), t < T)                    # App. E, t < T only

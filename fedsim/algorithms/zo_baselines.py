@@ -65,6 +65,8 @@ from fedsim.algorithms.fzoos import (
   cosine_metrics,
   global_objective,
   preset,
+  project,
+  project_hparam,
   track_cosine_hparam,
 )
 from fedsim.algorithms.local import BYTES_PER_REAL, LOCAL_OPTIMIZERS, flat_problem, flat_solution, local_optimizer
@@ -125,6 +127,7 @@ class ZOBaselineConfig:
                                  choices=FD_NORMALIZATIONS)
   accept_if_improves: int | None = accept_if_improves_hparam()
   track_cosine: int = track_cosine_hparam()
+  project: int = project_hparam()
   estimator: str = hparam("fd", help="fd (eq. 3) or true (exact local gradients, [code] gd_opt; set by the "
                           "registry name)", choices=ESTIMATORS, cli=False)
   variant: str = hparam("paper", help="paper, code (the authors' code preset of accept_if_improves)",
@@ -172,7 +175,7 @@ def make_zo_baseline(task: Task, cfg: ZOBaselineConfig, name: str = "fedzo_fd") 
                      f"accepted: {', '.join(FD_NORMALIZATIONS)}")
   if cfg.direction not in finite_difference.LAWS:
     raise ValueError(f"unknown direction {cfg.direction!r}; accepted: {', '.join(finite_difference.LAWS)}")
-  for field in ("accept_if_improves", "track_cosine"):
+  for field in ("accept_if_improves", "track_cosine", "project"):
     if getattr(cfg, field) not in (0, 1):
       raise ValueError(f"{field} must be 0 or 1; got {getattr(cfg, field)!r}")
   if cfg.estimator != "true":
@@ -223,7 +226,7 @@ def make_zo_baseline(task: Task, cfg: ZOBaselineConfig, name: str = "fedzo_fd") 
       else:
         cos = jnp.zeros((), x.dtype)
       updates, opt_state = opt.update(ghat, opt_state, x)
-      return (optax.apply_updates(x, updates), opt_state, gsum + g), cos
+      return (project(optax.apply_updates(x, updates), cfg.project), opt_state, gsum + g), cos  # X = [0, 1]^d
 
     (x, _, gsum), cos = jax.lax.scan(step, (x_start, opt.init(x_start), jnp.zeros_like(x_start)),
                                      jnp.arange(T))

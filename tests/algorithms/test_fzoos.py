@@ -252,3 +252,19 @@ def test_cached_rff_fit_is_the_plain_fit_on_every_round_window_through_ring_wrap
     assert reused[0] == 0 and min(reused[2:]) > 0                      # the cache was used
     off = algorithms.build("fzoos", task, rff_cache=0, **hp)
     assert jax.jit(off.init)(*rng.init_keys(ROOT)).fit_cache.Phi.size == 0
+
+
+@pytest.mark.parametrize("name, kw", [("fzoos", SMALL), ("fedzo_fd", {"fd_directions": 4}),
+                                      ("scaffold_zo2", {"fd_directions": 4})])
+def test_project_keeps_the_iterates_in_the_papers_domain(name, kw):
+  """``project=1`` clips every local iterate onto X = [0, 1]^d (seed 000 §2); with lr 0.5 the unprojected
+  Adam steps leave [0, 1]^d, where the clipped objective's estimated gradient is 0 (the stuck coordinate of
+  issue 34 item 6), so the test fails if the projection is dropped or moved after the server step only."""
+  task = make_task("quadratic", num_clients=3, dim=8, heterogeneity=5.0, seed=0)
+  free, _ = _run(algorithms.build(name, task, lr=0.5, local_steps=4, **kw), task, 2)
+  boxed, _ = _run(algorithms.build(name, task, lr=0.5, local_steps=4, project=1, **kw), task, 2)
+  assert float(jnp.max(jnp.abs(free.x - 0.5))) > 0.5                # left the box without projection
+  assert float(jnp.max(jnp.abs(boxed.x - 0.5))) <= 0.5              # stays in [0, 1]^d with it
+  if name == "fzoos":   # every queried local iterate too (the history's points of the local steps)
+    h = boxed.hist
+    assert bool(jnp.all(jnp.where(h.valid[..., None], (h.X >= -0.011) & (h.X <= 1.011), True)))
