@@ -303,9 +303,9 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
         lines += ["**Data**: " + "; ".join(r["data"].values()), ""]
       if r.get("note"):  # e.g. the criterion changed after this record was evaluated
         lines += [f"**Note**: {r['note']}", ""]
-      for h in r.get("history", []):
-        lines += [f"**Earlier verdict** ({h['replaced']}, {h['reason']}): {h['verdict']} under "
-                  f"\"{h['criterion']}\"", ""]
+      if r.get("history"):   # each earlier verdict with why it was replaced; its criterion is in claims.json
+        lines += ["**Earlier verdicts**: " + "; ".join(f"{h['verdict']} ({h['replaced']}, replaced: {h['reason']})"
+                                                     for h in r["history"]) + " (their criteria: `claims.json`)", ""]
       if r["numbers"] and r.get("comparisons"):  # the comparisons carry the verdict; per-seed numbers in the JSON
         lines += [f"Per-seed numbers ({len(r['numbers'])}): `claims.json`.", ""]
       elif r["numbers"]:
@@ -332,6 +332,7 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
 
 
 MAX_NUMBERS = 12  # rows of a claim's numbers table in report.md; claims.json keeps them all
+MAX_COMPARISONS = 8  # above this, a claim's table lists the comparisons that do not hold and the weakest that does
 
 
 def _comparison_table(comparisons: list[dict]) -> list[str]:
@@ -346,12 +347,22 @@ def _comparison_table(comparisons: list[dict]) -> list[str]:
            f"{' / '.join(tests)}; effect: {' / '.join(effects)}, positive favours the claim):", "",
            "| comparison | effect [95% CI] | n | p | won / lost / tied (never) | outcome |",
            "|---|---|---|---|---|---|"]
-  for c in comparisons:
+  # Many comparisons: every one that does not hold, and the weakest that does (the claim is only as
+  # strong as it); the others are counted in a last row (claims.json keeps them all).
+  held = [c for c in comparisons if c["outcome"] == "holds"]
+  shown = comparisons
+  if len(comparisons) > MAX_COMPARISONS and held:
+    weakest = max(held, key=lambda c: (c["p"], c["name"]))
+    shown = [c for c in comparisons if c["outcome"] != "holds" or c is weakest]
+  for c in shown:
     lo, hi = c["ci95"]
     never = f" ({c['censored']})" if c["censored"] else ""
     name = c["name"].replace(f": {shared}, ", ", ") if shared else c["name"]
     lines.append(f"| {name} | {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] | {c['n']} | {c['p']:.2g} | "
                  f"{c['wins']} / {c['losses']} / {c['ties']}{never} | **{c['outcome']}** |")
+  if len(shown) < len(comparisons):
+    lines.append(f"| ... {len(comparisons) - len(shown)} more that hold (above: the weakest that holds); "
+                 "all in claims.json | | | | | |")
   return [*lines, ""]
 
 
