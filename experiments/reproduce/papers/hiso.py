@@ -600,6 +600,9 @@ def hiso_nu(ctx: Context) -> Evidence:
     comparisons.append(stats.compare(f"{fam}: spread over nu vs {SPREAD_PP * 100:g} pp", spread,
                                      [SPREAD_PP] * len(spread), lower_is_better=True))
   verdict, why = declare.judged(comparisons)
+  why += "; mean spread over nu: " + ", ".join(
+      f"{fam} {100 * sum(v) / len(v):.2f} pp" for fam, v in
+      ((fam, numbers[f"{fam}: per-seed spread of the final test accuracy over nu"]) for fam in NU_FAMILIES))
   fig = _sweep_figure(ctx, runs, "hiso_nu_sweep.png", f"HiSo: nu in {', '.join(map(str, NU_GRID))} (digits MLP)")
   return Evidence(verdict, why, numbers, [fig], comparisons=comparisons)
 
@@ -618,6 +621,7 @@ def hiso_tau(ctx: Context) -> Evidence:
                  stats.compare(f"hiso: spread over tau vs {SPREAD_PP * 100:g} pp", spread["hiso"],
                                [SPREAD_PP] * len(spread["hiso"]), lower_is_better=True)]
   verdict, why = declare.judged(comparisons)
+  why += "; mean spread over tau: " + ", ".join(f"{fam} {100 * sum(v) / len(v):.2f} pp" for fam, v in spread.items())
   fig = _sweep_figure(ctx, runs, "hiso_tau_sweep.png", f"HiSo and DeComFL: tau in {', '.join(map(str, TAU_GRID))} "
                       "(digits MLP)")
   return Evidence(verdict, why, numbers, [fig], comparisons=comparisons)
