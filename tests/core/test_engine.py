@@ -147,17 +147,9 @@ def test_one_vs_eight_devices_same_metrics():
         np.testing.assert_allclose(r8[k], v, rtol=1e-6, atol=1e-7, err_msg=f"{name} {k}")
 
 
-def test_every_chunk_of_a_run_is_one_program_that_keeps_its_round_loop(digits10):
-  """The round count of a chunk is traced (issue 34 item 6): a run cut 3 + 3 + 2 compiles
-  one chunk program, and with ``eval_every = 1`` the program still loops over rounds. With a
-  static trip count of 1 XLA removed the loop and compiled the round into the surrounding
-  program, whose rounding differed (FZooS at the paper's size: F(x_5) differed in the 10th
-  digit between ``eval_every`` 1 and 5); the old code fails both assertions (one loop fewer at
-  capacity 1)."""
+def _compilations(fn) -> list[str]:
+  """The "Finished XLA compilation" log lines of JAX while ``fn()`` runs."""
   import logging
-
-  from fedsim.core import engine
-  alg = algorithms.build("fedavg", digits10, lr=0.1, clients_per_round=3, local_steps=1)
   compiled = []
 
   class Catch(logging.Handler):
@@ -168,10 +160,22 @@ def test_every_chunk_of_a_run_is_one_program_that_keeps_its_round_loop(digits10)
   logger.addHandler(handler)
   try:
     with jax.log_compiles(True):
-      simulate(alg, digits10, 8, 3, jax.random.key(0))
+      fn()
   finally:
     logger.removeHandler(handler)
-  done = [m for m in compiled if m.startswith("Finished XLA compilation")]
+  return [m for m in compiled if m.startswith("Finished XLA compilation")]
+
+
+def test_every_chunk_of_a_run_is_one_program_that_keeps_its_round_loop(digits10):
+  """The round count of a chunk is traced (issue 34 item 6): a run cut 3 + 3 + 2 compiles
+  one chunk program, and with ``eval_every = 1`` the program still loops over rounds. With a
+  static trip count of 1 XLA removed the loop and compiled the round into the surrounding
+  program, whose rounding differed (FZooS at the paper's size: F(x_5) differed in the 10th
+  digit between ``eval_every`` 1 and 5); the old code fails both assertions (one loop fewer at
+  capacity 1)."""
+  from fedsim.core import engine
+  alg = algorithms.build("fedavg", digits10, lr=0.1, clients_per_round=3, local_steps=1)
+  done = _compilations(lambda: simulate(alg, digits10, 8, 3, jax.random.key(0)))
   assert sum("jit(chunk)" in m for m in done) == 1, done
   state, key = engine.init_state(alg, jax.random.key(0)), rng.stream(jax.random.key(0), "rounds")
 
@@ -184,28 +188,16 @@ def test_every_chunk_of_a_run_is_one_program_that_keeps_its_round_loop(digits10)
 def test_chunks_and_evaluations_compile_once_on_a_sharded_task(digits10):
   """After ``shard_task`` (as ``fedsim.run`` does), init's state has the sharding every
   chunk returns, so the 2nd..4th chunks and evaluations reuse the first compilation."""
-  import logging
-
   from fedsim.core.sharding import client_mesh, shard_task
   task = shard_task(digits10, client_mesh(1))
   alg = algorithms.build("fedavg", task, lr=0.1, clients_per_round=3, local_steps=2)
-  compiled = []
-
-  class Catch(logging.Handler):
-    def emit(self, record):
-      compiled.append(record.getMessage())
-
-  handler, logger = Catch(), logging.getLogger("jax")
-  logger.addHandler(handler)
   zo = algorithms.build("fedzo", task, clients_per_round=3, local_steps=2)
-  try:
-    with jax.log_compiles(True):
-      simulate(alg, task, 8, 2, jax.random.key(0))
-      # A second algorithm with the same solution shapes reuses the task's evaluation program.
-      simulate(zo, task, 2, 2, jax.random.key(0))
-  finally:
-    logger.removeHandler(handler)
-  done = [m for m in compiled if m.startswith("Finished XLA compilation")]
+
+  def both():
+    simulate(alg, task, 8, 2, jax.random.key(0))
+    # A second algorithm with the same solution shapes reuses the task's evaluation program.
+    simulate(zo, task, 2, 2, jax.random.key(0))
+  done = _compilations(both)
   assert sum("jit(chunk)" in m for m in done) == 2, done               # one per algorithm
   assert sum("jit(evaluate_task)" in m for m in done) == 1, done       # one for both
   assert sum("jit(solve)" in m for m in done) == 2, done
