@@ -38,12 +38,18 @@ r"""The benchmark suite (issue 8): throughput, scaling, roofline, compile time, 
    process (``simulate`` alone and the whole ``fedsim.run``): the ratio, which
    issue 36 bounds at 1.25; ``--checkpoint_task=mlp --checkpoint_clients_per_round=100``
    times the same with longer rounds.
-8. ``gpu_table`` (``bench/gpu_table.py``; only when named): per algorithm
+8. ``fd_memory`` (``bench/fd_memory.py``): one FedZO round (digits softmax,
+   paper defaults) at N in ``--fd_memory_clients`` (10^3, 10^5) with its
+   directions materialised (``direction_block`` 0) or streamed in blocks
+   (``--fd_memory_blocks``, default 0,1,4), one vmap over all clients
+   (``--fd_memory_client_block``, default 0): compiled temporaries side by side;
+   at N <= 10^3 also seconds per round and the state difference (issue 37 item 2).
+9. ``gpu_table`` (``bench/gpu_table.py``; only when named): per algorithm
    (fedavg, fedzo, decomfl, hiso) and N in ``--gpu_table_clients`` (10^3..10^6):
    client steps per second, peak device memory, the fraction of the binding
    roof (matmul FLOP/s and memory bandwidth measured in the same run) and the
    vmapped engine against the one-client loop.
-8. ``sweep_table`` (``bench/sweep_table.py``; only when named): per algorithm
+10. ``sweep_table`` (``bench/sweep_table.py``; only when named): per algorithm
    (``--sweep_table_algorithms``, or ``--algorithm`` when given; default fedavg,
    fedzo, hiso), N in ``--sweep_table_clients`` (10^3, 10^4) and K in
    ``--sweep_table_configs`` (1, 4, 16, 64): K configurations (lr x seed) in one
@@ -202,6 +208,11 @@ def define_flags():
                        "of the K configurations are seeds (default 4)")
   flags.DEFINE_integer("sweep_table_max_block", None, "sweep_table suite: off CPU, FedAvg/FedZO rows with K x N "
                        "above this run in client blocks of this // K clients (default 100000)")
+  flags.DEFINE_list("fd_memory_clients", None, "fd_memory suite: client counts N (default 1000,100000)")
+  flags.DEFINE_list("fd_memory_blocks", None, "fd_memory suite: FedZO direction_block values, 0 = materialised "
+                    "(default 0,1,4)")
+  flags.DEFINE_integer("fd_memory_client_block", None, "fd_memory suite: FedZO client_block (default 0: one vmap "
+                       "over all N clients)")
   flags.DEFINE_integer("bandwidth_bytes", None, "roofline and gpu_table suites: bytes of the array whose 2 x + 1 "
                        "measures the memory bandwidth (default: roofline 268435456, gpu_table 2147483648)")
   flags.DEFINE_list("compile_rounds", None, "compile suite: rounds per chunk (default 1,10,100)")
@@ -239,13 +250,13 @@ def define_flags():
   flags.DEFINE_string("output_dir", "runs/benchmark", "where benchmark.json and benchmark.md go")
 
 
-def parse_ints(values: Sequence[str], flag: str, pairs: bool = False) -> list:
-  """Comma-list strings -> ints >= 1, or (``pairs``) ``N:M`` strings -> [(N, M)] with N, M >= 1.
+def parse_ints(values: Sequence[str], flag: str, pairs: bool = False, low: int = 1) -> list:
+  """Comma-list strings -> ints >= ``low``, or (``pairs``) ``N:M`` strings -> [(N, M)] with N, M >= ``low``.
 
   Raises:
-    ConfigError: empty, malformed, or a value < 1 (naming ``flag``).
+    ConfigError: empty, malformed, or a value < ``low`` (naming ``flag``).
   """
-  what = "N:M pairs of integers >= 1 (e.g. 5:10000)" if pairs else "integers >= 1"
+  what = f"N:M pairs of integers >= {low} (e.g. 5:10000)" if pairs else f"integers >= {low}"
   if not values:
     raise ConfigError(flag, f"empty; give comma-separated {what}")
   out = []
@@ -254,7 +265,7 @@ def parse_ints(values: Sequence[str], flag: str, pairs: bool = False) -> list:
       ints = [int(p) for p in str(v).split(":")]
     except ValueError:
       ints = []
-    if len(ints) != (2 if pairs else 1) or min(ints) < 1:
+    if len(ints) != (2 if pairs else 1) or min(ints) < low:
       raise ConfigError(flag, f"must be comma-separated {what}; got {v!r}")
     out.append(tuple(ints) if pairs else ints[0])
   return out
@@ -269,7 +280,8 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
              compile_sweep_rounds=None, compile_emitters_clients=None, checkpoint_rounds=None,
              checkpoint_main_every=None, checkpoint_task=None, checkpoint_clients_per_round=None,
              sweep_table_clients=None, sweep_table_configs=None, sweep_table_algorithms=None,
-             sweep_table_lrs=None, sweep_table_max_block=None, algorithm_given=False):
+             sweep_table_lrs=None, sweep_table_max_block=None, fd_memory_clients=None, fd_memory_blocks=None,
+             fd_memory_client_block=None, algorithm_given=False):
   """Checks the flag values (arguments named as the flags) before anything is built or compiled.
 
   ``algorithm_given``: ``--algorithm`` was on the command line; it then also names the
@@ -303,7 +315,8 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
                            ("checkpoint_main_every", checkpoint_main_every, 1),
                            ("checkpoint_clients_per_round", checkpoint_clients_per_round, 1),
                            ("sweep_table_lrs", sweep_table_lrs, 1),
-                           ("sweep_table_max_block", sweep_table_max_block, 1)):
+                           ("sweep_table_max_block", sweep_table_max_block, 1),
+                           ("fd_memory_client_block", fd_memory_client_block, 0)):
     if value is not None and value < low:
       raise ConfigError(flag, f"must be >= {low}; got {value}")
   if min_time is not None and not (math.isfinite(min_time) and min_time >= 0):
@@ -317,9 +330,12 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
   extra = {}
   for flag, value in (("scaling_clients", scaling_clients), ("compile_rounds", compile_rounds),
                       ("compile_clients", compile_clients), ("gpu_table_clients", gpu_table_clients),
-                      ("sweep_table_clients", sweep_table_clients), ("sweep_table_configs", sweep_table_configs)):
+                      ("sweep_table_clients", sweep_table_clients), ("sweep_table_configs", sweep_table_configs),
+                      ("fd_memory_clients", fd_memory_clients)):
     if value is not None:
       extra[flag] = tuple(parse_ints(value, flag))
+  if fd_memory_blocks is not None:
+    extra["fd_memory_blocks"] = tuple(parse_ints(fd_memory_blocks, "fd_memory_blocks", low=0))
   for flag, value, accepted in (("scaling_algorithms", scaling_algorithms, ("fedavg", "fedzo")),
                                 ("gpu_table_algorithms", gpu_table_algorithms, ("fedavg", "fedzo", "decomfl", "hiso"))):
     if value is None:

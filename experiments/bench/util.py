@@ -20,7 +20,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-SUITES = ("vmap", "scaling", "roofline", "compile", "fzoos", "ffgb", "checkpoint", "gpu_table", "sweep_table")
+SUITES = ("vmap", "scaling", "roofline", "compile", "fzoos", "ffgb", "checkpoint", "fd_memory", "gpu_table",
+          "sweep_table")
 # Suites that run only when named: sized for an accelerator (gpu_table: N up to 10^6;
 # sweep_table: 64 configurations of N = 10^4 clients in one program).
 ONLY_WHEN_NAMED = ("gpu_table", "sweep_table")
@@ -89,6 +90,9 @@ class Settings:
     sweep_table_max_block: off CPU, FedAvg / FedZO rows whose K x N client-members
       exceed it run in client blocks of ``sweep_table_max_block // K`` clients (on
       CPU the cap is the backend's block, 256).
+    fd_memory_clients, fd_memory_blocks, fd_memory_client_block: the fd_memory suite's N, FedZO
+      ``direction_block`` values (0 = materialised) and ``client_block`` (0 = one vmap).
+    fd_memory_time_clients: the fd_memory suite also runs and times the rounds at N up to this.
   """
   rounds_per_chunk: int = 5
   repeats: int = 3
@@ -132,6 +136,10 @@ class Settings:
   sweep_table_configs: tuple = (1, 4, 16, 64)
   sweep_table_lrs: int = 4
   sweep_table_max_block: int = 100000
+  fd_memory_clients: tuple = (1000, 100000)
+  fd_memory_blocks: tuple = (0, 1, 4)
+  fd_memory_client_block: int = 0
+  fd_memory_time_clients: int = 1000
 
   def roof_sizes(self, suite: str) -> tuple[int, int]:
     """(matmul n, bandwidth array bytes) of ``suite``: the settings where given, else its :data:`ROOF_SIZES`."""
@@ -157,7 +165,8 @@ class Settings:
           ffgb_clients=4, ffgb_oracle_steps=4, ffgb_batch=8, ffgb_vmap_oracle_steps=4,
           bandwidth_bytes=1 << 22, gpu_table_clients=(4, 16), gpu_table_max_block=8, gpu_table_sequential=4,
           checkpoint_rounds=20, checkpoint_main_every=10,
-          sweep_table_clients=(8,), sweep_table_configs=(1, 4))
+          sweep_table_clients=(8,), sweep_table_configs=(1, 4),
+          fd_memory_clients=(16,), fd_memory_time_clients=16)
     given = {k: v for k, v in overrides.items() if v is not None}
     return dataclasses.replace(base, **given)
 

@@ -93,7 +93,7 @@ def _client_update_parts(cfg):
   from fedsim.algorithms.fedzo import FedZOConfig, zo_oracle
   from fedsim.algorithms.local import local_optimizer
   if isinstance(cfg, FedZOConfig):
-    return (zo_oracle(cfg.direction, cfg.fd_directions, cfg.smoothing),
+    return (zo_oracle(cfg.direction, cfg.fd_directions, cfg.smoothing, cfg.direction_block),
             local_optimizer(cfg.local_optimizer, cfg.lr), True)
   if isinstance(cfg, FedAvgConfig):
     return first_order_oracle, local_optimizer("sgd", cfg.lr), False

@@ -53,6 +53,11 @@ class FedZOConfig:
     client_block: clients per vmapped block (0 = all at once; None = the
       backend's default, fedsim.core.client_map.default_client_block); an
       execution setting, not a hyperparameter of the method.
+    direction_block: directions drawn and evaluated per block of the eq.-2
+      estimator (0 = all b2 at once; None = the backend's default,
+      fedsim.estimators.finite_difference.default_direction_block: 0 on CPU);
+      B >= 1 holds (M, B, d) directions per step instead of (M, b2, d), same
+      directions, equal up to rounding; an execution setting.
     accept_if_improves: 0 (default, Alg. 1) or 1: after each round keep x_{r-1}
       unless the true F = (1/N) sum_i f_i (all N clients' full data, outside
       the query model, not counted) improves: the FZooS authors' server rule
@@ -90,6 +95,8 @@ class FedZOConfig:
                             choices=aircomp.TRANSCEIVERS, source="seed 001 §IV")
   client_block: int | None = hparam(None, help="clients per vmapped block, 0 = all at once (speed/memory only)",
                                     low=0)
+  direction_block: int | None = hparam(None, help="directions per block of the estimator, 0 = all b2 at once "
+                                       "(memory only; equal up to rounding)", low=0)
   accept_if_improves: int = hparam(0, help="1 keeps x_{r-1} unless the true F improves (FZooS authors' "
                                    "server rule; outside the query model)", choices=(0, 1),
                                    source="seed 000 code, settings.py l. 79-80")
@@ -124,13 +131,13 @@ def aircomp_aggregator(num_devices: int, ch: aircomp.AirCompConfig):
   return aggregate
 
 
-def zo_oracle(direction: str, fd_directions: int, smoothing):
+def zo_oracle(direction: str, fd_directions: int, smoothing, direction_block: int | None = None):
   """The FedZO estimator (eq. 2) as an oracle ``(f, x, key) -> (d,)``."""
-  return functools.partial(_zo, direction=direction, b2=fd_directions, mu=smoothing)
+  return functools.partial(_zo, direction=direction, b2=fd_directions, mu=smoothing, block=direction_block)
 
 
-def _zo(f, x, key, *, direction, b2, mu):
-  return finite_difference.fd_gradient(f, x, key, b2, mu, direction)
+def _zo(f, x, key, *, direction, b2, mu, block=None):
+  return finite_difference.fd_gradient(f, x, key, b2, mu, direction, block)
 
 
 def make_fedzo(task: Task, cfg: FedZOConfig, name: str = "fedzo") -> FederatedAlgorithm:
@@ -153,7 +160,7 @@ def make_fedzo(task: Task, cfg: FedZOConfig, name: str = "fedzo") -> FederatedAl
     aircomp.validate(ch)
     aggregator, m = aircomp_aggregator(task.num_clients, ch), task.num_clients
   alg = make_delta_averaging(
-      name, task, zo_oracle(cfg.direction, cfg.fd_directions, cfg.smoothing),
+      name, task, zo_oracle(cfg.direction, cfg.fd_directions, cfg.smoothing, cfg.direction_block),
       local_opt=local_optimizer(cfg.local_optimizer, cfg.lr),
       server_opt=server_optimizer(FedAvgConfig(server_lr=1.0)), local_steps=cfg.local_steps,
       batch_size=cfg.batch_size, clients_per_round=m, weighting=cfg.weighting, aggregator=aggregator,

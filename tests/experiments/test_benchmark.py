@@ -90,6 +90,9 @@ def test_benchmark_task_is_a_draw_with_replacement():
     ({"algorithm": ["fedzo"], "num_clients": ["10"], "blas_threads": -1}, "--blas_threads"),
     ({"algorithm": ["fedzo"], "num_clients": ["10"], "client_block": -1}, "--client_block"),
     ({"algorithm": ["fedzo"], "num_clients": ["10"], "fzoos_vmap": "50:1000:3"}, "--fzoos_vmap"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "fd_memory_blocks": ["0", "-1"]}, "--fd_memory_blocks"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "fd_memory_clients": ["0"]}, "--fd_memory_clients"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "fd_memory_client_block": -1}, "--fd_memory_client_block"),
 ])
 def test_validate_rejects(kwargs, flag):
   with pytest.raises(ConfigError, match=flag):
@@ -394,3 +397,19 @@ def test_quick_checkpoint_suite_times_both_side_by_side():
     assert _positive(r[f"{name}_s"]) and _positive(r[f"{name}_ckpt_s"]) and _positive(r[f"{name}_ratio"])
   assert "| softmax | 10 | 20 | 10 | 2 |" in checkpoint_cost.markdown(out)
   assert "checkpoint" in util.SUITES and "checkpoint" in util.DEFAULT_SUITES
+
+
+def test_quick_fd_memory_suite_streamed_rounds_hold_less():
+  """Issue 37 item 2: FedZO's round with directions streamed in blocks of 1 or 4 (of b2 = 20)
+  compiles to fewer temporaries than the materialised one, and below one (N, b2, d) array at
+  B = 1; the rounds agree up to rounding."""
+  from experiments.bench import fd_memory
+  settings = benchmark.Settings.make(quick=True)
+  out = fd_memory.run(settings, log=lambda _: None)
+  rows = {r["direction_block"]: r for r in out["records"]}
+  assert sorted(rows) == [0, 1, 4] and all(r["num_clients"] == 16 and r["client_block"] == 0 for r in rows.values())
+  temp = {b: r["memory"]["temp_bytes"] for b, r in rows.items()}
+  assert temp[1] < rows[1]["one_array_bytes"] < temp[0] and temp[4] < temp[0] / 2
+  assert rows[0]["max_rel_diff"] == 0 and 0 <= rows[4]["max_rel_diff"] < 0.05
+  assert all(_positive(r["seconds_per_round"]) for r in rows.values())
+  assert "| 16 | 0 | 1 |" in fd_memory.markdown(out) and "fd_memory" in util.DEFAULT_SUITES
