@@ -80,7 +80,7 @@ def directions(key: jax.Array, num: int, dim: int, law: str = "sphere",
   if law == "gaussian":
     return g
   if law == "sphere":
-    return g * jax.lax.rsqrt(jnp.sum(g * g, axis=1, keepdims=True))
+    return _rows_on_sphere(g)
   if law == "orthogonal":
     if num > dim:
       raise ValueError(f"orthogonal directions need fd_directions <= dim; got {num} > {dim}")
@@ -88,6 +88,11 @@ def directions(key: jax.Array, num: int, dim: int, law: str = "sphere",
     q = q * jnp.sign(jnp.diagonal(r))  # Haar-uniform (sign fix of the QR factor)
     return q.T
   raise ValueError(f"unknown direction law {law!r}; accepted: {', '.join(LAWS)}")
+
+
+def _rows_on_sphere(g: jax.Array) -> jax.Array:
+  """Each row of g (num, dim) divided by its norm: Gaussian rows become uniform on S^{d-1}."""
+  return g * jax.lax.rsqrt(jnp.sum(g * g, axis=1, keepdims=True))
 
 
 def check_directions(law: str, num: int, dim: int, task: str = "") -> None:
@@ -238,7 +243,7 @@ def _fd_streamed(f, x, key, num, smoothing, law, block):
     def step(acc, k):
       v = normal_window(key, d, k * block, 0, block, d, dtype)
       if law == "sphere":
-        v = v * jax.lax.rsqrt(jnp.sum(v * v, axis=1, keepdims=True))
+        v = _rows_on_sphere(v)
       fp = jax.vmap(lambda vi: f(x + smoothing * vi))(v)
       w = jnp.where(k * block + jnp.arange(block) < num, fp - f0, 0)  # rows past b2 - 1 pad the last block
       return acc + v.T @ w, None
