@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 
 import pytest
@@ -293,3 +295,125 @@ class SeedSweepContext(SweepContext):
 def test_nothing_pending_and_every_claim_is_this_papers():
   assert all(c.id.startswith("ffgb.") for c in F.CLAIMS)
   assert len({c.id for c in F.CLAIMS}) == len(F.CLAIMS)
+
+
+# ------------------------------------------------------------------ ffgb.thm31_rate (experiments/ffgb/rate.py)
+class RateCtx(FakeContext):
+  """A FakeContext at either scale whose ``script`` writes the given result.json and keeps its flags."""
+
+  def __init__(self, root, result, scale="paper"):
+    super().__init__(root)
+    self.scale, self.result, self.flags = scale, result, {}
+
+  def pick(self, smoke, paper):
+    return smoke if self.scale == "smoke" else paper
+
+  def script(self, name, module, **flags):
+    self.flags[name] = (module, flags)
+    out = os.path.join(self.root, "runs", name)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "result.json"), "w") as f:
+      json.dump(self.result, f)
+    return out
+
+
+def _rate_result(a, b, c, seeds=5, wobble=0.02):
+  """A result.json whose errors follow exact power laws of slopes ``a`` (in T), ``b`` (in K) and ``c`` (in T),
+  seed s's slope off by (s - 2) ``wobble``."""
+  flags = F.RATE_FLAGS["paper"]
+  ts, ks, cts = flags["a_rounds"], flags["b_local_steps"], flags["c_rounds"]
+  def law(xs, slope, s):
+    return [0.5 * (x / xs[0]) ** (slope + (s - 2) * wobble) for x in xs]
+  return {"settings": {}, "a": {"rounds": list(ts), "errors": [law(ts, a, s) for s in range(seeds)]},
+          "b": {"local_steps": list(ks), "errors": [law(ks, b, s) for s in range(seeds)]},
+          "c": {"rounds": list(cts), "local_steps": [math.ceil(math.sqrt(t)) for t in cts],
+                "errors": [law(cts, c, s) for s in range(seeds)]}}
+
+
+@pytest.mark.parametrize("slopes, verdict", [
+    ((-1.0, -1.0, -0.5), "reproduced"),
+    ((-3.7, -0.8, -0.35), "reproduced"),
+    ((-3.7, -1.96, -0.92), "partly reproduced"),   # (b) steeper than 1/K
+    ((-1.0, -1.28, -0.5), "partly reproduced"),    # (b) in the band on seeds 0-2 only (wobble 0.02)
+    ((-0.5, -0.5, -0.2), "not reproduced"),
+    ((0.1, -2.0, 0.0), "not reproduced"),
+])
+def test_thm31_rate_verdicts(tmp_path, slopes, verdict):
+  ctx = RateCtx(tmp_path, _rate_result(*slopes))
+  ev = F.thm31_rate(ctx)
+  assert ev.verdict == verdict, ev.why
+  assert ev.numbers["(b) slope of log error vs log K"].values == pytest.approx(
+      [slopes[1] + (s - 2) * 0.02 for s in range(5)])
+  assert ev.numbers["(a) relative error at T = 400"].n == 5
+  assert ev.numbers["(c) relative error at T = 16"].mean == pytest.approx(0.5)
+  assert all(os.path.exists(tmp_path / f) for f in ev.figures) and len(ev.figures) == 2
+  if verdict == "partly reproduced" and slopes[1] < -1.3:
+    assert "holds for (a), (c) only" in ev.why and "steeper than 1/K" in ev.why
+  assert ctx.flags["ffgb_thm31_rate"] == ("experiments.ffgb.rate", F.RATE_FLAGS["paper"])
+
+
+def test_thm31_rate_smoke_runs_one_seed_on_smaller_grids(tmp_path):
+  res = _rate_result(-1.0, -1.0, -0.5, seeds=1)
+  smoke = F.RATE_FLAGS["smoke"]
+  for part, key, flag in (("a", "rounds", "a_rounds"), ("b", "local_steps", "b_local_steps"),
+                          ("c", "rounds", "c_rounds")):
+    n = len(smoke[flag])
+    res[part][key] = res[part][key][:n]
+    res[part]["errors"] = [e[:n] for e in res[part]["errors"]]
+  ctx = RateCtx(tmp_path, res, scale="smoke")
+  ev = F.thm31_rate(ctx)
+  assert ev.verdict == "reproduced", ev.why
+  _, flags = ctx.flags["ffgb_thm31_rate"]
+  assert flags["seeds"] == 1 and len(flags["a_rounds"]) < len(F.RATE_FLAGS["paper"]["a_rounds"])
+  assert ev.numbers["(a) slope of log error vs log T"].n == 1
+
+
+def test_thm31_rate_is_a_headline_paper_claim():
+  (claim,) = [c for c in F.CLAIMS if c.id == "ffgb.thm31_rate"]
+  assert claim.kind == "paper" and claim.headline
+  assert "on every seed" in claim.criterion and "Thm 3.1" in claim.source and "Cor. 3.1" in claim.source
+
+
+def test_loglog_slope_is_the_least_squares_fit():
+  assert F.loglog_slope([1, 2, 4, 8], [3.0, 1.5, 0.75, 0.375]) == pytest.approx(-1.0)
+  assert F.loglog_slope([1, 10, 100], [1.0, 10.0 ** -0.4, 10.0 ** -1.2]) == pytest.approx(-0.6)
+
+
+def test_rate_binary_has_the_spec_settings():
+  # §4.3 / §7.1-7.2: N = 8, M = 12, mu = 0.1, the scaled oracle, the theory schedule; (a) gamma = 1, K = 1; (b)
+  # gamma = 0.5, T = 300; (c) K = ceil(sqrt(T)).
+  from experiments.ffgb import rate
+  res = rate.measure([0], a_rounds=(2,), b_rounds=3, b_local_steps=(1, 2), c_rounds=(4, 9))
+  s = res["settings"]
+  assert (s["clients"], s["grid_points"], s["mu"], s["weak_learner"], s["eta_schedule"], s["algorithm"]) == (
+      8, 12, 0.1, "scaled", "theory", "ffgb")
+  assert s["fstar"] == "mean_i ybar_i / (1 + mu)"
+  assert (s["a"]["gamma"], s["a"]["local_steps"], s["b"]["gamma"], s["b"]["rounds"], s["c"]["gamma"]) == (
+      1.0, 1, 0.5, 3, 0.5)
+  assert s["b"]["eta_cap"] == s["c"]["eta_cap"] == pytest.approx(1 / 1.1)
+  assert res["c"]["local_steps"] == [2, 3]
+  assert F.RATE_FLAGS["paper"]["b_rounds"] == 300 and F.RATE_FLAGS["paper"]["c_rounds"] == (16, 64, 256, 1024)
+  # The binary's own defaults are the paper-scale grids.
+  from absl import flags as absl_flags
+  fv = absl_flags.FlagValues()
+  rate.define_flags(fv)
+  fv(["rate"])
+  paper = F.RATE_FLAGS["paper"]
+  assert fv.seeds == paper["seeds"] and fv.b_rounds == paper["b_rounds"] and fv.mu == 0.1
+  for name in ("a_rounds", "b_local_steps", "c_rounds"):
+    assert [int(v) for v in fv[name].value] == list(paper[name]), name
+  assert fv.a_eta_cap == 0.01 and fv.b_gamma == fv.c_gamma == 0.5 and (fv.clients, fv.grid_points) == (8, 12)
+
+
+def test_rate_errors_are_the_closed_form_of_one_exact_step():
+  # gamma = 1, K = 1: every client maps f to (1 - eta (1 + mu)) f + eta ybar_i, so with f^0 = 0 the relative
+  # error is (1 - eta (1 + mu))^(2t): 1 at t = 0 (up to float32 rounding), and with eta = min(2/(mu(t + 2)),
+  # 0.01) = 0.01 (t < 1998) it is 0.989^(2t). With the cap 1/(1 + mu) the first step lands on f*.
+  import numpy as np
+
+  from experiments.ffgb import rate
+  errs = rate.relative_errors([0, 1], 5, gamma=1.0, local_steps=1, eta_cap=0.01, clients=3, grid_points=4)
+  assert errs.shape == (2, 6)
+  np.testing.assert_allclose(errs, np.broadcast_to(0.989 ** (2 * np.arange(6)), (2, 6)), rtol=1e-5)
+  one = rate.relative_errors([0], 2, gamma=1.0, local_steps=1, eta_cap=1 / 1.1, clients=3, grid_points=4)
+  assert one[0, 0] == pytest.approx(1.0, abs=1e-6) and np.all(one[0, 1:] < 1e-12)

@@ -9,6 +9,7 @@ are collected.
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 
@@ -375,6 +376,88 @@ def ffgb_l_w1(ctx: Context) -> Evidence:
   return Evidence(verdict, why, _numbers(finals), [fig], comparisons=comparisons)
 
 
+# Thm 3.1 / Cor. 3.1 on the exact tabular task (experiments/ffgb/rate.py): each sweep's grid at each scale.
+RATE_FLAGS = {"smoke": dict(seeds=1, a_rounds=(50, 100, 200), b_rounds=300, b_local_steps=(1, 2, 5, 10),
+                            c_rounds=(16, 64, 256)),
+              "paper": dict(seeds=5, a_rounds=(50, 100, 200, 400), b_rounds=300, b_local_steps=(1, 2, 5, 10, 20),
+                            c_rounds=(16, 64, 256, 1024))}
+# (name, grid key, x label, slope band (low, high)) per sweep; the bands are the spec's (§7.1: "slope <= -1 within
+# +-0.3"; §7.2: "roughly proportional to 1/K"; Cor. 3.1: -1/2, here within +-0.2).
+RATE_PARTS = (("a", "rounds", "T", (-math.inf, -0.7)),
+              ("b", "local_steps", "K", (-1.3, -0.7)),
+              ("c", "rounds", "T", (-math.inf, -0.3)))
+RATE_WHAT = {"a": "exact oracle (gamma = 1, K = 1), error vs T",
+             "b": "gamma = 0.5, T = 300, error vs K",
+             "c": "gamma = 0.5, K = ceil(sqrt(T)), error vs T"}
+
+
+def loglog_slope(xs, ys) -> float:
+  """The least-squares slope of log ``ys`` against log ``xs``."""
+  lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
+  mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+  return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+
+
+def thm31_rate(ctx: Context) -> Evidence:
+  """Thm 3.1 and Cor. 3.1 (specs §4.1): on the semi-heterogeneous tabular square-loss task of §4.3 (N = 8
+  clients on one grid of M = 12 points, f* = mean_i ybar_i / (1 + mu), mu = 0.1, the scaled oracle
+  h = gamma phi that meets eq. (9) with equality, eta = 2/(mu(tK + k + 1)), f^0 = 0),
+
+    ||f^T - f*||^2 = O(||f^0 - f*||^2/(KT) + K G^2 log(KT)/(T gamma^2 mu^2) + (1 - gamma) G^2/(K mu^2 gamma^2) + ...):
+
+  (a) with gamma = 1 the error falls at least like 1/T (specs §7.1: log-log slope <= -1 within +-0.3;
+  judged: <= -0.7); eta is capped at 0.01, because the cap 1/(1 + mu) lands on f* in one round here
+  (``experiments/ffgb/rate.py``), so the error is the geometric (1 - 0.011)^(2T) and the slope measures
+  how much faster than 1/T it falls over the grid;
+  (b) with gamma = 0.5 at T = 300 the bias term falls like 1/K (specs §7.2 "roughly proportional to 1/K";
+  judged: slope in log K within [-1.3, -0.7]); eta capped at 1/(1 + mu) (specs §7.1);
+  (c) Cor. 3.1: with gamma = 0.5 and K = ceil(sqrt(T)) the error falls like T^(-1/2) up to logs (judged:
+  slope <= -0.3, i.e. -1/2 within +-0.2 or steeper); the same cap.
+
+  Each slope is the least-squares fit of log error on log T (or log K), per seed. On this task f^t is a
+  seed-independent multiple of mean_i ybar_i, so the seeds agree up to float32 rounding."""
+  flags = ctx.pick(RATE_FLAGS["smoke"], RATE_FLAGS["paper"])
+  out = ctx.script("ffgb_thm31_rate", "experiments.ffgb.rate", **flags)
+  with open(os.path.join(out, "result.json")) as f:
+    res = json.load(f)
+  numbers: dict = {}
+  holds, diag, cur_t, cur_k = {}, [], {}, {}
+  for part, key, xname, (low, high) in RATE_PARTS:
+    xs, errs = res[part][key], res[part]["errors"]
+    slopes = [loglog_slope(xs, e) for e in errs]
+    numbers[f"({part}) slope of log error vs log {xname}"] = Stat.of(slopes)
+    for j, x in enumerate(xs):
+      numbers[f"({part}) relative error at {xname} = {x}"] = Stat.of(e[j] for e in errs)
+    holds[part] = all(low <= s <= high for s in slopes)
+    band = f"<= {high:g}" if low == -math.inf else f"in [{low:g}, {high:g}]"
+    diag.append(f"({part}) {RATE_WHAT[part]}: slope {min(slopes):.3g} to {max(slopes):.3g} over "
+                f"{len(slopes)} seed(s), band {band}: {'holds' if holds[part] else 'fails'}")
+    if not holds[part] and part == "b" and max(slopes) < low:
+      diag[-1] += (f" (steeper than 1/K: the error falls like K^{sum(slopes) / len(slopes):.2f}, so "
+                   f"||f^T - f*|| like K^{sum(slopes) / len(slopes) / 2:.2f}; the bound's 1/K is an upper bound)")
+    label = f"({part}) {RATE_WHAT[part]}"
+    curve = [[(float(x), float(y)) for x, y in zip(xs, e)] for e in errs]
+    (cur_k if xname == "K" else cur_t)[label] = curve
+    ref = {"a": ("T^-1 reference", 1.0), "b": ("K^-1 reference", 1.0), "c": ("T^-1/2 reference", 0.5)}[part]
+    x0, y0 = xs[0], sum(e[0] for e in errs) / len(errs)
+    (cur_k if xname == "K" else cur_t)[ref[0]] = [[(float(x), y0 * (x0 / x) ** ref[1]) for x in xs]]
+  n = len(res["a"]["errors"])
+  figs = [plot_curves(os.path.join(ctx.root, "fig", "ffgb_thm31_rate_T.png"), cur_t, "rounds T",
+                      "||f^T - f*||^2 / ||f*||^2", f"FFGB Thm 3.1 (a) and Cor. 3.1 (c), {n} seed(s)",
+                      logy=True, logx=True, show_n=False),
+          plot_curves(os.path.join(ctx.root, "fig", "ffgb_thm31_rate_K.png"), cur_k, "local steps K",
+                      "||f^T - f*||^2 / ||f*||^2", f"FFGB Thm 3.1 (b): the bias term vs K, {n} seed(s)",
+                      logy=True, logx=True, show_n=False)]
+  if all(holds.values()):
+    verdict, lead = "reproduced", "all three slopes lie in their bands on every seed"
+  elif any(holds.values()):
+    verdict, lead = "partly reproduced", "holds for " + ", ".join(f"({p})" for p, ok in holds.items() if ok) + " only"
+  else:
+    verdict, lead = "not reproduced", "no slope lies in its band on every seed"
+  return Evidence(verdict, f"{lead}: " + "; ".join(diag), numbers=numbers,
+                  figures=[os.path.relpath(f, ctx.root) for f in figs])
+
+
 T_FFGB = f"{T_ALG}/test_ffgb.py"
 CLAIMS = [
     Claim("ffgb.fig4_digits", "FFGB (paper form) reaches a higher test accuracy than FedAvg (same MLP "
@@ -426,6 +509,17 @@ CLAIMS = [
           "above eps = 0, and the printed query's above ffgb_l's at every eps, each paired by seed (paper 5 "
           "seeds, 100 rounds; smoke eps 0, 1, 20 rounds, 1 seed), one-sided exact Wilcoxon at p < 0.05; "
           "reproduced: all hold; partly: some; not reproduced: none", ffgb_l_w1),
+    Claim("ffgb.thm31_rate", "In the semi-heterogeneous setting FFGB's error falls at least like 1/T with an "
+          "exact oracle, its oracle-bias term falls like 1/K at a fixed large T, and with K = ceil(sqrt(T)) it falls "
+          "like T^(-1/2) up to logs.", "seed 002 Thm 3.1, Cor. 3.1; specs §4.1, §4.3, §7.1-7.2",
+          "relative error ||f^T - f*||^2 / ||f*||^2 of ffgb on the tabular square-loss task (N = 8 clients sharing "
+          "a grid of 12 points, ybar_i ~ N(0, 1) per seed, f* = mean_i ybar_i / (1 + mu), mu = 0.1, f^0 = 0, "
+          "scaled oracle h = gamma phi, eta = 2/(mu(tK + k + 1))), least-squares slope of log error per seed: "
+          "(a) gamma = 1, K = 1, eta <= 0.01, T in {50, 100, 200, 400}: slope in log T <= -0.7; (b) gamma = 0.5, "
+          "T = 300, eta <= 1/(1 + mu), K in {1, 2, 5, 10, 20}: slope in log K in [-1.3, -0.7]; (c) gamma = 0.5, "
+          "K = ceil(sqrt(T)), eta <= 1/(1 + mu), T in {16, 64, 256, 1024}: slope in log T <= -0.3; 5 seeds "
+          "(smoke: 1 seed, (a) T up to 200, (b) K up to 10, (c) T up to 256); reproduced: all three hold on "
+          "every seed; partly: some do; not reproduced: none does", thm31_rate),
     Claim("ffgb.comm_accounting", "FFGB costs N K models per client a round and FedAvg 2, both from 2; a "
           "budget B gives ceil((B - 2) / cost) rounds.", "seed 002 §4, specs §1.4, §7.8",
           "reproduced: logged comm = 2 + N K t at every record of the digits s = 0.1 run and both round "
@@ -502,4 +596,4 @@ PENDING: list[str] = []
 CLAIMS = classify(
     CLAIMS, checks=("ffgb.comm_accounting",),
     diagnostics=("ffgb.oracle_fidelity",),
-    headlines=("ffgb.fig4_digits", "ffgb.fig3_mnist10k", "ffgb.fig2a_residual"))
+    headlines=("ffgb.fig4_digits", "ffgb.fig3_mnist10k", "ffgb.fig2a_residual", "ffgb.thm31_rate"))
