@@ -684,6 +684,9 @@ def _covers(node_id: str, case: str) -> bool:
   return cls == module and (test == name or test.startswith(name + "["))
 
 
+TEST_CRITERION = "reproduced when every cited test passes"  # the criterion of every test_claim
+
+
 def test_claim(id: str, statement: str, source: str, *node_ids: str) -> Claim:  # noqa: A002
   """A claim that an exact property holds, with the tests that pin it as its evidence.
 
@@ -701,7 +704,7 @@ def test_claim(id: str, statement: str, source: str, *node_ids: str) -> Claim:  
       return Evidence("not reproduced", f"failed: {', '.join(failed) or '-'}; not collected: "
                       f"{', '.join(missing) or '-'}", numbers=numbers)
     return Evidence("reproduced", f"all {passed} test cases pass", numbers=numbers)
-  return Claim(id, statement, source, "reproduced when every cited test passes", evaluate,
+  return Claim(id, statement, source, TEST_CRITERION, evaluate,
                tests=tuple(node_ids), kind="check")
 
 

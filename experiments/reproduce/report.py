@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 
-from experiments.reproduce.claims import SUBSTITUTE_NOTE, Claim, Evidence, Stat, natural
+from experiments.reproduce.claims import SUBSTITUTE_NOTE, TEST_CRITERION, Claim, Evidence, Stat, natural
 from experiments.reproduce.stats import weakest
 from fedsim.runner import marker
 
@@ -252,7 +252,41 @@ def _command_groups(commands: list[str]) -> list[str]:
       out.append(key.replace("$s", seeds[0]))
     else:
       out.append(f"for s in {' '.join(seeds)}; do {key}; done")
-  return out
+  return _shared_flags(out)
+
+
+SHARED_FLAGS_MIN = 60  # characters: flags every command shares are written once (as $F) when longer than this
+
+
+def _shared_flags(lines: list[str]) -> list[str]:
+  """Writes the ``--flag=value`` tokens that every ``python -m experiments.run`` line shares once, as
+  ``F="..."`` before them and ``$F`` in each (issue 34 item 7), when there are two lines or more and the
+  shared flags are longer than :data:`SHARED_FLAGS_MIN`; only plain tokens (no quote, space or ``$``).
+
+  >>> for line in _shared_flags(["python -m experiments.run --flagfile=experiments/flagfiles/a.cfg --rounds=50 "
+  ...                              "--dim=300 --seed=0 --eval_every=1", "python -m experiments.run --flagfile="
+  ...                              "experiments/flagfiles/a.cfg --rounds=50 --dim=300 --seed=1 --eval_every=1"]):
+  ...   print(line)
+  F="--flagfile=experiments/flagfiles/a.cfg --rounds=50 --dim=300 --eval_every=1"
+  python -m experiments.run $F --seed=0
+  python -m experiments.run $F --seed=1
+  """
+  import re
+  head = "python -m experiments.run "
+  runs = [i for i, line in enumerate(lines) if head in line]
+  if len(runs) < 2:
+    return lines
+  tokens = [lines[i].split(head, 1)[1].split(";", 1)[0].split() for i in runs]
+  shared = [t for t in tokens[0] if re.fullmatch(r"--[\w.]+=[^\s'\"$;]+", t) and all(t in ts for ts in tokens[1:])]
+  if len(" ".join(shared)) <= SHARED_FLAGS_MIN:
+    return lines
+  out = list(lines)
+  for i, ts in zip(runs, tokens):
+    kept = [t for t in ts if t not in shared]
+    before, after = lines[i].split(head, 1)
+    rest = after.split(";", 1)[1] if ";" in after else None
+    out[i] = before + head + " ".join(["$F", *kept]) + (f";{rest}" if rest is not None else "")
+  return [f'F="{" ".join(shared)}"', *out]
 
 
 def write_paper(folder: str, paper: str, title: str, records: list[dict], pending: list[str]) -> None:
@@ -287,13 +321,20 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
   if subs:
     lines += ["Ran on offline substitutes of the paper's data (each claim's Data line says which): "
               + ", ".join(subs) + ".", ""]
+  if any(r.get("comparisons") for r in records):
+    lines += [LEGEND, ""]
   seen_commands: dict[tuple, str] = {}
   seen_numbers: dict[str, str] = {}
   seen_criteria: dict[str, str] = {}
+  seen_figures: dict[tuple, str] = {(): ""}
   for kind, _ in kinds:
     for r in (r for r in records if r.get("kind", "paper") == kind):
-      first = seen_criteria.setdefault(r["criterion"], r["id"])
-      criterion = r["criterion"] if first == r["id"] else f"as [{first}](#{first.replace('.', '').lower()})"
+      if r["criterion"] == TEST_CRITERION and not r.get("history"):  # a batch of unit tests: one paragraph
+        lines += [f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']} **Verdict**: {r['verdict']} "
+                  f"({r['why']}; scale {r['scale']}).", ""]
+        lines += _commands(r, seen_commands)
+        continue
+      criterion = _criterion_text(r, seen_criteria)
       lines += [f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']}", "",
                 f"**Criterion**: {criterion}", "",
                 f"**Verdict**: {_verdict_text(r)} (scale {r['scale']}, {_timing(r)}). {r['why']}", ""]
@@ -306,9 +347,8 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
       if r.get("history"):   # each earlier verdict with why it was replaced; its criterion is in claims.json
         lines += ["**Earlier verdicts**: " + "; ".join(f"{h['verdict']} ({h['replaced']}, replaced: {h['reason']})"
                                                      for h in r["history"]) + " (their criteria: `claims.json`)", ""]
-      if r["numbers"] and r.get("comparisons"):  # the comparisons carry the verdict; per-seed numbers in the JSON
-        lines += [f"Per-seed numbers ({len(r['numbers'])}): `claims.json`.", ""]
-      elif r["numbers"]:
+      if r["numbers"] and not r.get("comparisons") and set(r["numbers"]) != TEST_NUMBERS:
+        # (a judged claim's comparisons carry its verdict, a test claim's verdict counts its tests: claims.json)
         key = json.dumps(r["numbers"], sort_keys=True)
         if key in seen_numbers:
           lines += [f"Numbers: as [{seen_numbers[key]}](#{seen_numbers[key].replace('.', '').lower()}).", ""]
@@ -320,33 +360,77 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
           if len(items) > MAX_NUMBERS:
             lines.append(f"| ... {len(items) - MAX_NUMBERS} more in claims.json | |")
           lines.append("")
-      lines += [f"![{r['id']}]({p})" for p in r["figures"]]
-      ckey = tuple(r["commands"])
-      if ckey in seen_commands:
-        lines += ["", f"Commands: as [{seen_commands[ckey]}](#{seen_commands[ckey].replace('.', '').lower()}).", ""]
-      elif r["commands"]:
-        seen_commands[ckey] = r["id"]
-        lines += ["", "Commands:", "", "```", *_command_groups(r["commands"]), "```", ""]
+      fkey = tuple(r["figures"])
+      if fkey in seen_figures:
+        lines += [f"Figures: as [{seen_figures[fkey]}](#{seen_figures[fkey].replace('.', '').lower()})."]
+      else:
+        seen_figures.setdefault(fkey, r["id"])
+        lines += [f"![{r['id']}]({p})" for p in r["figures"]]
+      lines += ["", *_commands(r, seen_commands)]
   with open(os.path.join(folder, "report.md"), "w") as f:
     f.write("\n".join(lines).rstrip("\n") + "\n")
 
 
-MAX_NUMBERS = 12  # rows of a claim's numbers table in report.md; claims.json keeps them all
-MAX_COMPARISONS = 8  # above this, a claim's table lists the comparisons that do not hold and the weakest that does
+TEST_NUMBERS = {"test cases passed", "test cases"}  # a test claim's numbers (its verdict line says them)
+MAX_NUMBERS = 6  # rows of a claim's numbers table in report.md; claims.json keeps them all
+MAX_COMPARISONS = 4  # above this, a claim's table lists the comparisons that do not hold and the weakest that does
+
+# The tests of experiments.reproduce.stats.compare, each with its tag in a comparison table and what its effect is.
+TESTS = {"one-sided exact Wilcoxon signed-rank (paired)": ("W", "mean paired difference"),
+         "one-sided exact sign test (paired, censored)": ("S", "fraction of differing pairs won"),
+         "one-sided Mann-Whitney U (unpaired)": ("U", "difference of means")}
+LEGEND = ("How to read a comparison table: one row per comparison, the claimed method first; the test tag is "
+          + "; ".join(f"{tag} = {test}, effect the {effect}" for test, (tag, effect) in TESTS.items())
+          + ". A positive effect favours the claim; p is one-sided in the claimed direction; a comparison "
+          "holds at p < 0.05; (never) counts pairs where a method never reached the target (censored).")
+
+
+def _commands(r: dict, seen: dict[tuple, str]) -> list[str]:
+  """A claim's command block (:func:`_command_groups`), or "as [earlier claim]" when an earlier claim ran the
+  same commands (``seen``: commands -> the first claim that ran them, updated here)."""
+  key = tuple(r["commands"])
+  if key in seen:
+    return [f"Commands: as [{seen[key]}](#{seen[key].replace('.', '').lower()}).", ""]
+  if not r["commands"]:
+    return []
+  seen[key] = r["id"]
+  return ["Commands:", "", "```", *_command_groups(r["commands"]), "```", ""]
+
+
+def _criterion_text(r: dict, seen: dict[str, str]) -> str:
+  """A claim's criterion for the report: in full the first time; "as [earlier claim]" when an earlier claim's
+  is the same, or the same but for a few words (at most :data:`CRITERION_EDITS` changed runs of words), which
+  are then named (``seen``: criterion -> the first claim that had it, updated here)."""
+  import difflib
+  text = r["criterion"]
+  first = seen.setdefault(text, r["id"])
+  link = f"[{first}](#{first.replace('.', '').lower()})"
+  if first != r["id"]:
+    return f"as {link}"
+  words = text.split()
+  for earlier, cid in seen.items():
+    if cid == r["id"]:
+      continue
+    old = earlier.split()
+    ops = [op for op in difflib.SequenceMatcher(a=old, b=words, autojunk=False).get_opcodes() if op[0] != "equal"]
+    if ops and len(ops) <= CRITERION_EDITS and sum(max(i2 - i1, j2 - j1) for _, i1, i2, j1, j2 in ops) <= 12:
+      edits = "; ".join(f"\"{' '.join(old[i1:i2])}\" -> \"{' '.join(words[j1:j2])}\"" for _, i1, i2, j1, j2 in ops)
+      return f"as [{cid}](#{cid.replace('.', '').lower()}), with {edits}"
+  return text
+
+
+CRITERION_EDITS = 3
 
 
 def _comparison_table(comparisons: list[dict]) -> list[str]:
-  """The comparisons as one table; the test and the effect's meaning written once when shared."""
-  tests = sorted({c["test"] for c in comparisons})
-  effects = sorted({c["effect_name"] for c in comparisons})
+  """The comparisons as one table (the tests and effects are explained once per report, :data:`LEGEND`)."""
   # Names are "<setting>: <measure>, <claimed> vs <other>"; a measure every row shares goes in the heading.
   measures = {c["name"].split(": ", 1)[1].split(", ", 1)[0] for c in comparisons
               if ": " in c["name"] and ", " in c["name"].split(": ", 1)[1]}
   shared = measures.pop() if len(measures) == 1 and all(": " in c["name"] for c in comparisons) else None
-  lines = [f"**Comparisons** ({'measure: ' + shared + '; ' if shared else ''}the claimed method first; test: "
-           f"{' / '.join(tests)}; effect: {' / '.join(effects)}, positive favours the claim):", "",
-           "| comparison | effect [95% CI] | n | p | won / lost / tied (never) | outcome |",
-           "|---|---|---|---|---|---|"]
+  lines = [f"**Comparisons** ({'measure: ' + shared + '; ' if shared else ''}per-seed numbers in claims.json):", "",
+           "| comparison | test | effect [95% CI] | n | p | won / lost / tied (never) | outcome |",
+           "|---|---|---|---|---|---|---|"]
   # Many comparisons: every one that does not hold, and the weakest that does (the claim is only as
   # strong as it); the others are counted in a last row (claims.json keeps them all).
   held = [c for c in comparisons if c["outcome"] == "holds"]
@@ -358,11 +442,12 @@ def _comparison_table(comparisons: list[dict]) -> list[str]:
     lo, hi = c["ci95"]
     never = f" ({c['censored']})" if c["censored"] else ""
     name = c["name"].replace(f": {shared}, ", ", ") if shared else c["name"]
-    lines.append(f"| {name} | {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] | {c['n']} | {c['p']:.2g} | "
+    tag = TESTS.get(c["test"], (c["test"], ""))[0]
+    lines.append(f"| {name} | {tag} | {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] | {c['n']} | {c['p']:.2g} | "
                  f"{c['wins']} / {c['losses']} / {c['ties']}{never} | **{c['outcome']}** |")
   if len(shown) < len(comparisons):
-    lines.append(f"| ... {len(comparisons) - len(shown)} more that hold (above: the weakest that holds); "
-                 "all in claims.json | | | | | |")
+    lines.append(f"| ... {len(comparisons) - len(shown)} more that hold (above: the weakest); all in claims.json "
+                 "| | | | | | |")
   return [*lines, ""]
 
 
