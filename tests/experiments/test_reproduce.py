@@ -147,21 +147,12 @@ def _hist(final):
   return [{"round": 0, "objective": 7.0}, {"round": 20, "objective": final}]
 
 
-@pytest.mark.parametrize("finals,base_verdict", [
-    ((6.0, 5.0, 4.0, 3.0, 6.5, 6.6), "reproduced"),
-    ((6.0, 5.0, 5.5, 3.0, 5.8, 6.6), "partly reproduced"),
-    ((3.0, 5.0, 4.0, 3.5, 2.0, 6.6), "not reproduced"),
-])
-def test_fedzo_fig1a_criteria(tmp_path, finals, base_verdict):
+def test_fedzo_fig1a_h_at_one_seed_is_inconclusive(tmp_path):
   labels = (*fedzo_claims.H_LABELS, "dzopa", "zone_s")
-  runs = {"fedzo_fig1a_s0": {label: _hist(v) for label, v in zip(labels, finals)}}
-  ctx = FakeContext(tmp_path, runs=runs)
-  ev = fedzo_claims.fedzo_fig1a_h(ctx)  # one seed (smoke): no paired test can decide (test_reproduce_fedzo)
+  runs = {"fedzo_fig1a_s0": {label: _hist(v) for label, v in zip(labels, (6.0, 5.0, 4.0, 3.0, 6.5, 6.6))}}
+  ev = fedzo_claims.fedzo_fig1a_h(FakeContext(tmp_path, runs=runs))  # one seed (smoke): no paired test can decide
   assert ev.verdict == "inconclusive" and ev.why.startswith("too few seeds")
   assert os.path.exists(tmp_path / ev.figures[0])
-  configs = {"dzopa": {"lr": 5e-3, "local_steps": None, "variant": "paper"},
-             fedzo_claims.H_LABELS[0]: {"lr": 1e-3, "local_steps": 5}}
-  assert fedzo_claims.fedzo_fig1a_baselines(FakeContext(tmp_path, runs=runs, configs=configs)).verdict == base_verdict
 
 
 def test_every_claim_is_well_formed():
