@@ -585,6 +585,11 @@ class Context:
       out = os.path.join(self.evidence_dir, name)
       return out, argv, os.path.join(out, "command.txt"), command
     marker = os.path.join(out, ".complete")
+    # A flagfile edited after the run finished: the command is the same, its settings are not; run it again.
+    path = os.path.join(REPO, FLAGFILES, flagfile) if flagfile else None
+    if path and os.path.exists(marker) and os.path.exists(path) and os.path.getmtime(path) > os.path.getmtime(marker):
+      self.log(f"  {flagfile} changed since {out} ran; running it again")
+      os.remove(marker)
     if not os.path.exists(marker) and os.path.isdir(out):
       shutil.rmtree(out)
     return out, argv, marker, command

@@ -404,3 +404,25 @@ def test_from_evidence_rejudges_the_stored_runs_and_runs_nothing(tmp_path, monke
 
 
 _real_launch = C.Context._launch
+
+
+def test_a_flagfile_edited_after_its_run_makes_the_run_start_again(tmp_path, monkeypatch):
+  """The command of a run names its flagfile, not the flagfile's contents: an edit after the run finished
+  removes the completion marker, so the run is made again instead of its old evidence being read."""
+  from experiments.reproduce import claims as claims_mod
+  repo = tmp_path / "repo"
+  (repo / claims_mod.FLAGFILES).mkdir(parents=True)
+  cfg = repo / claims_mod.FLAGFILES / "x.cfg"
+  cfg.write_text("--rounds=2\n")
+  monkeypatch.setattr(claims_mod, "REPO", str(repo))
+  ctx = claims_mod.Context(str(tmp_path / "root"), "smoke", log=lambda s: None)
+  out, _, marker, _ = ctx._plan("r", "experiments.run", "x.cfg", {"seed": 0})
+  os.makedirs(out)
+  with open(marker, "w") as f:
+    f.write("1.0 s\ncommand\n")
+  os.utime(cfg, (1, 1))  # the flagfile older than the marker: the finished run stands
+  assert ctx._plan("r", "experiments.run", "x.cfg", {"seed": 0})[2] == marker and os.path.exists(marker)
+  os.utime(cfg, None)
+  os.utime(marker, (1, 1))  # edited after the run: the marker and the half-kept folder go
+  ctx._plan("r", "experiments.run", "x.cfg", {"seed": 0})
+  assert not os.path.exists(marker) and not os.path.exists(out)
