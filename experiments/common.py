@@ -84,7 +84,7 @@ CORE_HPARAMS = ("clients_per_round",)
 # The other core flags named like an ExperimentConfig field set that field.
 TASK_OPTION_FLAGS = {
     **{n: n for n in ("hidden_width", "dim", "heterogeneity", "target_class", "attack_c", "classifier",
-                      "cache_dir", "spectrum_sigma", "isotropic", "finetune_shift", "hidden_layers",
+                      "cache_dir", "spectrum_sigma", "spectrum_rank", "isotropic", "finetune_shift", "hidden_layers",
                       "activation", "shift_kind", "feature_shift", "tabular_loss", "samples_per_client",
                       "num_features")},
     "rank": "server_samples", "max_rank": "max_rank", "l2_penalty": "mu",
@@ -118,6 +118,8 @@ def define_flags():
   flags.DEFINE_string("classifier", "mlp", "attacked classifier (--task=attack_cw): mlp, softmax")
   flags.DEFINE_string("cache_dir", None, "where trained classifiers are cached (default ~/.cache/fedsim)")
   flags.DEFINE_float("spectrum_sigma", 3 ** 0.5, "std of log lambda (--task=illcond_quadratic; seed 003 §5.1)")
+  flags.DEFINE_integer("spectrum_rank", 0, "k > 0: only k log-normal eigenvalues, the other d - k 1e-4 "
+                       "(--task=illcond_quadratic; a low effective rank fixed as d grows); 0: all d")
   flags.DEFINE_bool("isotropic", False, "all eigenvalues equal, same trace (--task=illcond_quadratic control)")
   flags.DEFINE_string("finetune_shift", "flip", "target shift of --task=finetune: flip, relabel, none")
   # --task=logistic_soft / ridge (seed 004 App. A; specs/fedlrgd.md §3.3).

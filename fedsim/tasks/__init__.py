@@ -27,7 +27,7 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
               shards_per_client: int = 2, quantity_law: str = "lognormal", quantity_sigma: float = 1.0,
               hidden_width: int = 64, dim: int = 300, heterogeneity: float = 5.0,
               target_class: int = 4, attack_c: float = 1.0, classifier: str = "mlp",
-              cache_dir: str | None = None, spectrum_sigma: float = 3 ** 0.5,
+              cache_dir: str | None = None, spectrum_sigma: float = 3 ** 0.5, spectrum_rank: int = 0,
               isotropic: bool = False, finetune_shift: str = "flip", homo_ratio: float = 0.1,
               hidden_layers: int = 1, activation: str = "relu", shift_kind: str = "w1",
               feature_shift: float = 0.0, tabular_loss: str = "square", portion: float | None = None,
@@ -44,7 +44,9 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
   with quantity skew (``quantity_law``, ``quantity_sigma``); ``attack_c`` is the
   distortion weight c. ``illcond_quadratic`` (seed 003 §5.1 toy) uses ``dim``,
   ``heterogeneity`` (spread of the client optima), ``spectrum_sigma`` (std of
-  log lambda) and ``isotropic`` (all eigenvalues equal, same trace); ``cnn`` is
+  log lambda), ``spectrum_rank`` (k > 0: only k log-normal eigenvalues, the rest
+  1e-4, a low effective rank fixed as d grows) and ``isotropic`` (all eigenvalues
+  equal, same trace); ``cnn`` is
   the small CNN of seed 003 §6 on ``dataset``; ``lenet`` is FFGB's CIFAR-10 weak
   learner (seed 002 App. B.1: the PyTorch-tutorial CNN, conv 6 - 16 5x5, FC 32 - 32,
   leaky ReLU; fedsim.models.weak_learners.weak_learner_cnn) as a parametric model,
@@ -105,9 +107,11 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
       raise ConfigError("heterogeneity", f"must be >= 0; got {heterogeneity}")
     if not spectrum_sigma >= 0:
       raise ConfigError("spectrum_sigma", f"must be >= 0; got {spectrum_sigma}")
+    if spectrum_rank < 0:
+      raise ConfigError("spectrum_rank", f"must be >= 0 (0: every eigenvalue log-normal); got {spectrum_rank}")
     from fedsim.tasks.illcond_quadratic import make_illcond_quadratic_task
     return make_illcond_quadratic_task(dim, num_clients, heterogeneity, sigma=spectrum_sigma,
-                                       isotropic=isotropic, seed=seed)
+                                       isotropic=isotropic, seed=seed, rank=spectrum_rank)
   if name not in TASKS:
     raise ConfigError("task", f"unknown {name!r}{did_you_mean(name, TASKS)}; accepted: {', '.join(TASKS)}")
   if name in ("mlp", "finetune") and hidden_width < 1:

@@ -33,10 +33,24 @@ from fedsim.core.types import Task
 DEFAULT_SIGMA = math.sqrt(3.0)
 
 
-def spectrum(dim: int, sigma: float = DEFAULT_SIGMA, seed: int = 0, isotropic: bool = False) -> np.ndarray:
+TAIL = 1e-4
+"""The eigenvalue of the d - k tail directions of a rank-k spectrum (``rank`` of :func:`spectrum`)."""
+
+
+def spectrum(dim: int, sigma: float = DEFAULT_SIGMA, seed: int = 0, isotropic: bool = False,
+             rank: int = 0) -> np.ndarray:
   """The eigenvalues lambda (dim,) float64: log-normal(0, sigma^2), or all equal
-  to their mean when ``isotropic`` (same trace)."""
+  to their mean when ``isotropic`` (same trace).
+
+  With ``0 < rank < dim`` only the first ``rank`` are log-normal and the other
+  dim - rank equal :data:`TAIL`: a low effective rank kappa = Tr A / L that stays
+  (nearly) fixed as d grows (spec §7 item 5: "the same number of large eigenvalues").
+  The first ``rank`` values are the same for every dim >= rank (one sequential draw),
+  so a seed's spectra at two dimensions share their large eigenvalues.
+  """
   lam = np.exp(sigma * np.random.default_rng([seed, 1]).standard_normal(dim))
+  if 0 < rank < dim:
+    lam[rank:] = TAIL
   return np.full(dim, lam.mean()) if isotropic else lam
 
 
@@ -47,7 +61,7 @@ def whitening_rank(lam: np.ndarray, eps: float) -> float:
 
 def make_illcond_quadratic_task(dim: int, num_clients: int, heterogeneity: float = 1.0, *,
                                 sigma: float = DEFAULT_SIGMA, isotropic: bool = False,
-                                seed: int = 0) -> Task:
+                                seed: int = 0, rank: int = 0) -> Task:
   """Builds the federated ill-conditioned quadratic.
 
   Args:
@@ -57,6 +71,8 @@ def make_illcond_quadratic_task(dim: int, num_clients: int, heterogeneity: float
     sigma: standard deviation of log lambda (> 0; 0 gives A = I).
     isotropic: all eigenvalues equal to mean(lambda).
     seed: seed of lambda, b* and the b_i.
+    rank: k >= 0; 0 < k < d keeps k log-normal eigenvalues and sets the rest to
+      :data:`TAIL` (:func:`spectrum`); 0 (or k >= d): all d log-normal.
 
   Returns:
     A Task: client rows ``{"b": (d,), "lam": (d,)}`` float32 (lambda is stored
@@ -68,9 +84,9 @@ def make_illcond_quadratic_task(dim: int, num_clients: int, heterogeneity: float
   """
   if dim < 1 or num_clients < 1:
     raise ValueError(f"dim and num_clients must be >= 1; got {dim}, {num_clients}")
-  if not heterogeneity >= 0 or not sigma >= 0:
-    raise ValueError(f"heterogeneity and sigma must be >= 0; got {heterogeneity}, {sigma}")
-  lam = spectrum(dim, sigma, seed, isotropic)
+  if not heterogeneity >= 0 or not sigma >= 0 or rank < 0:
+    raise ValueError(f"heterogeneity, sigma and rank must be >= 0; got {heterogeneity}, {sigma}, {rank}")
+  lam = spectrum(dim, sigma, seed, isotropic, rank)
   gen = np.random.default_rng([seed, 2])
   b_star = gen.standard_normal(dim)
   e = gen.standard_normal((num_clients, dim))
@@ -93,7 +109,7 @@ def make_illcond_quadratic_task(dim: int, num_clients: int, heterogeneity: float
     return {"objective": gap + f_star, "optimality_gap": gap}
 
   L, trace = float(lam.max()), float(lam.sum())
-  info = {"dim": dim, "sigma": sigma, "isotropic": isotropic, "heterogeneity": heterogeneity,
+  info = {"dim": dim, "sigma": sigma, "isotropic": isotropic, "spectrum_rank": rank, "heterogeneity": heterogeneity,
           "seed": seed, "F_star": f_star, "L": L, "trace_A": trace, "L_times_d": L * dim,
           "effective_rank": trace / L, "condition_number": L / float(lam.min()),
           "zeta": {str(eps): whitening_rank(lam, eps) for eps in (0.1, 1.0, 10.0)}}

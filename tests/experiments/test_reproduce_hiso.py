@@ -2,6 +2,7 @@
 verdict branch of each curve/table claim, and the Table 2 rounds ratio (no real runs)."""
 
 import json
+import math
 import os
 import tempfile
 
@@ -350,3 +351,49 @@ def test_tau_insensitivity(tmp_path, hiso, decomfl, verdict):
   ev = H.hiso_tau(FakeContext(tmp_path, runs=_tau_runs(hiso, decomfl)))
   assert ev.verdict == verdict, ev.why
   assert [c.name for c in ev.comparisons] == ["spread over tau, hiso vs decomfl", "hiso: spread over tau vs 1 pp"]
+
+
+def _dim_free_runs(reach):
+  """hiso.dim_free's runs: ``reach(method, lr, d, s)`` = the round (a multiple of 25, or None: never) at which
+  that entry's gap first falls to 1% of its start (a geometric fall before it, flat at 2% when never)."""
+  runs = {}
+  for d in H.DIM_FREE_DIMS:
+    for s in range(5):
+      run = {}
+      for method in ("decomfl", "hiso"):
+        for lr in ("0.002", "0.004", "0.016"):
+          r = reach(method, float(lr), d, s)
+          n = 3000 // 25 + 1
+          gaps = [100.0 if i == 0 else (0.5 if r is not None and 25 * i >= r else 2.0) for i in range(n)]
+          run[f"{method}-lr={lr}"] = _recs(gaps)
+      runs[f"hiso_dim_free_d{d}_s{s}"] = run
+  return runs
+
+
+@pytest.mark.parametrize("growth,verdict", [(1.0, "reproduced"), (1.3, "reproduced"), (1.5, "partly reproduced"),
+                                           (3.0, "not reproduced")])
+def test_dim_free_compares_rounds_at_large_d_with_twice_those_at_d_100(tmp_path, growth, verdict):
+  # Rounds at d: (1000 + 50 s) * growth^log10(d / 100) at the best lr (0.004); the other lrs are slower.
+  def reach(method, lr, d, s):
+    base = (1000 + 50 * s) * growth ** round(math.log10(d / 100))
+    return int(25 * round(base * (1.0 if lr == 0.004 else 1.5) / 25))
+  ev = H.hiso_dim_free(PaperContext(tmp_path, runs=_dim_free_runs(reach)))
+  assert ev.verdict == verdict, ev.why
+  assert [c.name for c in ev.comparisons] == ["hiso: rounds at d=1000 vs 2 x rounds at d=100",
+                                              "hiso: rounds at d=10000 vs 2 x rounds at d=100"]
+  assert ev.numbers["hiso d=100: best lr (hiso-lr=0.004), rounds to 99% of the gap"] == [1000, 1050, 1100, 1150, 1200]
+  assert len(ev.figures) == 3 and "grid's edge" not in ev.why
+  assert ("no lr of the grid converges" in ev.why) == (growth == 3.0)
+
+
+def test_dim_free_censors_never_and_names_an_edge_lr(tmp_path):
+  # HiSo never converges at d = 10000; its best lr at d = 100 is the grid's smallest.
+  def reach(method, lr, d, s):
+    if method == "hiso" and d == 10000:
+      return None
+    return 1000 if lr == 0.002 else 1500
+  ev = H.hiso_dim_free(PaperContext(tmp_path, runs=_dim_free_runs(reach)))
+  assert [c.outcome for c in ev.comparisons] == ["holds", "opposite"]
+  assert ev.comparisons[1].censored == 5
+  assert ev.verdict == "partly reproduced"
+  assert "best lr at the grid's edge: decomfl-lr=0.002, hiso-lr=0.002" in ev.why

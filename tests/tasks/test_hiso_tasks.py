@@ -82,3 +82,18 @@ def test_finetune_starts_from_the_pretrained_model(tmp_path):
   assert again.info["pretrained_target_test_accuracy"] < 0.1       # labels shifted by one
   with pytest.raises(ConfigError, match="finetune_shift"):
     make_task("finetune", finetune_shift="rotate", **kw)
+
+
+def test_spectrum_rank_keeps_the_large_eigenvalues_as_d_grows():
+  """--spectrum_rank=k: k log-normal eigenvalues, the same for every d >= k (so a seed's runs at several d
+  pair), the other d - k at TAIL; Tr A and L then barely move with d (spec §7 item 5)."""
+  from fedsim.tasks.illcond_quadratic import TAIL, spectrum
+  small, large = spectrum(100, seed=3, rank=100), spectrum(10_000, seed=3, rank=100)
+  np.testing.assert_array_equal(large[:100], small)
+  assert np.all(large[100:] == TAIL) and large.max() == small.max()
+  assert large.sum() - small.sum() == pytest.approx(9_900 * TAIL)
+  np.testing.assert_array_equal(spectrum(50, seed=3, rank=0), spectrum(50, seed=3, rank=50))  # k >= d: all d
+  task = make_task("illcond_quadratic", num_clients=3, dim=200, spectrum_rank=100, seed=3)
+  assert task.info["spectrum_rank"] == 100 and task.info["trace_A"] == pytest.approx(small.sum() + 100 * TAIL)
+  with pytest.raises(ConfigError, match="spectrum_rank"):
+    make_task("illcond_quadratic", num_clients=3, dim=5, spectrum_rank=-1)
