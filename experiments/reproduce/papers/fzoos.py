@@ -434,7 +434,9 @@ def _compare(ctx: Context, runs, metric_names: tuple[str, ...], tag: str, title:
 def _small_algs(ctx: Context) -> dict:
   """Smoke: FZooS and FedZO only, M = 200, R = 2, 20 training steps of MLP classifiers (the
   attack's CNN and the metric MLP both cost compilation); classifiers cached under the root."""
-  cache = {"cache_dir": os.path.join(ctx.root, "classifiers")}
+  # Under the root the commands name (Context.command_root), so a re-judgment from stored evidence asks for the
+  # same commands that made it.
+  cache = {"cache_dir": os.path.join(getattr(ctx, "command_root", ctx.root), "classifiers")}
   return ctx.pick(dict(algorithm=["fzoos", "fedzo_fd"], num_rff=200, rounds=2, eval_every=2,
                        model_train_steps=20, **cache), cache)
 
