@@ -235,3 +235,12 @@ def weakest(comparisons: Sequence[Comparison]) -> Comparison:
   """The comparison a claim's headline ``effect``/``ci95``/``n`` quote: the one with the largest
   p in the claimed direction (the claim is only as strong as it)."""
   return max(comparisons, key=lambda c: (c.p, c.name))
+
+
+def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+  """The least-squares slope of log ``ys`` against log ``xs`` (a power law's exponent; ``numpy.polyfit``, degree 1).
+
+  >>> round(loglog_slope([1, 2, 4], [8.0, 4.0, 2.0]), 12)
+  -1.0
+  """
+  return float(np.polyfit(np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float)), 1)[0])

@@ -328,10 +328,7 @@ def rate_entry(m: int, b2: int, rounds: int, schedule_at: tuple[int, int] | None
   return entry.replace(f"fedzo:clients_per_round={m_s}:", f"fedzo:fd_directions={b2}:clients_per_round={m}:", 1)
 
 
-def log_slope(xs, ys) -> float:
-  """Least-squares slope of log y against log x (``numpy.polyfit``, degree 1)."""
-  import numpy as np
-  return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+log_slope = stats.loglog_slope  # the rate claims' exponent fit (shared with FFGB's)
 
 
 def min_mean_sq_grad(runs: list[dict[str, list[dict]]], label: str) -> float:

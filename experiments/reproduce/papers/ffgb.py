@@ -391,11 +391,7 @@ RATE_WHAT = {"a": "exact oracle (gamma = 1, K = 1), error vs T",
              "c": "gamma = 0.5, K = ceil(sqrt(T)), error vs T"}
 
 
-def loglog_slope(xs, ys) -> float:
-  """The least-squares slope of log ``ys`` against log ``xs``."""
-  lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
-  mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-  return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+loglog_slope = stats.loglog_slope  # the exponent fit of the rate claims (experiments/reproduce/stats.py)
 
 
 def thm31_rate(ctx: Context) -> Evidence:
