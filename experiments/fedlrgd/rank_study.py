@@ -56,17 +56,24 @@ from fedsim.runner import series_style
 
 STUDIES = ("appc", "theorem1", "logistic", "both")  # both: appc and theorem1
 MODELS = ("mlp", "cnn")  # App. C's MNIST MLP, its CIFAR-10 CNN
+OPTIMIZERS = ("adam", "rmsprop")  # App. C: Adam; "in one case" RMSprop (Fig. 1 (g), Fig. 2 (c))
+ACTIVATIONS = ("sigmoid", "relu")  # App. C: logistic; "in one case" ReLU (Fig. 1 (i), Fig. 2 (d))
 
 
 @dataclasses.dataclass(frozen=True)
 class RankStudyConfig:
   """App. C defaults: K = 784, k = 60, 25 epochs of Adam with batch 200, threshold 0.005,
-  energy 0.9, ~500 coordinates."""
+  energy 0.9, ~500 coordinates; one hidden layer of sigmoid units. App. C's Fig. 1 variants:
+  k = 30, 90 (a, c), K = 500, 1000 (e, f), ``optimizer = rmsprop`` (g), ``hidden_layers = 2`` (h),
+  ``activation = relu`` (i)."""
   study: str = "both"
   dataset: str = "mnist"
   data_dir: str | None = "../shared/data/mnist"
   model: str = "mlp"
   hidden: int = 784
+  hidden_layers: int = 1
+  activation: str = "sigmoid"
+  optimizer: str = "adam"
   epochs: int = 25
   batch_size: int = 200
   lr: float = 1e-3
@@ -88,7 +95,13 @@ def validate(cfg: RankStudyConfig):
     raise ConfigError("study", f"unknown {cfg.study!r}; accepted: {', '.join(STUDIES)}")
   if cfg.model not in MODELS:
     raise ConfigError("model", f"unknown {cfg.model!r}; accepted: {', '.join(MODELS)}")
-  for name in ("hidden", "epochs", "batch_size", "num_coords", "t1_n"):
+  if cfg.optimizer not in OPTIMIZERS:
+    raise ConfigError("optimizer", f"unknown {cfg.optimizer!r}; accepted: {', '.join(OPTIMIZERS)}")
+  if cfg.activation not in ACTIVATIONS:
+    raise ConfigError("activation", f"unknown {cfg.activation!r}; accepted: {', '.join(ACTIVATIONS)}")
+  if cfg.model == "cnn" and (cfg.hidden_layers != 1 or cfg.activation != "sigmoid"):
+    raise ConfigError("hidden_layers", "hidden_layers and activation apply to --model=mlp only")
+  for name in ("hidden", "hidden_layers", "epochs", "batch_size", "num_coords", "t1_n"):
     if getattr(cfg, name) < 1:
       raise ConfigError(name, f"must be >= 1; got {getattr(cfg, name)}")
   if cfg.k < 2:
@@ -109,22 +122,34 @@ def validate(cfg: RankStudyConfig):
 # App. C.
 # ----------------------------------------------------------------------------------------------
 
-def init_mlp(key, d_in: int, hidden: int, classes: int):
-  """Glorot-uniform weights, zero biases (Keras' Dense defaults, as in App. C)."""
+def init_mlp(key, d_in: int, hidden: int, classes: int, layers: int = 1):
+  """Glorot-uniform weights, zero biases (Keras' Dense defaults, as in App. C): ``w1, b1`` ...
+  ``w{L+1}, b{L+1}`` for L = ``layers`` hidden layers of ``hidden`` units (one key per layer)."""
   import jax
   import jax.numpy as jnp
-  k1, k2 = jax.random.split(key)
+  keys = jax.random.split(key, layers + 1)
+  sizes = [d_in] + [hidden] * layers + [classes]
+
   def glorot(k, a, b):
     return jax.random.uniform(k, (a, b), jnp.float32, -1.0, 1.0) * math.sqrt(6.0 / (a + b))
-  return {"w1": glorot(k1, d_in, hidden), "b1": jnp.zeros((hidden,), jnp.float32),
-          "w2": glorot(k2, hidden, classes), "b2": jnp.zeros((classes,), jnp.float32)}
+
+  params = {}
+  for i in range(layers + 1):
+    params[f"w{i + 1}"] = glorot(keys[i], sizes[i], sizes[i + 1])
+    params[f"b{i + 1}"] = jnp.zeros((sizes[i + 1],), jnp.float32)
+  return params
 
 
-def mlp_logits(params, x):
-  """784 -> K (sigmoid) -> 10 (logits; softmax in the loss)."""
+def mlp_logits(params, x, activation: str = "sigmoid"):
+  """784 -> K -> ... -> K (``activation``: sigmoid, App. C, or relu, Fig. 1 (i)) -> 10 (logits;
+  softmax in the loss); the hidden layers are ``params``' w1 ... wL."""
   import jax
-  h = jax.nn.sigmoid(x @ params["w1"] + params["b1"])
-  return h @ params["w2"] + params["b2"]
+  act = {"sigmoid": jax.nn.sigmoid, "relu": jax.nn.relu}[activation]
+  layers = len(params) // 2 - 1
+  h = x
+  for i in range(1, layers + 1):
+    h = act(h @ params[f"w{i}"] + params[f"b{i}"])
+  return h @ params[f"w{layers + 1}"] + params[f"b{layers + 1}"]
 
 
 class Net(NamedTuple):
@@ -157,18 +182,19 @@ def _app_c_cnn(classes: int):
   return AppCCNN(classes)
 
 
-def network(model: str, hidden: int, feature_shape: tuple, classes: int) -> Net:
+def network(model: str, hidden: int, feature_shape: tuple, classes: int, layers: int = 1,
+            activation: str = "sigmoid") -> Net:
   """App. C's ``model`` (:data:`MODELS`) for inputs of ``feature_shape``: ``mlp`` (the flattened
-  input -> ``hidden`` sigmoid units -> ``classes``; :func:`init_mlp`, :func:`mlp_logits`) or
-  ``cnn`` (:func:`_app_c_cnn`, image inputs).
+  input -> ``layers`` x ``hidden`` ``activation`` units -> ``classes``; :func:`init_mlp`,
+  :func:`mlp_logits`) or ``cnn`` (:func:`_app_c_cnn`, image inputs).
 
   Raises:
     ValueError: an unknown ``model``, or ``cnn`` on inputs that are not images.
   """
   if model == "mlp":
     d_in = math.prod(feature_shape)
-    return Net(lambda key: init_mlp(key, d_in, hidden, classes),
-               lambda params, x: mlp_logits(params, x.reshape(x.shape[0], -1)))
+    return Net(lambda key: init_mlp(key, d_in, hidden, classes, layers),
+               lambda params, x: mlp_logits(params, x.reshape(x.shape[0], -1), activation))
   if model != "cnn":
     raise ValueError(f"model {model!r}; accepted: {', '.join(MODELS)}")
   if len(feature_shape) not in (2, 3):
@@ -185,7 +211,8 @@ def example_loss(net: Net, params, x, y):
 
 
 def train(x, y, cfg: RankStudyConfig, net: Net):
-  """Adam, batch ``batch_size``, ``epochs`` passes of shuffled mini-batches, one jitted scan.
+  """Adam (or ``optimizer = rmsprop``: optax's RMSprop, decay 0.9, Fig. 1 (g)), batch ``batch_size``,
+  ``epochs`` passes of shuffled mini-batches, one jitted scan.
 
   Returns:
     the trained parameters (a pytree of float32 arrays).
@@ -198,7 +225,7 @@ def train(x, y, cfg: RankStudyConfig, net: Net):
   steps_per_epoch = n // bs
   key = jax.random.key(cfg.seed)
   params = net.init(jax.random.fold_in(key, 0))
-  opt = optax.adam(cfg.lr)
+  opt = {"adam": optax.adam, "rmsprop": optax.rmsprop}[cfg.optimizer](cfg.lr)
 
   def batch_loss(p, xb, yb):
     return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(net.apply(p, xb), yb))
@@ -283,7 +310,8 @@ def appc(cfg: RankStudyConfig) -> dict:
   t0 = time.perf_counter()
   ds = load_dataset(cfg.dataset, cfg.data_dir, seed=0)
   x_tr, x_te = ds.x_train, ds.x_test
-  net = network(cfg.model, cfg.hidden, tuple(ds.x_train.shape[1:]), int(ds.y_train.max()) + 1)
+  net = network(cfg.model, cfg.hidden, tuple(ds.x_train.shape[1:]), int(ds.y_train.max()) + 1,
+                cfg.hidden_layers, cfg.activation)
   params = jax.block_until_ready(train(x_tr, ds.y_train, cfg, net))
   t_train = time.perf_counter() - t0
   theta, _ = ravel_pytree(params)
@@ -301,7 +329,8 @@ def appc(cfg: RankStudyConfig) -> dict:
   nz_all = r_all[n_all > 0]
   return {
       "dataset": ds.name, "dataset_info": ds.info, "model": cfg.model, "p": int(theta.size),
-      "hidden": cfg.hidden, "k": cfg.k,
+      "hidden": cfg.hidden, "hidden_layers": cfg.hidden_layers, "activation": cfg.activation,
+      "optimizer": cfg.optimizer, "k": cfg.k,
       "train_accuracy": accuracy(net, params, x_tr, ds.y_train),
       "test_accuracy": accuracy(net, params, x_te, ds.y_test),
       "nontrivial_coords": int(nontrivial.size), "sampled": int(coords.size),
@@ -429,6 +458,9 @@ def plot(summary: dict, output_dir: str):
     ax.set_xlabel("approximate rank (90% energy, eq. (77))")
     ax.set_ylabel("frequency")
     net = f"K={s['hidden']}" if s.get("model", "mlp") == "mlp" else "CNN"
+    net += "".join(f", {v}" for v in (f"{s.get('hidden_layers', 1)} layers" if s.get("hidden_layers", 1) > 1 else "",
+                                       s.get("activation", "sigmoid"), s.get("optimizer", "adam"))
+                   if v and v not in ("sigmoid", "adam"))
     ax.set_title(f"{s['dataset']}, {net}, k={s['k']}: median {s['median_rank']:g}, "
                  f"{100 * s['frac_rank_le_10']:.0f}% <= 10", fontsize=9)
     fig.tight_layout()
@@ -493,10 +525,15 @@ def _define_flags():
   flags.DEFINE_string("data_dir", d.data_dir, "folder with the dataset's files")
   flags.DEFINE_string("model", d.model, f"App. C network: {', '.join(MODELS)} (mlp: MNIST's 784 -> K -> 10; "
                       "cnn: CIFAR-10's conv 40 - conv 40 - pool - 150 - 10)")
-  flags.DEFINE_integer("hidden", d.hidden, "K, hidden sigmoid units of --model=mlp (App. C: 784)")
+  flags.DEFINE_integer("hidden", d.hidden, "K, hidden units per layer of --model=mlp (App. C: 784; Fig. 1: 500, 1000)")
+  flags.DEFINE_integer("hidden_layers", d.hidden_layers, "hidden layers of --model=mlp (App. C: 1; Fig. 1 (h): 2)")
+  flags.DEFINE_string("activation", d.activation, f"hidden activation of --model=mlp: {', '.join(ACTIVATIONS)} "
+                      "(App. C: sigmoid; Fig. 1 (i): relu)")
+  flags.DEFINE_string("optimizer", d.optimizer, f"training optimizer: {', '.join(OPTIMIZERS)} (App. C: adam; "
+                      "Fig. 1 (g): rmsprop)")
   flags.DEFINE_integer("epochs", d.epochs, "training epochs (App. C: 25)")
   flags.DEFINE_integer("batch_size", d.batch_size, "Adam batch size (App. C: 200)")
-  flags.DEFINE_float("lr", d.lr, "Adam learning rate (Keras default 1e-3)")
+  flags.DEFINE_float("lr", d.lr, "Adam / RMSprop learning rate (Keras default 1e-3)")
   flags.DEFINE_integer("k", d.k, "test samples = perturbations per slice (App. C: 30, 60, 90)")
   flags.DEFINE_integer("num_coords", d.num_coords, "coordinates q sampled for the histogram (App. C: ~500)")
   flags.DEFINE_float("threshold", d.threshold, "non-trivial weights: |theta*_q| >= threshold (App. C: 0.005)")
@@ -521,6 +558,7 @@ def main(argv):
     except ValueError:
       raise ConfigError("t1_dims", "t1_dims must be integers and t1_etas numbers") from None
     cfg = RankStudyConfig(study=F.study, dataset=F.dataset, data_dir=F.data_dir, model=F.model, hidden=F.hidden,
+                          hidden_layers=F.hidden_layers, activation=F.activation, optimizer=F.optimizer,
                           epochs=F.epochs, batch_size=F.batch_size, lr=F.lr, k=F.k,
                           num_coords=F.num_coords, threshold=F.threshold, energy=F.energy, seed=F.seed,
                           t1_n=F.t1_n, t1_dims=dims, t1_etas=etas, output_dir=F.output_dir)

@@ -184,7 +184,7 @@ def _first_sentence(text: str, limit: int = 170) -> str:
 
 def _held(r: dict) -> str:
   """One line for a judged claim: its comparisons that hold, per setting (the part of a comparison's name
-  before ``:``), e.g. ``paired comparisons holding (p < 0.05, n = 5): C=0.5 4/4, C=5 4/4, C=50 0/4``."""
+  before ``:``), e.g. ``comparisons holding (p < 0.05, n = 5): C=0.5 4/4, C=5 4/4, C=50 0/4``."""
   groups: dict[str, list[str]] = {}
   for c in r["comparisons"]:
     groups.setdefault(c["name"].split(":")[0] if ":" in c["name"] else "", []).append(c["outcome"])
@@ -192,7 +192,7 @@ def _held(r: dict) -> str:
   parts = ([f"{k} {v.count('holds')}/{len(v)}" for k, v in groups.items()] if "" not in groups
            else [f"{c['name']} {c['outcome']}" for c in r["comparisons"]])
   reason = r["why"].split(":")[0] + "; " if r["verdict"] == "inconclusive" else ""
-  return (f"{reason}paired comparisons holding (p < 0.05, n = {'/'.join(map(str, n))}): " + ", ".join(parts))
+  return (f"{reason}comparisons holding (p < 0.05, n = {'/'.join(map(str, n))}): " + ", ".join(parts))
 
 
 def summary(records: list[dict], pending: list[str]) -> list[str]:
@@ -213,9 +213,12 @@ def summary(records: list[dict], pending: list[str]) -> list[str]:
                              "the paper's data (see their Data lines); the rest on the paper's settings." if subs else
                              "the paper's settings, no substitute data."))
   judged = sum("effect" in r for r in papers_)
-  lines.append(f"- Confidence: {judged} of {len(papers_)} paper claims are judged by paired tests from stored "
-               "evidence (effect, 95% CI, n); the others by the earlier unpaired rule (twice the larger seed std), "
-               "pending a re-run that stores their evidence.")
+  unstored = sum(not r.get("evidence") for r in papers_)
+  rest = len(papers_) - judged - unstored
+  lines.append(f"- Confidence: {judged} of {len(papers_)} paper claims are judged by tests (effect, 95% CI, n)"
+               + (f"; {rest} by a rule on point estimates (each says why)" if rest else "")
+               + (f"; {unstored} by an earlier rule on runs whose evidence was not stored (pending a re-run)"
+                  if unstored else "") + ".")
   return lines
 
 
@@ -378,7 +381,20 @@ MAX_COMPARISONS = 4  # above this, a claim's table lists the comparisons that do
 # The tests of experiments.reproduce.stats.compare, each with its tag in a comparison table and what its effect is.
 TESTS = {"one-sided exact Wilcoxon signed-rank (paired)": ("W", "mean paired difference"),
          "one-sided exact sign test (paired, censored)": ("S", "fraction of differing pairs won"),
-         "one-sided Mann-Whitney U (unpaired)": ("U", "difference of means")}
+         "one-sided Mann-Whitney U (unpaired)": ("U", "difference of means"),
+         "one-sided exact Wilcoxon signed-rank (one sample, against B)": ("W1", "mean distance from the bound B"),
+         "one-sided exact binomial test (H0: fraction <= p0)": ("B", "observed fraction (Clopper-Pearson CI)")}
+
+
+def _tag(test: str) -> str:
+  """A test's tag in :data:`TESTS` (the one-sample and binomial tests name their bound; matched on the text
+  before it)."""
+  for name, (tag, _) in TESTS.items():
+    if test == name or test.startswith(name.split(" against ")[0].split("(H0")[0].rstrip()):
+      return tag
+  return test
+
+
 LEGEND = ("How to read a comparison table: one row per comparison, the claimed method first; the test tag is "
           + "; ".join(f"{tag} = {test}, effect the {effect}" for test, (tag, effect) in TESTS.items())
           + ". A positive effect favours the claim; p is one-sided in the claimed direction; a comparison "
@@ -442,7 +458,7 @@ def _comparison_table(comparisons: list[dict]) -> list[str]:
     lo, hi = c["ci95"]
     never = f" ({c['censored']})" if c["censored"] else ""
     name = c["name"].replace(f": {shared}, ", ", ") if shared else c["name"]
-    tag = TESTS.get(c["test"], (c["test"], ""))[0]
+    tag = _tag(c["test"])
     lines.append(f"| {name} | {tag} | {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] | {c['n']} | {c['p']:.2g} | "
                  f"{c['wins']} / {c['losses']} / {c['ties']}{never} | **{c['outcome']}** |")
   if len(shown) < len(comparisons):

@@ -16,6 +16,12 @@ numbers of the two into a :class:`Comparison`:
 * **unpaired** only when the runs share nothing: a one-sided Mann-Whitney U test and the
   difference of means with a two-sample bootstrap CI.
 
+A claim that per-seed numbers lie beyond a stated bound ("converges to 1e-6", "the slope is at most
+-0.7") is judged by :func:`versus_bound`: the one-sample form of the same Wilcoxon test.
+A claim about a fraction of a population ("almost all ranks are <= 10") is judged by
+:func:`proportion`: a one-sided exact binomial test against the stated fraction, with the
+observed fraction and its Clopper-Pearson 95% CI.
+
 Each comparison's ``outcome`` is ``holds`` (p < :data:`ALPHA` in the claimed direction),
 ``opposite`` (p < ALPHA the other way), ``undecided``, or ``too few`` when even a unanimous
 result could not reach ALPHA (an exact one-sided paired test needs n >= 5 pairs: 0.5^5 = 0.031).
@@ -172,6 +178,43 @@ def compare(name: str, a: Sequence[float], b: Sequence[float], *, lower_is_bette
   return Comparison(name, "one-sided exact Wilcoxon signed-rank (paired)", int(a.size), float(diff.mean()),
                     "mean paired difference (favouring the claim)", (low, high), p, q, wins, losses, ties, 0,
                     _outcome(p, q, p_min))
+
+
+def proportion(name: str, successes: int, n: int, p0: float) -> Comparison:
+  """Judges "the fraction of a population with some property exceeds ``p0``" from ``successes`` of
+  ``n`` items drawn from it uniformly (e.g. App. C's coordinates of one network): a one-sided exact
+  binomial test of H0: fraction <= p0 (``scipy.stats.binomtest``); effect the observed fraction
+  with its exact (Clopper-Pearson) 95% CI.
+
+  >>> c = proportion("rank <= 10", 480, 500, 0.8)
+  >>> c.outcome, round(c.effect, 2)
+  ('holds', 0.96)
+
+  Raises:
+    ValueError: n < 1, successes outside [0, n], or p0 outside (0, 1).
+  """
+  if n < 1 or not 0 <= successes <= n or not 0 < p0 < 1:
+    raise ValueError(f"{name}: need 0 <= successes <= n, n >= 1 and 0 < p0 < 1; got {successes}, {n}, {p0}")
+  test = sps.binomtest(successes, n, p0, alternative="greater")
+  q = float(sps.binomtest(successes, n, p0, alternative="less").pvalue)
+  ci = sps.binomtest(successes, n, p0).proportion_ci(confidence_level=0.95, method="exact")
+  p_min = float(sps.binomtest(n, n, p0, alternative="greater").pvalue)
+  return Comparison(name, f"one-sided exact binomial test (H0: fraction <= {p0:g})", int(n), successes / n,
+                    "fraction", (float(ci.low), float(ci.high)), float(test.pvalue), q,
+                    outcome=_outcome(float(test.pvalue), q, p_min))
+
+
+def versus_bound(name: str, values: Sequence[float], bound: float, *, lower_is_better: bool) -> Comparison:
+  """Judges "the per-seed ``values`` lie below ``bound``" (or above, when ``lower_is_better`` is False):
+  :func:`compare` against the constant, i.e. a one-sided exact one-sample Wilcoxon signed-rank test of
+  the differences from the bound; effect their mean (favouring the claim) with its bootstrap CI.
+
+  >>> versus_bound("slope", [-1.1, -1.2, -0.9, -1.3, -1.0], -0.7, lower_is_better=True).outcome
+  'holds'
+  """
+  c = compare(name, values, [bound] * len(values), lower_is_better=lower_is_better)
+  return dataclasses.replace(c, test=c.test.replace("(paired)", f"(one sample, against {bound:g})"),
+                             effect_name="mean distance from the bound (favouring the claim)")
 
 
 def first_reach(history: Sequence[dict], metric: str, target: float, x: str = "round",

@@ -123,6 +123,34 @@ def test_appc_on_digits_writes_summary(tmp_path):
   assert os.path.exists(tmp_path / "rank_hist.png")
 
 
+def test_appc_fig1_variants_two_layers_relu_and_rmsprop():
+  # App. C Fig. 1 (h): two hidden layers of K units; (i): ReLU; (g): RMSprop. Parameter count and forward
+  # pass by hand, and one training step against optax's RMSprop step on the same batch.
+  net = rs.network("mlp", 8, (64,), 10, layers=2, activation="relu")
+  params = net.init(jax.random.key(0))
+  theta, _ = ravel_pytree(params)
+  assert theta.size == 64 * 8 + 8 + 8 * 8 + 8 + 8 * 10 + 10
+  x = jax.random.normal(jax.random.key(1), (3, 64))
+  h = jnp.maximum(jnp.maximum(x @ params["w1"] + params["b1"], 0.0) @ params["w2"] + params["b2"], 0.0)
+  np.testing.assert_allclose(net.apply(params, x), h @ params["w3"] + params["b3"], rtol=1e-5, atol=1e-6)
+  one = rs.network("mlp", 8, (64,), 10)  # the default: one sigmoid layer, the keys of earlier versions
+  p1 = one.init(jax.random.key(0))
+  assert sorted(p1) == ["b1", "b2", "w1", "w2"]
+  np.testing.assert_allclose(one.apply(p1, x), jax.nn.sigmoid(x @ p1["w1"] + p1["b1"]) @ p1["w2"] + p1["b2"],
+                             rtol=1e-5, atol=1e-6)
+  import optax
+  xs, ys = np.asarray(x), np.array([0, 1, 2])
+  cfg = rs.RankStudyConfig(hidden=8, epochs=1, batch_size=3, optimizer="rmsprop", lr=0.01)
+  trained = rs.train(xs, ys, cfg, one)
+  start = one.init(jax.random.fold_in(jax.random.key(cfg.seed), 0))
+  g = jax.grad(lambda p: jnp.mean(optax.softmax_cross_entropy_with_integer_labels(one.apply(p, x), ys)))(start)
+  opt = optax.rmsprop(0.01)
+  upd, _ = opt.update(g, opt.init(start), start)
+  for k in start:
+    np.testing.assert_allclose(trained[k], optax.apply_updates(start, upd)[k], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(trained[k], start[k]) or k.startswith("b")
+
+
 def test_app_c_cnn_has_the_papers_parameter_count():
   # specs/fedlrgd.md §3.1: p = 1120 + 14,440 + 1,536,150 + 1510 = 1,553,220 on CIFAR-10, which needs
   # both convolutions 'same' (a 'valid' second one gives 15 x 15 x 40 into the dense layer).
@@ -155,6 +183,8 @@ def _run(module, *args):
     ("experiments.fedlrgd.suite", ["--ranks=0,4"], "--ranks"),
     ("experiments.run", ["--task=logistic_soft", "--algorithm=fedlrgd", "--rank=40", "--max_rank=32"], "--rank"),
     ("experiments.fedlrgd.rank_study", ["--model=rnn"], "--model"),
+    ("experiments.fedlrgd.rank_study", ["--optimizer=sgd"], "--optimizer"),
+    ("experiments.fedlrgd.rank_study", ["--activation=tanh"], "--activation"),
     ("experiments.fedlrgd.rank_study", ["--study=appc", "--dataset=digits", "--k=5000"], "--k"),
 ])
 def test_bad_flags_exit_2(module, args, flag, tmp_path):

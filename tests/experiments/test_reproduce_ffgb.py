@@ -34,39 +34,61 @@ def _versus_run(ffgb, code, abl, fedavg, gh=0.5):
                      for r in _hist(fedavg, rounds=(0, 14, 28))]}  # FedAvg logs none of these
 
 
+OFFSETS = (-0.02, -0.01, 0.0, 0.01, 0.02)  # five seeds, each shifting every algorithm's accuracy alike
+
+
+def _paper_runs(accs_s1, accs_s3=None, offsets=OFFSETS):
+  """Paper-scale versus runs: s = 0.1 and 0.3, one per seed; seed k adds offsets[k] to every accuracy."""
+  out = {}
+  for s, accs in ((1, accs_s1), (3, accs_s3 or accs_s1)):
+    for seed, d in enumerate(offsets):
+      out[f"digits_s0{s}_seed{seed}"] = run = _versus_run(*(a + d for a in accs))
+      run["ffgb_nores"] = run[F._label(F.PAPER_CODE_LEARNER)] = _hist(0.5)
+  return out
+
+
+class PaperSeeds(FakeContext):
+  def pick(self, smoke, paper):
+    return paper
+
+
 @pytest.mark.parametrize("accs, paper, code", [
     ((0.9, 0.85, 0.88, 0.8), "reproduced", "reproduced"),
     ((0.7, 0.6, 0.88, 0.8), "not reproduced", "not reproduced"),
 ])
 def test_versus_fedavg_criteria(tmp_path, accs, paper, code):
-  runs = {"digits_s01_seed0": _versus_run(*accs)}
-  ev = F.versus_fedavg("digits", code=False)(FakeContext(tmp_path, runs=runs))
-  assert ev.verdict == paper
+  runs = _paper_runs(accs)
+  ev = F.versus_fedavg("digits", code=False)(PaperSeeds(tmp_path, runs=runs))
+  assert ev.verdict == paper, ev.why
+  assert [c.n for c in ev.comparisons] == [5, 5] and ev.comparisons[0].test.endswith("(paired)")
   assert ev.numbers["s=0.1 final test accuracy ffgb"].mean == pytest.approx(accs[0])
   assert ev.numbers["s=0.1 fedavg test accuracy at FFGB's last round (2)"].mean == pytest.approx(0.1)
-  assert all(os.path.exists(tmp_path / f) for f in ev.figures) and len(ev.figures) == 2
-  ev = F.versus_fedavg("digits", code=True)(FakeContext(tmp_path, runs=runs))
+  assert all(os.path.exists(tmp_path / f) for f in ev.figures) and len(ev.figures) == 4
+  ev = F.versus_fedavg("digits", code=True)(PaperSeeds(tmp_path, runs=runs))
   assert ev.verdict == code
   if code != "reproduced":  # the ablation with the paper learner wins: the learner is the cause
     assert "the learner (N(0, 1/fan_in^2)" in ev.why
 
 
 def test_versus_fedavg_code_ablation_not_the_cause(tmp_path):
-  runs = {"digits_s01_seed0": _versus_run(0.9, 0.6, 0.7, 0.8)}
-  ev = F.versus_fedavg("digits", code=True)(FakeContext(tmp_path, runs=runs))
+  ev = F.versus_fedavg("digits", code=True)(PaperSeeds(tmp_path, runs=_paper_runs((0.9, 0.6, 0.7, 0.8))))
   assert ev.verdict == "not reproduced" and "learner alone is not the cause" in ev.why
 
 
 def test_versus_fedavg_partly_at_paper_scale(tmp_path):
-  class Paper(FakeContext):
-    def pick(self, smoke, paper):
-      return paper
-  runs = {f"digits_s0{s}_seed{seed}": _versus_run(0.9 if s == 1 else 0.7, 0.6, 0.7, 0.8)
-          for s in (1, 3) for seed in range(5)}
-  for r in runs.values():
-    r["ffgb_nores"] = r[F._label(F.PAPER_CODE_LEARNER)] = _hist(0.5)
-  ev = F.versus_fedavg("digits", code=False)(Paper(tmp_path, runs=runs))
+  runs = _paper_runs((0.9, 0.6, 0.7, 0.8), (0.7, 0.6, 0.7, 0.8))
+  ev = F.versus_fedavg("digits", code=False)(PaperSeeds(tmp_path, runs=runs))
   assert ev.verdict == "partly reproduced" and ev.numbers["s=0.3 final test accuracy ffgb"].n == 5
+
+
+def test_versus_fedavg_pairs_the_seeds(tmp_path):
+  # FFGB 0.90 vs FedAvg 0.88 on every seed, the seeds spread +-0.02 alike: the gap (0.02) is within twice the
+  # seed std (0.032), which the old unpaired rule called no win; paired by seed FFGB wins 5 of 5 at each s.
+  ev = F.versus_fedavg("digits", code=False)(PaperSeeds(tmp_path, runs=_paper_runs((0.9, 0.6, 0.7, 0.88))))
+  assert ev.verdict == "reproduced" and all(c.wins == 5 and c.p == pytest.approx(1 / 32) for c in ev.comparisons)
+  # One seed (smoke scale) cannot decide.
+  ev = F.versus_fedavg("digits", code=False)(FakeContext(tmp_path, runs=_paper_runs((0.9, 0.6, 0.7, 0.88))))
+  assert ev.verdict == "inconclusive" and ev.why.startswith("too few seeds")
 
 
 def test_comm_accounting(tmp_path):
@@ -264,25 +286,6 @@ def test_ffgb_l_w1_pairs_the_seeds(tmp_path, l_means, printed, verdict):
   ev = F.ffgb_l_w1(SeedSweepContext(tmp_path, rows))
   assert ev.verdict == verdict, ev.why
   assert len(ev.comparisons) == 5 + 5   # 4 adjacent shifts + eps 2 vs 0, then printed vs fixed at each eps
-
-
-class PaperSeeds(FakeContext):
-  def pick(self, smoke, paper):
-    return paper
-
-
-def test_versus_fedavg_gap_within_seed_noise_is_no_win(tmp_path):
-  # FFGB's mean 0.90 vs FedAvg's 0.88 at both s, with seeds spread +-0.02: the gap (0.02) is
-  # within twice the larger seed std (0.032), so FFGB does not beat FedAvg; spread +-0.002 it does.
-  def runs(spread):
-    out = {f"digits_s0{s}_seed{seed}": _versus_run(0.9 + d, 0.6, 0.7, 0.88 + d)
-           for s in (1, 3) for seed, d in enumerate((-spread, -spread / 2, 0.0, spread / 2, spread))}
-    for r in out.values():
-      r["ffgb_nores"] = r[F._label(F.PAPER_CODE_LEARNER)] = _hist(0.5)
-    return out
-  ev = F.versus_fedavg("digits", code=False)(PaperSeeds(tmp_path, runs=runs(0.02)))
-  assert ev.verdict == "not reproduced" and "beyond seed noise" in ev.why
-  assert F.versus_fedavg("digits", code=False)(PaperSeeds(tmp_path, runs=runs(0.002))).verdict == "reproduced"
 
 
 class SeedSweepContext(SweepContext):

@@ -124,16 +124,34 @@ def test_fig1_on_one_seed_is_inconclusive_too_few_seeds(tmp_path):
   assert ev.verdict == "inconclusive" and ev.why.startswith("too few seeds")
 
 
-@pytest.mark.parametrize("fd05,fd50,verdict", [
-    ((1.0, 1.0, 1.0, 1.0), (2.0, 2.0, 2.0, 2.0), "reproduced"),
-    ((1.0, 1.0, 1.0, 1.0), (2.0, 0.5, 0.5, 0.5), "partly reproduced"),
-    ((2.0, 2.0, 2.0, 2.0), (1.0, 1.0, 1.0, 1.0), "partly reproduced"),  # fzoos itself still monotone
+def _heterogeneity_runs(finals, spread=0.01):
+  """Paper-scale Fig. 1 runs: at each C, FZooS and the four FD baselines end at ``finals[C]`` plus ``spread``
+  times the seed (5 seeds, every method of a seed shifted alike)."""
+  runs = {f"fig1_paper_C{c:g}_s{k}": _fig1_run(v[0] + spread * k, tuple(x + spread * k for x in v[1:]),
+                                               gamma_one=0.5 if c == 50.0 else None)
+          for c, v in finals.items() for k in range(5)}
+  # The code-preset C = 50 runs the not-reproduced diagnostic reads.
+  runs.update({f"fig1_code_C50_s{k}": {"fzoos": _h([3.0, 3.0, 3.0]), "fedzo_fd": _h([3.0, 2.5, 2.0], 200)}
+               for k in range(5)})
+  return runs
+
+
+@pytest.mark.parametrize("c50, verdict", [
+    ((2.0, 2.0, 2.0, 2.0, 2.0), "reproduced"),
+    ((2.0, 0.5, 0.5, 0.5, 0.5), "partly reproduced"),   # the FD baselines fall from C = 5 to 50
+    ((0.5, 0.5, 0.5, 0.5, 0.5), "partly reproduced"),   # every method rises 0.5 -> 5 only
 ])
-def test_fig1_heterogeneity(tmp_path, fd05, fd50, verdict):
-  ev = fz.fig1_heterogeneity(Ctx(tmp_path, _runs(1.0, 1.5, fd05=fd05, fd50=fd50)))
-  assert ev.verdict == verdict
-  ev = fz.fig1_heterogeneity(Ctx(tmp_path, _runs(2.0, 1.5, fd05=(2.0,) * 4, fd50=(1.0,) * 4)))
-  assert ev.verdict == "not reproduced"
+def test_fig1_heterogeneity(tmp_path, c50, verdict):
+  finals = {0.5: (0.5, 0.6, 0.6, 0.6, 0.6), 5.0: (1.0, 1.0, 1.0, 1.0, 1.0), 50.0: c50}
+  ev = fz.fig1_heterogeneity(Ctx(tmp_path, _heterogeneity_runs(finals), scale="paper"))
+  assert ev.verdict == verdict, ev.why
+  assert len(ev.comparisons) == 10 and {c.n for c in ev.comparisons} == {5}
+  falling = {0.5: (2.0,) * 5, 5.0: (1.0,) * 5, 50.0: (0.5,) * 5}
+  assert fz.fig1_heterogeneity(Ctx(tmp_path, _heterogeneity_runs(falling), scale="paper")).verdict == "not reproduced"
+  # Paired: the seeds spread 0.5 apart (more than any step of C), each seed's finals rise with C.
+  ev = fz.fig1_heterogeneity(Ctx(tmp_path, _heterogeneity_runs(finals | {50.0: (2.0,) * 5}, spread=0.5),
+                                 scale="paper"))
+  assert ev.verdict == "reproduced"
 
 
 def _reach_runs(at, seeds=5, cs=(0.5, 5.0, 50.0)):

@@ -60,6 +60,32 @@ def test_too_few_pairs_cannot_decide_even_when_unanimous():
   assert ties.outcome == "undecided"  # five equal pairs: no difference, not too few
 
 
+def test_proportion_is_an_exact_binomial_test_against_p0_with_a_clopper_pearson_ci():
+  # 10 of 10 above p0 = 0.8: P(X >= 10 | p = 0.8) = 0.8^10 = 0.107 (too few to decide at 5%);
+  # 20 of 20: 0.8^20 = 0.0115 (holds); 2 of 10: P(X <= 2 | 0.8) = 7.8e-5 (the opposite).
+  few = stats.proportion("x", 10, 10, 0.8)
+  assert few.p == pytest.approx(0.8 ** 10) and few.outcome == "too few" and few.effect == 1.0
+  holds = stats.proportion("x", 20, 20, 0.8)
+  assert holds.p == pytest.approx(0.8 ** 20) and holds.outcome == "holds"
+  assert holds.ci95 == pytest.approx((0.025 ** (1 / 20), 1.0))  # Clopper-Pearson at x = n: [(alpha/2)^(1/n), 1]
+  low = stats.proportion("x", 2, 10, 0.8)
+  assert low.outcome == "opposite" and low.p_opposite == pytest.approx(sps.binom.cdf(2, 10, 0.8))
+  assert stats.proportion("x", 85, 100, 0.8).outcome == "undecided"  # above 0.8, not beyond chance (p = 0.13)
+  with pytest.raises(ValueError, match="successes"):
+    stats.proportion("x", 11, 10, 0.8)
+
+
+def test_versus_bound_is_the_one_sample_wilcoxon_against_the_constant():
+  c = stats.versus_bound("x", [-1.0, -2.0, -3.0, -4.0, -5.0], -0.5, lower_is_better=True)
+  assert c.p == pytest.approx(1 / 32) and c.outcome == "holds" and c.effect == pytest.approx(2.5)
+  assert c.test == "one-sided exact Wilcoxon signed-rank (one sample, against -0.5)"
+  assert sps.wilcoxon([-0.5, -1.5, -2.5, -3.5, -4.5], alternative="less").pvalue == pytest.approx(c.p)
+  above = stats.versus_bound("x", [-1.0, -2.0, -3.0, -4.0, -5.0], -0.5, lower_is_better=False)
+  assert above.outcome == "opposite"
+  mixed = stats.versus_bound("x", [-1.0, -2.0, -3.0, -4.0, -0.3], -0.5, lower_is_better=True)
+  assert mixed.p == pytest.approx(2 / 32) and mixed.outcome == "undecided"  # one seed beyond: rank 1 of 5, W+ = 14
+
+
 def test_errors():
   with pytest.raises(ValueError, match="different lengths"):
     stats.compare("x", [1, 2], [1], lower_is_better=True)
