@@ -172,8 +172,13 @@ def _from_evidence(paper: str, folder: str, stored: str, only=()) -> list[dict]:
     try:
       ev = claim.evaluate(ctx)
     except claims_lib.MissingEvidence as e:
-      print(f"[{paper}] {cid}: kept ({e})", flush=True)
-      out.append(_kept(claim, old))
+      rec = _from_record(claim, old)
+      if rec is None:
+        print(f"[{paper}] {cid}: kept ({e})", flush=True)
+        out.append(_kept(claim, old))
+      else:
+        print(f"[{paper}] {cid}: {rec['verdict']} (re-judged from the numbers of its record)", flush=True)
+        out.append(rec)
       continue
     ev.commands = list(dict.fromkeys(ctx.commands))
     rec = report.claim_record(claim, ev, scale, old.get("seconds", 0.0), sum(ctx.run_seconds.values()), ctx.data)
@@ -184,6 +189,24 @@ def _from_evidence(paper: str, folder: str, stored: str, only=()) -> list[dict]:
     out.append(rec)
   report.write_paper(folder, paper, papers.TITLES[paper], out, committed.get("pending", []))
   return out
+
+
+def _from_record(claim: claims_lib.Claim, old: dict) -> dict | None:
+  """The record of ``claim`` judged by its ``from_record`` from ``old``'s numbers (its runs' metrics were not
+  stored), keeping ``old``'s commands, figures and times; None when the claim has no ``from_record`` or the
+  record lacks a number it needs."""
+  if claim.from_record is None:
+    return None
+  try:
+    ev = claim.from_record(old)
+  except KeyError:
+    return None
+  ev.commands, ev.figures = list(old.get("commands", [])), list(old.get("figures", []))
+  rec = report.claim_record(claim, ev, old["scale"], old.get("seconds", 0.0), old.get("run_seconds", 0.0),
+                            old.get("data"))
+  rec = _with_history(rec, old)
+  rec["evidence"] = False
+  return rec
 
 
 def _pending(paper: str, skipped: dict[str, str]) -> list[str]:

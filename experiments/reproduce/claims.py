@@ -153,6 +153,9 @@ class Claim:
     kind: one of :data:`KINDS`.
     headline: one of the paper's headline claims (its abstract, its main figures): the report's
       summary lists it.
+    from_record: ``record -> Evidence`` for a claim whose earlier runs' metrics were not stored but whose
+      record keeps the per-seed (per-target) numbers its test needs: ``--from_evidence`` then judges it
+      from those numbers with the same function as ``evaluate`` (instead of keeping the record's verdict).
   """
   id: str
   statement: str
@@ -164,6 +167,7 @@ class Claim:
   needs: str | None = None
   kind: str = "paper"
   headline: bool = False
+  from_record: Callable[[dict], Evidence] | None = None
 
   def __post_init__(self):
     if self.kind not in KINDS:

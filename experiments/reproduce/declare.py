@@ -140,7 +140,8 @@ def plain(v: float) -> float | str:
 
 def judged(comparisons: Sequence[stats.Comparison], inconclusive: str | None = None) -> tuple[str, str]:
   """(verdict, why) of a declared claim: :func:`experiments.reproduce.stats.verdict` and one sentence
-  that counts the comparisons by outcome (the record's ``comparisons`` name each)."""
+  that counts the comparisons by outcome (one holds at one-sided p < ALPHA; the record's ``comparisons``
+  name each)."""
   verdict, reason = stats.verdict(comparisons, inconclusive)
   n = len(comparisons)
   counts = [f"{k} {words}" for words, k in (
@@ -148,6 +149,6 @@ def judged(comparisons: Sequence[stats.Comparison], inconclusive: str | None = N
       ("undecided", sum(c.outcome == "undecided" for c in comparisons)),
       ("with too few pairs to decide", sum(c.outcome == "too few" for c in comparisons)),
       ("saturated at the floor", sum(c.outcome == "saturated" for c in comparisons))) if k]
-  why = (f"{sum(c.outcome == 'holds' for c in comparisons)} of {n} paired comparisons hold (one-sided p < "
-         f"{stats.ALPHA})" + (f"; {', '.join(counts)}" if counts else "") + " (each named in the comparisons)")
+  why = (f"{sum(c.outcome == 'holds' for c in comparisons)} of {n} comparisons hold"
+         + (f"; {', '.join(counts)}" if counts else ""))
   return verdict, (f"{reason}: {why}" if reason else why)

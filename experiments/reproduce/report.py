@@ -146,11 +146,26 @@ def on_substitutes(records: list[dict]) -> list[str]:
 
 
 def _timing(r: dict) -> str:
-  """``"12.3 s"``, or ``"0.4 s to evaluate; its runs took 812.0 s"`` when the runs were cached."""
+  """``"12 s"`` (the evaluation's wall time), or ``"runs 812 s"`` when the claim's runs took longer (the
+  evaluation then read cached runs); claims.json keeps both to 0.1 s."""
   runs = r.get("run_seconds")  # absent from records written before it existed
   if runs is None or runs <= r["seconds"]:
-    return f"{r['seconds']} s"
-  return f"{r['seconds']} s to evaluate; its runs took {runs} s"
+    return f"{r['seconds']:.0f} s"
+  return f"runs {runs:.0f} s"
+
+
+def _scale(r: dict, records: list[dict]) -> str:
+  """``"smoke scale, "`` for a record at a scale not all of the report's records share (the summary says the one
+  they share); empty otherwise."""
+  return "" if all(x["scale"] == r["scale"] for x in records) else f"{r['scale']} scale, "
+
+
+def _earlier(r: dict) -> str:
+  """``"; earlier: not reproduced (2026-11-28, criterion changed)"``: the verdicts a record replaced, with when
+  and why (their criteria are in claims.json's ``history``); empty for a record without history."""
+  if not r.get("history"):
+    return ""
+  return "; earlier: " + ", ".join(f"{h['verdict']} ({h['replaced']}, {h['reason']})" for h in r["history"])
 
 
 def _fmt(value) -> str:
@@ -189,8 +204,10 @@ def _held(r: dict) -> str:
   for c in r["comparisons"]:
     groups.setdefault(c["name"].split(":")[0] if ":" in c["name"] else "", []).append(c["outcome"])
   n = sorted({c["n"] for c in r["comparisons"]})
+  outcomes = [c["outcome"] for c in r["comparisons"]]
   parts = ([f"{k} {v.count('holds')}/{len(v)}" for k, v in groups.items()] if "" not in groups
-           else [f"{c['name']} {c['outcome']}" for c in r["comparisons"]])
+           else [f"{outcomes.count('holds')} of {len(outcomes)} ("
+                 + ", ".join(f"{outcomes.count(o)} {o}" for o in dict.fromkeys(outcomes)) + ")"])
   reason = r["why"].split(":")[0] + "; " if r["verdict"] == "inconclusive" else ""
   return (f"{reason}comparisons holding (p < 0.05, n = {'/'.join(map(str, n))}): " + ", ".join(parts))
 
@@ -202,7 +219,9 @@ def summary(records: list[dict], pending: list[str]) -> list[str]:
   counts = {v: sum(r["verdict"] == v for r in papers_) for v in
             ("reproduced", "partly reproduced", "not reproduced", "inconclusive")}
   others = len(records) - len(papers_)
-  lines = [f"**Summary.** {len(papers_)} paper claims: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+  scales = sorted({r["scale"] for r in records})
+  lines = [f"**Summary** ({' and '.join(scales)} scale). {len(papers_)} paper claims: "
+           + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
            + (f"; {len(pending)} not evaluated here" if pending else "")
            + (f"; {others} checks and diagnostics counted apart" if others else "") + "."]
   heads = [r for r in papers_ if r.get("headline")][:5]
@@ -213,9 +232,12 @@ def summary(records: list[dict], pending: list[str]) -> list[str]:
                              "the paper's data (see their Data lines); the rest on the paper's settings." if subs else
                              "the paper's settings, no substitute data."))
   judged = sum("effect" in r for r in papers_)
-  unstored = sum(not r.get("evidence") for r in papers_)
+  unstored = sum(not r.get("evidence") and "effect" not in r for r in papers_)
+  from_record = sum(not r.get("evidence") and "effect" in r for r in papers_)
   rest = len(papers_) - judged - unstored
   lines.append(f"- Confidence: {judged} of {len(papers_)} paper claims are judged by tests (effect, 95% CI, n)"
+               + (f", {from_record} of them from the per-target numbers of records whose runs' metrics were not "
+                  "stored" if from_record else "")
                + (f"; {rest} by a rule on point estimates (each says why)" if rest else "")
                + (f"; {unstored} by an earlier rule on runs whose evidence was not stored (pending a re-run)"
                   if unstored else "") + ".")
@@ -255,7 +277,22 @@ def _command_groups(commands: list[str]) -> list[str]:
       out.append(key.replace("$s", seeds[0]))
     else:
       out.append(f"for s in {' '.join(seeds)}; do {key}; done")
-  return _shared_flags(out)
+  return _shared_output(_shared_flags(out))
+
+
+def _shared_output(lines: list[str]) -> list[str]:
+  """Writes the folder every ``--output_dir=FOLDER/name`` of two lines or more shares once, as ``O=FOLDER``
+  before them and ``--output_dir=$O/name`` in each.
+
+  >>> _shared_output(["python -m a --output_dir=runs/x/runs/a1", "python -m a --output_dir=runs/x/runs/a2"])
+  ['O=runs/x/runs', 'python -m a --output_dir=$O/a1', 'python -m a --output_dir=$O/a2']
+  """
+  import re
+  folders = {m.group(1) for line in lines if (m := re.search(r" --output_dir=(\S+)/[^/\s]+(?= |;|$)", line))}
+  if len(folders) != 1 or sum(" --output_dir=" in line for line in lines) < 2:
+    return lines
+  folder = folders.pop()
+  return [f"O={folder}", *(line.replace(f" --output_dir={folder}/", " --output_dir=$O/") for line in lines)]
 
 
 SHARED_FLAGS_MIN = 60  # characters: flags every command shares are written once (as $F) when longer than this
@@ -314,10 +351,12 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
     mine = [r for r in records if r.get("kind", "paper") == kind]
     if not mine:
       continue
-    lines += [f"| {heading} | source | verdict |", "|---|---|---|"]
-    lines += [f"| [{r['id']}](#{r['id'].replace('.', '').lower()}) | {r['source']} | {r['verdict']}"
-              f"{' (smoke)' if r['scale'] == 'smoke' else ''} |" for r in mine]
-    lines.append("")
+    links = [f"[{r['id']}](#{r['id'].replace('.', '').lower()}) {r['verdict']}"
+             + (" (smoke)" if r["scale"] == "smoke" else "") for r in mine]
+    if kind == "paper":  # each claim's section gives its source
+      lines += [f"| {heading} | verdict |", "|---|---|", *(f"| {x.replace(') ', ') | ', 1)} |" for x in links), ""]
+    else:
+      lines += [f"**{heading}**: " + "; ".join(links) + ".", ""]
   if pending:
     lines += ["Not evaluated yet (no verdict): " + "; ".join(pending) + ".", ""]
   subs = on_substitutes(records)
@@ -325,7 +364,7 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
     lines += ["Ran on offline substitutes of the paper's data (each claim's Data line says which): "
               + ", ".join(subs) + ".", ""]
   if any(r.get("comparisons") for r in records):
-    lines += [LEGEND, ""]
+    lines += [legend({_tag(c["test"]) for r in records for c in r.get("comparisons", ())}), ""]
   seen_commands: dict[tuple, str] = {}
   seen_numbers: dict[str, str] = {}
   seen_criteria: dict[str, str] = {}
@@ -334,22 +373,20 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
     for r in (r for r in records if r.get("kind", "paper") == kind):
       if r["criterion"] == TEST_CRITERION and not r.get("history"):  # a batch of unit tests: one paragraph
         lines += [f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']} **Verdict**: {r['verdict']} "
-                  f"({r['why']}; scale {r['scale']}).", ""]
+                  f"({r['why']}{'; ' + _scale(r, records).rstrip(', ') if _scale(r, records) else ''}).", ""]
         lines += _commands(r, seen_commands)
         continue
       criterion = _criterion_text(r, seen_criteria)
       lines += [f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']}", "",
                 f"**Criterion**: {criterion}", "",
-                f"**Verdict**: {_verdict_text(r)} (scale {r['scale']}, {_timing(r)}). {r['why']}", ""]
+                f"**Verdict**: {_verdict_text(r)} ({_scale(r, records)}{_timing(r)}{_earlier(r)}). {r['why']}", ""]
       if r.get("comparisons"):
         lines += _comparison_table(r["comparisons"])
       if r.get("data"):
         lines += ["**Data**: " + "; ".join(r["data"].values()), ""]
       if r.get("note"):  # e.g. the criterion changed after this record was evaluated
         lines += [f"**Note**: {r['note']}", ""]
-      if r.get("history"):   # each earlier verdict with why it was replaced; its criterion is in claims.json
-        lines += ["**Earlier verdicts**: " + "; ".join(f"{h['verdict']} ({h['replaced']}, replaced: {h['reason']})"
-                                                     for h in r["history"]) + " (their criteria: `claims.json`)", ""]
+
       if r["numbers"] and not r.get("comparisons") and set(r["numbers"]) != TEST_NUMBERS:
         # (a judged claim's comparisons carry its verdict, a test claim's verdict counts its tests: claims.json)
         key = json.dumps(r["numbers"], sort_keys=True)
@@ -368,7 +405,7 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
         lines += [f"Figures: as [{seen_figures[fkey]}](#{seen_figures[fkey].replace('.', '').lower()})."]
       else:
         seen_figures.setdefault(fkey, r["id"])
-        lines += [f"![{r['id']}]({p})" for p in r["figures"]]
+        lines += [f"![figure]({p})" for p in r["figures"]]
       lines += ["", *_commands(r, seen_commands)]
   with open(os.path.join(folder, "report.md"), "w") as f:
     f.write("\n".join(lines).rstrip("\n") + "\n")
@@ -383,22 +420,27 @@ TESTS = {"one-sided exact Wilcoxon signed-rank (paired)": ("W", "mean paired dif
          "one-sided exact sign test (paired, censored)": ("S", "fraction of differing pairs won"),
          "one-sided Mann-Whitney U (unpaired)": ("U", "difference of means"),
          "one-sided exact Wilcoxon signed-rank (one sample, against B)": ("W1", "mean distance from the bound B"),
-         "one-sided exact binomial test (H0: fraction <= p0)": ("B", "observed fraction (Clopper-Pearson CI)")}
+         "one-sided exact binomial test (H0: fraction <= p0)": ("B", "observed fraction (Clopper-Pearson CI)"),
+         "two one-sided exact Wilcoxon signed-rank tests (paired, within +-m)": (
+             "E", "mean paired difference, comparable when both tests put it within +-m")}
 
 
 def _tag(test: str) -> str:
-  """A test's tag in :data:`TESTS` (the one-sample and binomial tests name their bound; matched on the text
-  before it)."""
+  """A test's tag in :data:`TESTS`; the tests that name a bound (B, p0, m) match on the text before it."""
   for name, (tag, _) in TESTS.items():
-    if test == name or test.startswith(name.split(" against ")[0].split("(H0")[0].rstrip()):
+    stem = name.rsplit(" ", 1)[0] if name.endswith(("B)", "p0)", "m)")) else name
+    if test == name or test.startswith(stem):
       return tag
   return test
 
 
-LEGEND = ("How to read a comparison table: one row per comparison, the claimed method first; the test tag is "
-          + "; ".join(f"{tag} = {test}, effect the {effect}" for test, (tag, effect) in TESTS.items())
-          + ". A positive effect favours the claim; p is one-sided in the claimed direction; a comparison "
-          "holds at p < 0.05; (never) counts pairs where a method never reached the target (censored).")
+def legend(tags: set[str]) -> str:
+  """How to read a comparison table, for the test tags (:data:`TESTS`) a report uses."""
+  used = "; ".join(f"{tag} = {test}, effect the {effect}" for test, (tag, effect) in TESTS.items() if tag in tags)
+  return ("How to read a comparison table: one row per comparison, the claimed method first; W/L/T counts the pairs "
+          f"the claimed method wins, loses and ties; the test tag is {used}. A positive effect favours the claim; p is "
+          "one-sided in the claimed direction; a comparison holds at p < 0.05; (never) counts pairs where a method "
+          "never reached the target (censored). The per-seed numbers of every comparison are in claims.json.")
 
 
 def _commands(r: dict, seen: dict[tuple, str]) -> list[str]:
@@ -439,14 +481,24 @@ CRITERION_EDITS = 3
 
 
 def _comparison_table(comparisons: list[dict]) -> list[str]:
-  """The comparisons as one table (the tests and effects are explained once per report, :data:`LEGEND`)."""
+  """The comparisons as one table (the tests and effects are explained once per report, :func:`legend`)."""
   # Names are "<setting>: <measure>, <claimed> vs <other>"; a measure every row shares goes in the heading.
   measures = {c["name"].split(": ", 1)[1].split(", ", 1)[0] for c in comparisons
               if ": " in c["name"] and ", " in c["name"].split(": ", 1)[1]}
   shared = measures.pop() if len(measures) == 1 and all(": " in c["name"] for c in comparisons) else None
-  lines = [f"**Comparisons** ({'measure: ' + shared + '; ' if shared else ''}per-seed numbers in claims.json):", "",
-           "| comparison | test | effect [95% CI] | n | p | won / lost / tied (never) | outcome |",
-           "|---|---|---|---|---|---|---|"]
+  # A claimed method every row names ("<claimed> vs <other>") and an n every row shares go in the heading too.
+  import re
+  claimed = {m.group(1) if (m := re.search(r"(\S+) vs ", c["name"])) else None for c in comparisons}
+  who = claimed.pop() if len(claimed) == 1 and None not in claimed else None
+  ns = {c["n"] for c in comparisons}
+  n_all = ns.pop() if len(ns) == 1 else None
+  notes = [f"measure: {shared}" if shared else "", f"{who} against each" if who else "",
+           f"n = {n_all} each" if n_all is not None else ""]
+  said = "; ".join(x for x in notes if x)
+  lines = [f"**Comparisons**{f' ({said})' if said else ''}:", "",
+           f"| comparison | test | effect [95% CI] |{'' if n_all is not None else ' n |'} p | W/L/T (never) "
+           "| outcome |",
+           f"|---|---|---|{'' if n_all is not None else '---|'}---|---|---|"]
   # Many comparisons: every one that does not hold, and the weakest that does (the claim is only as
   # strong as it); the others are counted in a last row (claims.json keeps them all).
   held = [c for c in comparisons if c["outcome"] == "holds"]
@@ -458,12 +510,13 @@ def _comparison_table(comparisons: list[dict]) -> list[str]:
     lo, hi = c["ci95"]
     never = f" ({c['censored']})" if c["censored"] else ""
     name = c["name"].replace(f": {shared}, ", ", ") if shared else c["name"]
-    tag = _tag(c["test"])
-    lines.append(f"| {name} | {tag} | {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] | {c['n']} | {c['p']:.2g} | "
-                 f"{c['wins']} / {c['losses']} / {c['ties']}{never} | **{c['outcome']}** |")
+    name = name.replace(f"{who} vs ", "vs ") if who else name
+    n = "" if n_all is not None else f" {c['n']} |"
+    lines.append(f"| {name} | {_tag(c['test'])} | {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] |{n} {c['p']:.2g} | "
+                 f"{c['wins']}/{c['losses']}/{c['ties']}{never} | {c['outcome']} |")
   if len(shown) < len(comparisons):
-    lines.append(f"| ... {len(comparisons) - len(shown)} more that hold (above: the weakest); all in claims.json "
-                 "| | | | | | |")
+    lines.append(f"| ... {len(comparisons) - len(shown)} more that hold (above: the weakest) | | |"
+                 + (" |" if n_all is None else "") + " | | |")
   return [*lines, ""]
 
 

@@ -18,6 +18,8 @@ numbers of the two into a :class:`Comparison`:
 
 A claim that per-seed numbers lie beyond a stated bound ("converges to 1e-6", "the slope is at most
 -0.7") is judged by :func:`versus_bound`: the one-sample form of the same Wilcoxon test.
+A claim that two methods are "comparable" is judged by :func:`equivalent` (two one-sided paired tests
+against a stated margin).
 A claim about a fraction of a population ("almost all ranks are <= 10") is judged by
 :func:`proportion`: a one-sided exact binomial test against the stated fraction, with the
 observed fraction and its Clopper-Pearson 95% CI.
@@ -215,6 +217,30 @@ def versus_bound(name: str, values: Sequence[float], bound: float, *, lower_is_b
   c = compare(name, values, [bound] * len(values), lower_is_better=lower_is_better)
   return dataclasses.replace(c, test=c.test.replace("(paired)", f"(one sample, against {bound:g})"),
                              effect_name="mean distance from the bound (favouring the claim)")
+
+
+def equivalent(name: str, a: Sequence[float], b: Sequence[float], margin: float) -> Comparison:
+  """Judges "A is comparable to B" (paired by seed): the mean of ``a - b`` lies within +-``margin``, by two
+  one-sided exact Wilcoxon signed-rank tests on the paired differences (TOST: below +margin and above
+  -margin); p is the larger of the two, effect the mean difference with its paired bootstrap CI.
+
+  >>> equivalent("x", [1.0, 2.0, 3.0, 4.0, 5.0], [1.01, 1.98, 3.02, 3.99, 5.0], 0.1).outcome
+  'holds'
+
+  Raises:
+    ValueError: margin <= 0, or as :func:`compare`.
+  """
+  if not margin > 0:
+    raise ValueError(f"{name}: the equivalence margin must be > 0; got {margin}")
+  diff = np.asarray(a, float) - np.asarray(b, float)
+  upper = versus_bound(name, diff, margin, lower_is_better=True)
+  lower = versus_bound(name, diff, -margin, lower_is_better=False)
+  base = compare(name, b, a, lower_is_better=True)  # effect mean(a - b) and its CI, paired
+  p = max(upper.p, lower.p)
+  outcome = "holds" if p < ALPHA else ("too few" if 0.5 ** diff.size >= ALPHA else "undecided")
+  return dataclasses.replace(base, test=f"two one-sided exact Wilcoxon signed-rank tests (paired, within "
+                             f"+-{margin:.3g})", effect_name="mean paired difference (a - b)", p=p,
+                             p_opposite=min(upper.p_opposite, lower.p_opposite), outcome=outcome)
 
 
 def first_reach(history: Sequence[dict], metric: str, target: float, x: str = "round",

@@ -226,7 +226,44 @@ def test_a_reevaluated_claim_still_reports_what_its_runs_took(tmp_path, monkeypa
   main_mod.reproduce("toy", "smoke", str(tmp_path), rerun=True)
   again = json.loads((tmp_path / "toy" / "claims.json").read_text())["claims"][0]
   assert again["run_seconds"] == first["run_seconds"] and again["seconds"] < 0.5
-  assert f"its runs took {first['run_seconds']} s" in (tmp_path / "toy" / "report.md").read_text()
+  assert f"(runs {first['run_seconds']:.0f} s)" in (tmp_path / "toy" / "report.md").read_text()
+
+
+def test_a_record_without_evidence_is_judged_from_its_per_target_numbers(tmp_path, monkeypatch):
+  # A record made before runs' metrics were stored keeps per-target numbers; a claim with ``from_record``
+  # is judged from them by --from_evidence (the same function its runs would use), keeps its commands and
+  # figures, records the old verdict in its history, and is a fixed point of a second re-judgment.
+  from experiments.reproduce import stats
+
+  def judge(numbers):
+    c = stats.compare("x", numbers["a"]["values"], numbers["b"]["values"], lower_is_better=True)
+    return C.Evidence(stats.verdict([c])[0], "paired", numbers=numbers, comparisons=[c])
+
+  def needs_runs(ctx):
+    raise C.MissingEvidence("no runs")
+
+  claim = C.Claim("toy.old", "s", "Fig. 1", "paired rule", needs_runs, from_record=lambda rec: judge(rec["numbers"]))
+  monkeypatch.setitem(papers.PAPERS, "toy", [claim, C.Claim("toy.kept", "s", "Fig. 2", "rule", needs_runs)])
+  monkeypatch.setitem(papers.TITLES, "toy", "Toy paper")
+  monkeypatch.setitem(papers.PENDING, "toy", [])
+  old = {"id": "toy.old", "kind": "paper", "statement": "s", "source": "Fig. 1", "criterion": "unpaired rule",
+         "verdict": "partly reproduced", "scale": "paper", "why": "old", "figures": ["fig/a.png"],
+         "commands": ["python -m x"], "seconds": 1.0, "run_seconds": 99.0,
+         "numbers": {"a": {"mean": 1.0, "std": 0.0, "n": 5, "values": [1, 2, 3, 4, 5]},
+                     "b": {"mean": 4.0, "std": 0.0, "n": 5, "values": [2, 4, 6, 8, 10]}}}
+  kept = {**old, "id": "toy.kept", "criterion": "rule", "numbers": {}}
+  stored = tmp_path / "docs" / "toy"
+  stored.mkdir(parents=True)
+  (stored / "claims.json").write_text(json.dumps({"claims": [old, kept], "pending": []}))
+  out = main_mod.reproduce("toy", "paper", str(tmp_path / "out"), from_evidence=str(tmp_path / "docs"))
+  rec, same = out
+  assert rec["verdict"] == "reproduced" and rec["evidence"] is False and rec["p"] == pytest.approx(1 / 32)
+  assert rec["commands"] == ["python -m x"] and rec["figures"] == ["fig/a.png"] and rec["run_seconds"] == 99.0
+  assert rec["history"][0]["verdict"] == "partly reproduced" and rec["history"][0]["reason"] == "criterion changed"
+  assert same["verdict"] == "partly reproduced" and "comparisons" not in same   # no from_record: kept as it was
+  (stored / "claims.json").write_text((tmp_path / "out" / "toy" / "claims.json").read_text())
+  again = main_mod.reproduce("toy", "paper", str(tmp_path / "again"), from_evidence=str(tmp_path / "docs"))
+  assert again == out
 
 
 def test_a_finished_run_is_reused_only_for_the_same_command(tmp_path, monkeypatch):

@@ -7,7 +7,9 @@ import json
 import os
 
 import pytest
+from scipy import stats as sps
 
+from experiments.reproduce import report
 from experiments.reproduce.claims import Stat
 from experiments.reproduce.papers import fzoos as fz
 from tests.experiments.test_reproduce import FakeContext
@@ -274,15 +276,31 @@ def test_c50_known(tmp_path, drift, gamma_one, c50, code_final, verdict):
 @pytest.mark.parametrize("finals,verdict", [((1.0, 2.0, 3.0), "reproduced"), ((2.5, 2.0, 3.0), "partly reproduced"),
                                             ((3.5, 2.0, 3.0), "not reproduced")])
 def test_attack_and_metric(tmp_path, finals, verdict):
-  run = {lab: _h([4.0, v], success_rate=float(v < 0)) for lab, v in zip(("fzoos", "fedzo_fd", "scaffold_zo2"),
-                                                                          finals)}
-  ev = fz.attack(Ctx(tmp_path, {"attack_t0": run}))
-  assert ev.verdict == verdict and "final success_rate fzoos" in ev.numbers
+  # 15 targets, each shifting every method's final margin alike by 0.1 t: paired by target.
+  runs = {f"attack_t{t}": {lab: _h([4.0, v + 0.1 * t], success_rate=float(v + 0.1 * t < 0))
+                           for lab, v in zip(("fzoos", "fedzo_fd", "scaffold_zo2"), finals)} for t in range(15)}
+  ev = fz.attack(Ctx(tmp_path, runs, scale="paper"))
+  assert ev.verdict == verdict, ev.why
+  assert "final success_rate fzoos" in ev.numbers and [c.n for c in ev.comparisons] == [15, 15]
   reach = ev.numbers["rounds for FZooS to reach the best baseline's final objective"].mean
   assert (reach == 1.0) if finals[0] <= 2.0 else reach != reach  # nan: never reached
   assert ev.numbers["seeds (targets) on which FZooS reaches the best baseline's final objective"] == (
-      1 if finals[0] <= 2.0 else 0)
-  assert fz.metric(Ctx(tmp_path, {"metric_s0": run})).verdict == "inconclusive"  # one seed: too few
+      15 if finals[0] <= 2.0 else 0)
+  # One target (smoke) cannot decide; the metric task's one seed neither.
+  assert fz.attack(Ctx(tmp_path, {"attack_t0": runs["attack_t0"]})).verdict == "inconclusive"
+  assert fz.metric(Ctx(tmp_path, {"metric_s0": runs["attack_t0"]})).verdict == "inconclusive"
+
+
+def test_attack_judged_from_a_records_numbers_equals_the_runs_judgment(tmp_path):
+  runs = {f"attack_t{t}": {lab: _h([4.0, v + 0.1 * t], success_rate=0.0) for lab, v in zip(("fzoos", "fedzo_fd"),
+                                                                                              (1.0, 2.0))}
+          for t in range(15)}
+  ev = fz.attack(Ctx(tmp_path, runs, scale="paper"))
+  # The record's JSON form of the numbers (claims.json), as a later --from_evidence reads it.
+  record = {"numbers": json.loads(json.dumps({k: report._number(v) for k, v in ev.numbers.items()}))}
+  again = _claim("fzoos.attack").from_record(record)
+  assert again.comparisons == ev.comparisons and again.verdict == ev.verdict == "reproduced"
+  assert "judged from the per-target numbers of the record" in again.why
 
 
 @pytest.mark.parametrize("fd_end, verdict", [(2.0, "reproduced"), (4.0, "inconclusive"), (0.5, "not reproduced")])
@@ -298,10 +316,11 @@ def test_metric_pairs_seeds_and_a_flat_substitute_decides_nothing(tmp_path, fd_e
 
 def test_attack_compares_at_fzoos_queries_too(tmp_path):
   # FedZO ends lower (0.5 against 1.0) but spends 200 queries a round to FZooS's 100: within
-  # FZooS's 100 queries its best is its start, 4.0. The verdict reads the finals; the why says both.
+  # FZooS's 100 queries its best is its start, 4.0. The verdict reads the finals (one target: too few to
+  # decide); the why says both.
   run = {"fzoos": _h([4.0, 1.0], 100, success_rate=0.0), "fedzo_fd": _h([4.0, 0.5], 200, success_rate=0.0)}
   ev = fz.attack(Ctx(tmp_path, {"attack_t0": run}))
-  assert ev.verdict == "not reproduced"
+  assert ev.verdict == "inconclusive" and ev.comparisons[0].losses == 1
   assert ev.numbers["best objective within 100 queries fedzo_fd"].mean == 4.0
   assert ev.numbers["best objective within 100 queries fzoos"].mean == 1.0
   assert "At FZooS's own total queries (100) its best objective 1 is below fedzo_fd beyond noise" in ev.why
@@ -455,8 +474,7 @@ def test_fig4_cosine_pairs_the_seeds(tmp_path):
   assert fz.fig4_cosine(Ctx(tmp_path, runs, scale="paper")).verdict == "reproduced"
 
 def test_fig8_sweeps_judge_every_setting_on_the_15_targets(tmp_path):
-  # T = 10 (the attack claims' own runs): FZooS first succeeds at round 5 on every target, fedzo_fd
-  # at round 10: earlier beyond noise (stds 0), and 15/15 against 15/15.
+  # T = 10 (the attack claims' own runs): FZooS first succeeds at round 5 on every target, fedzo_fd at round 10.
   early = {"fzoos": lambda t: (1.0, -1.0, -1.0), "fedzo_fd": lambda t: (1.0, 0.5, -1.0)}
   # T = 5: both first succeed at round 10 on targets 0-13; FZooS never on target 14, fedzo_fd does.
   late = {"fzoos": lambda t: (1.0, 0.5, -1.0 if t < 14 else 0.5), "fedzo_fd": lambda t: (1.0, 0.5, -1.0)}
@@ -465,19 +483,16 @@ def test_fig8_sweeps_judge_every_setting_on_the_15_targets(tmp_path):
   assert "run attack_local_steps5_t14" in ctx.commands and "run attack_t14" in ctx.commands
   assert ev.numbers["success rate at R fzoos, local_steps=5"].mean == pytest.approx(14 / 15)
   assert ev.numbers["success rate at R fedzo_fd, local_steps=10"].n == 15
-  # Never attacked: round 11 (last + 1): (14 x 10 + 11) / 15.
+  # Never attacked: round 11 (last + 1) in the numbers, censored (inf) in the test: (14 x 10 + 11) / 15.
   assert ev.numbers["round of first success fzoos, local_steps=5 (never: last + 1)"].mean == pytest.approx(151 / 15)
-  assert ev.numbers["round of first success fzoos, local_steps=10 (never: last + 1)"].mean == pytest.approx(5.0)
-  # Paired by target: at T = 10 FZooS (round 5) is earlier on all 15; at T = 5 neither is earlier on
-  # targets 0-13 (both round 10) and FZooS is later on target 14 (never: 11 against 10).
-  assert ev.numbers["targets FZooS first succeeds earlier than fedzo_fd, local_steps=10"] == 15
-  assert ev.numbers["targets FZooS first succeeds earlier than fedzo_fd, local_steps=5"] == 0
-  assert ev.numbers["targets FZooS first succeeds later than fedzo_fd, local_steps=5"] == 1
+  assert ev.numbers["attack rounds R"] == 10.0
+  t5, t10 = ev.comparisons
+  # Paired by target: at T = 10 FZooS (round 5) is earlier on all 15; at T = 5 the pairs tie on targets 0-13
+  # and FZooS is later on target 14 (never against 10): a sign test on the one differing pair.
+  assert (t10.wins, t10.losses, t10.outcome) == (15, 0, "holds")
+  assert (t5.wins, t5.losses, t5.ties, t5.censored, t5.outcome) == (0, 1, 14, 1, "undecided")
+  assert t5.test == "one-sided exact sign test (paired, censored)"
   assert ev.verdict == "partly reproduced", ev.why
-  assert "local_steps=5: FZooS's success rate at R 0.933, below fedzo_fd's; its first success at round 10.1, " \
-      "not earlier beyond noise than fedzo_fd's" in ev.why
-  assert "local_steps=10: FZooS's success rate at R 1, at least every baseline's; its first success at round 5, " \
-      "earlier than every baseline's beyond noise" in ev.why
   assert len(ev.figures) == 4 and all(os.path.exists(tmp_path / f) for f in ev.figures)
   ctx = Ctx(tmp_path, {**_attack_targets(early), **_attack_targets(early, "local_steps5_")}, scale="paper")
   assert _claim("fzoos.fig8_T").evaluate(ctx).verdict == "reproduced"
@@ -487,15 +502,22 @@ def test_fig8_sweeps_judge_every_setting_on_the_15_targets(tmp_path):
   assert ev.verdict == "not reproduced" and "run attack_portion0.5_t0" in ctx.commands
 
 
-def test_fig8_verdict_counts_a_first_success_gap_only_beyond_noise():
-  rate = {"fzoos": Stat.of([1.0, 1.0]), "fedzo_fd": Stat.of([1.0, 1.0])}
-  near = {"fzoos": Stat.of([5.0, 15.0]), "fedzo_fd": Stat.of([10.0, 15.0])}  # gap 2.5, stds ~7
-  assert fz.attack_sweep_verdict({"T=5": rate}, {"T=5": near})[0] == "partly reproduced"
-  far = {"fzoos": Stat.of([5.0, 5.0]), "fedzo_fd": Stat.of([10.0, 15.0])}
-  assert fz.attack_sweep_verdict({"T=5": rate}, {"T=5": far})[0] == "reproduced"
-  worse = {"fzoos": Stat.of([0.5, 0.5]), "fedzo_fd": Stat.of([1.0, 1.0])}
-  assert fz.attack_sweep_verdict({"T=5": worse}, {"T=5": near})[0] == "not reproduced"
-  assert fz.attack_sweep_verdict({"T=5": worse}, {"T=5": far})[0] == "partly reproduced"  # faster, fewer hits
+def test_fig8_from_a_record_censors_the_never_attacked_targets_at_the_flagfiles_r():
+  # A record made before "attack rounds R" was kept: R is the flagfile's 100, so 101 (R + 1) is never.
+  assert fz.attack_rounds() == 100
+  def stat(values):
+    return {"mean": sum(values) / len(values), "std": 0.0, "n": len(values), "values": values}
+  numbers = {"round of first success fzoos, T=5 (never: last + 1)": stat([5.0] * 10 + [101.0] * 5),
+             "round of first success fedprox_zo, T=5 (never: last + 1)": stat([101.0] * 15),
+             "round of first success fedzo_fd, T=5 (never: last + 1)": stat([10.0] * 15),
+             "targets FZooS first succeeds earlier than fedzo_fd, T=5": 10}   # an old number, ignored
+  ev = _claim("fzoos.fig8_T").from_record({"numbers": numbers})
+  prox, fd = ev.comparisons
+  # fedprox_zo never: 10 wins, 5 ties (both never); fedzo_fd: 10 wins, 5 losses (FZooS never), p = P(X >= 10).
+  assert (prox.wins, prox.losses, prox.ties, prox.outcome) == (10, 0, 5, "holds")
+  assert (fd.wins, fd.losses, fd.censored) == (10, 5, 5)
+  assert fd.p == pytest.approx(sps.binomtest(10, 15, 0.5, alternative="greater").pvalue) and fd.outcome == "undecided"
+  assert ev.verdict == "partly reproduced" and ev.numbers is not numbers and ev.numbers == numbers
 
 
 def _claim(claim_id):

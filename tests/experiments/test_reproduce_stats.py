@@ -86,6 +86,19 @@ def test_versus_bound_is_the_one_sample_wilcoxon_against_the_constant():
   assert mixed.p == pytest.approx(2 / 32) and mixed.outcome == "undecided"  # one seed beyond: rank 1 of 5, W+ = 14
 
 
+def test_equivalent_is_two_one_sided_paired_tests_against_the_margin():
+  a, b = [1.0, 2.0, 3.0, 4.0, 5.0], [1.02, 1.97, 3.01, 4.03, 4.98]
+  c = stats.equivalent("x", a, b, 0.1)
+  assert c.outcome == "holds" and c.p == pytest.approx(1 / 32)   # every |a - b| < 0.1: both tests 5 of 5
+  assert c.effect == pytest.approx(sum(x - y for x, y in zip(a, b)) / 5)
+  assert stats.equivalent("x", a, b, 0.025).outcome == "undecided"  # two differences beyond +-0.025
+  far = stats.equivalent("x", [x + 1.0 for x in a], a, 0.1)
+  assert far.outcome == "undecided" and far.p == 1.0 and far.effect == pytest.approx(1.0)
+  assert stats.equivalent("x", a[:3], b[:3], 0.1).outcome == "too few"
+  with pytest.raises(ValueError, match="margin"):
+    stats.equivalent("x", a, b, 0.0)
+
+
 def test_errors():
   with pytest.raises(ValueError, match="different lengths"):
     stats.compare("x", [1, 2], [1], lower_is_better=True)

@@ -61,7 +61,7 @@ def _judged(comparisons: list[stats.Comparison], what: str) -> tuple[str, str]:
   verdict, reason = stats.verdict(comparisons)
   held = sum(c.outcome == "holds" for c in comparisons)
   failed = "; ".join(f"{c.name}: {c.outcome}" for c in comparisons if c.outcome != "holds")
-  why = f"{held} of {len(comparisons)} {what} hold (one-sided p < {stats.ALPHA})"
+  why = f"{held} of {len(comparisons)} {what} hold"
   why += f"; not: {failed}" if failed else ""
   return verdict, (f"{reason}: {why}" if reason else why)
 

@@ -419,14 +419,27 @@ def _compare(ctx: Context, runs, metric_names: tuple[str, ...], tag: str, title:
                  f"{min(at_budget[b].mean for b in base):.4g})")
   figs = [_fig(ctx, f"{tag}_rounds.png", runs, "objective", "round", "objective", title),
           _fig(ctx, f"{tag}_queries.png", runs, "objective", "queries", "objective", title + ", queries")]
-  below = [b for b in base if beyond_noise(fin[b], fin["fzoos"])]
-  if len(below) == len(base):
-    return Evidence("reproduced", f"FZooS ends below every baseline ({', '.join(base)}) beyond seed noise"
-                    + budget_note, numbers, figs)
-  return Evidence("partly reproduced" if below else "not reproduced",
-                  f"FZooS ({fin['fzoos']}) is below {', '.join(below) + ' only' if below else 'no baseline'}, beyond "
-                  f"seed noise (best baseline {best:.4g}); the numbers give each method's final objective and the "
-                  "rounds FZooS takes to reach the best baseline" + budget_note, numbers, figs)
+  ev = attack_judged(numbers)
+  ev.why += f" (best baseline mean {best:.4g})" + budget_note
+  ev.figures = figs
+  return ev
+
+
+def _values(v) -> list[float]:
+  """The per-seed (per-target) values of a number: a :class:`Stat` (a run's evaluation) or its JSON form (a
+  record's)."""
+  return list(v.values if isinstance(v, Stat) else v["values"])
+
+
+def attack_judged(numbers: dict) -> Evidence:
+  """fzoos.attack's verdict from its numbers: each method's ``final objective`` (the ensemble margin at R)
+  per target; FZooS against each FD baseline paired by target (a one-sided exact Wilcoxon). The same
+  function judges the runs and, where the runs' metrics were not stored, the numbers of the record."""
+  fin = {k[len("final objective "):]: _values(v) for k, v in numbers.items() if k.startswith("final objective ")}
+  comparisons = [stats.compare(f"final objective, fzoos vs {b}", fin["fzoos"], fin[b], lower_is_better=True)
+                 for b in fin if b != "fzoos"]
+  verdict, why = declare.judged(comparisons)
+  return Evidence(verdict, why, numbers=numbers, comparisons=comparisons)
 
 
 def _small_algs(ctx: Context) -> dict:
@@ -495,64 +508,73 @@ FIG8_SWEEPS = {"local_steps": (5, 10), "portion": (0.5, 0.7)}
 FIG8_BASE = {"local_steps": 10, "portion": 0.7}  # fzoos_attack_mnist.cfg: the attack claims' runs
 
 
-def attack_sweep_verdict(rates: dict[str, dict[str, Stat]], firsts: dict[str, dict[str, Stat]]) -> tuple[str, str]:
-  """Fig. 8's claim over the settings of a sweep: FZooS's success rate at R is at least every FD
-  baseline's, and it first succeeds in fewer rounds than each beyond noise (:func:`beyond_noise`
-  over the targets), in every setting.
+ATTACK_FLAGFILE = "fzoos_attack_mnist.cfg"
 
-  Args:
-    rates, firsts: ``{setting: {label: Stat}}``, the success rate at R and the round of first
-      success (a never-attacked target counts as R + 1), each over the targets.
 
-  Returns:
-    (verdict, why): reproduced when both hold in every setting; partly when either holds in some
-    setting; not reproduced otherwise.
-  """
-  level, faster, parts = {}, {}, []
-  for key, rate in rates.items():
-    first = firsts[key]
-    base = [lab for lab in rate if lab != "fzoos"]
-    above = [b for b in base if rate[b].mean > rate["fzoos"].mean]
-    level_with = [b for b in base if not beyond_noise(first[b], first["fzoos"])]
-    level[key], faster[key] = not above, not level_with
-    parts.append(f"{key}: FZooS's success rate at R {rate['fzoos'].mean:.3g}, "
-                 + (f"below {', '.join(above)}'s" if above else "at least every baseline's")
-                 + f"; its first success at round {first['fzoos'].mean:.3g}, "
-                 + (f"not earlier beyond noise than {', '.join(level_with)}'s" if level_with
-                    else "earlier than every baseline's beyond noise"))
-  said = "; ".join(parts)
-  if all(level.values()) and all(faster.values()):
-    return "reproduced", said
-  if any(level.values()) or any(faster.values()):
-    return "partly reproduced", said
-  return "not reproduced", said
+def attack_rounds() -> int:
+  """R of the attack runs: ``--rounds`` of :data:`ATTACK_FLAGFILE` (a record made before the runs' R was
+  written in its numbers was made with it)."""
+  with open(os.path.join(REPO, "experiments", "flagfiles", ATTACK_FLAGFILE)) as f:
+    return int(next(line.split("=", 1)[1] for line in f if line.startswith("--rounds=")))
+
+
+FIRST = "round of first success "
+NEVER = " (never: last + 1)"
+
+
+def attack_sweep_judged(numbers: dict) -> Evidence:
+  """Fig. 8's verdict from its numbers: per setting ``key`` and FD baseline, FZooS's round of first success
+  (``round of first success <label>, <key> (never: last + 1)``, per target) against the baseline's, paired by
+  target; a target never attacked within R (recorded as R + 1; R is the number ``attack rounds R``, or
+  :func:`attack_rounds` for a record without it) is censored, so a pair with a "never" is judged by its order
+  alone (the sign test of :func:`experiments.reproduce.stats.compare`). The same function judges the runs and,
+  where their metrics were not stored, the numbers of a record."""
+  horizon = float(numbers.get("attack rounds R", attack_rounds()))
+  firsts: dict[str, dict[str, list[float]]] = {}
+  for k, v in numbers.items():
+    if k.startswith(FIRST) and k.endswith(NEVER):
+      lab, key = k[len(FIRST):-len(NEVER)].split(", ", 1)
+      firsts.setdefault(key, {})[lab] = [math.inf if x > horizon else x for x in _values(v)]
+  comparisons = [stats.compare(f"{key}: round of first success, fzoos vs {b}", by_lab["fzoos"], by_lab[b],
+                               lower_is_better=True)
+                 for key, by_lab in firsts.items() for b in by_lab if b != "fzoos"]
+  verdict, why = declare.judged(comparisons)
+  return Evidence(verdict, why, numbers=numbers, comparisons=comparisons)
 
 
 def _attack_sweep(flag: str):
   def evaluate(ctx: Context) -> Evidence:
-    rates, firsts, numbers, figs, dataset = {}, {}, {}, [], ""
+    numbers, figs, dataset, horizon = {}, [], "", 0
     for value in FIG8_SWEEPS[flag]:
       key = f"{flag}={value:g}"
       # Paper: the base setting is the attack claims' own runs. Smoke: 60 classifier steps for every
       # setting (at 20, no digits image has a positive ensemble margin at P = 0.5).
       setting = {**({} if value == FIG8_BASE[flag] else {flag: value}), **ctx.pick({"model_train_steps": 60}, {})}
       runs, dataset = _attack_runs(ctx, **setting)
-      rates[key] = {lab: Stat.of(final(r[lab], "success_rate") for r in runs) for lab in runs[0]}
+      horizon = runs[0]["fzoos"][-1]["round"]
+      numbers.update({f"success rate at R {lab}, {key}": Stat.of(final(r[lab], "success_rate") for r in runs)
+                      for lab in runs[0]})
       rounds = {lab: [first_success(r[lab])[0] for r in runs] for lab in runs[0]}  # per target
-      firsts[key] = {lab: Stat.of(v) for lab, v in rounds.items()}
-      numbers.update({f"success rate at R {lab}, {key}": v for lab, v in rates[key].items()})
-      numbers.update({f"round of first success {lab}, {key} (never: last + 1)": v
-                      for lab, v in firsts[key].items()})
-      for lab in (b for b in rounds if b != "fzoos"):  # paired by target (not in the verdict)
-        pairs = list(zip(rounds["fzoos"], rounds[lab]))
-        numbers[f"targets FZooS first succeeds earlier than {lab}, {key}"] = sum(a < b for a, b in pairs)
-        numbers[f"targets FZooS first succeeds later than {lab}, {key}"] = sum(a > b for a, b in pairs)
+      numbers.update({f"{FIRST}{lab}, {key}{NEVER}": Stat.of(v) for lab, v in rounds.items()})
       figs += [_fig(ctx, f"fzoos_fig8_{flag}{value:g}_{x}.png", runs, "success_rate", x,
                     "success rate (mean over targets)", f"FZooS attack ({dataset}), {key}", bounds=(0.0, 1.0))
                for x in ("round", "queries")]
-    verdict, why = attack_sweep_verdict(rates, firsts)
-    return Evidence(verdict, why, numbers, figs)
+    numbers["attack rounds R"] = float(horizon)
+    ev = attack_sweep_judged(numbers)
+    ev.figures = figs
+    return ev
   return evaluate
+
+
+def from_record_note(judge):
+  """``judge`` (numbers -> Evidence) as a claim's ``from_record``: the verdict of a record whose runs' metrics
+  were not stored, from the per-target numbers it keeps, saying so."""
+  def from_record(record: dict) -> Evidence:
+    ev = judge(dict(record["numbers"]))
+    ev.why += ("; judged from the per-target numbers of the record (the runs were made before their metrics were "
+               "stored; re-running the commands stores them)")
+    return ev
+  return from_record
 
 
 # The smoothing radii the FD-resolution diagnostic tries, as multiples of the runs' lambda.
@@ -693,9 +715,10 @@ CLAIMS = [
           c50_known),
     Claim("fzoos.attack", "FZooS attacks with better communication (and query) efficiency than the FD "
           "baselines: a lower margin objective.", "seed 000 §6.2, Figs. 2, 7, 8",
-          "reproduced: FZooS's mean final objective (ensemble margin; the mean over the 15 targets, smoke: 1) "
-          "below every baseline's by more than twice the larger std over the targets; partly: below some; not: "
-          "below none", attack),
+          "FZooS's final objective (the ensemble margin at R = 100) against each FD baseline's, paired by target "
+          "(15 MNIST targets; smoke: 1), a one-sided exact Wilcoxon signed-rank test at p < 0.05; reproduced: "
+          "every comparison holds; partly: some; not reproduced: none", attack, from_record=from_record_note(
+              attack_judged)),
     Claim("fzoos.attack_success", "FZooS's attack success rate after R = 100 rounds is at least every FD "
           "baseline's.", "seed 000 §6.2, Fig. 8; spec §7 check 9",
           "success rate = the fraction of the targets (15 MNIST test images; smoke: 1 digits image) whose "
@@ -704,15 +727,17 @@ CLAIMS = [
           "beside it (communication efficiency)", attack_success),
     Claim("fzoos.fig8_T", "FZooS's better attack communication efficiency holds for another number of "
           "local steps: T = 5 (the authors' MNIST setting) beside T = 10.", "seed 000 App. F.2, Fig. 8; spec §3.2",
-          "in each setting (15 MNIST targets; smoke: 1 digits target): FZooS's success rate at R at least every "
-          "FD baseline's, and its round of first success below each baseline's by more than twice the larger "
-          "std over the targets; reproduced: both in every setting; partly: either in some setting; not: "
-          "neither anywhere", _attack_sweep("local_steps")),
+          "in each setting, FZooS's round of first success (the first evaluation, every 5 rounds, with the ensemble "
+          "margin < 0) against each FD baseline's, paired by target (15 MNIST targets; smoke: 1 digits target); "
+          "a target never attacked within R = 100 is censored, so a pair with a never is judged by its order (exact "
+          "sign test), the others by a one-sided exact Wilcoxon signed-rank test, p < 0.05; reproduced: every "
+          "comparison holds; partly: some; not reproduced: none", _attack_sweep("local_steps"),
+          from_record=from_record_note(attack_sweep_judged)),
     Claim("fzoos.fig8_P", "FZooS's better attack communication efficiency holds under more client "
           "heterogeneity: P = 0.5 beside P = 0.7 (client classifiers on P x 10 classes).",
           "seed 000 App. F.2, Fig. 8; spec §3.2",
           "as fzoos.fig8_T, over P in {0.5, 0.7} (the classifiers retrained on P x 10 classes)",
-          _attack_sweep("portion")),
+          _attack_sweep("portion"), from_record=from_record_note(attack_sweep_judged)),
     Claim("fzoos.metric", "FZooS optimises the non-differentiable metric (1 - precision) better than the FD "
           "baselines.", "seed 000 §6.3, Figs. 3, 9-12",
           "final 1 - precision of FZooS against each FD baseline, paired by seed (5 seeds), one-sided exact "
