@@ -91,6 +91,18 @@ def test_versus_fedavg_pairs_the_seeds(tmp_path):
   assert ev.verdict == "inconclusive" and ev.why.startswith("too few seeds")
 
 
+def test_versus_fedavg_from_a_records_numbers_equals_the_runs_judgment(tmp_path):
+  from experiments.reproduce import report
+  runs = _paper_runs((0.7, 0.6, 0.88, 0.8))
+  for code in (False, True):
+    ev = F.versus_fedavg("digits", code=code)(PaperSeeds(tmp_path, runs=runs))
+    record = {"numbers": json.loads(json.dumps({k: report._number(v) for k, v in ev.numbers.items()}))}
+    again = next(c for c in F.CLAIMS if c.id == ("ffgb.fig4_digits_code" if code else "ffgb.fig4_digits")
+                 ).from_record(record)
+    assert again.comparisons == ev.comparisons and again.verdict == ev.verdict == "not reproduced"
+    assert again.why.startswith(ev.why) and "per-seed numbers of the record" in again.why
+
+
 def test_comm_accounting(tmp_path):
   runs = {"digits_s01_seed0": _versus_run(0.9, 0.8, 0.8, 0.8)}
   assert F.comm_accounting(FakeContext(tmp_path, runs=runs)).verdict == "reproduced"

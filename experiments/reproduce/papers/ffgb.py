@@ -86,57 +86,83 @@ def _versus_numbers(runs, labels) -> dict:
   return out
 
 
+def _values(v) -> list[float]:
+  """The per-seed values of a number: a :class:`Stat` (a run's evaluation) or its JSON form (a record's)."""
+  return list(v.values if isinstance(v, Stat) else v["values"])
+
+
+def versus_judged(numbers: dict, code: bool) -> Evidence:
+  """The verdict of 'FFGB (paper form, or the code preset) beats FedAvg at equal communication' from its numbers
+  (``s=0.S final test accuracy <label>``, one value per seed, a seed's labels in one process on one split and
+  initialisation): per s, a one-sided exact Wilcoxon signed-rank test paired by seed; for the code preset, where
+  it does not hold, the same test of the code preset with the paper's learner says whether the learner is the
+  cause. The same function judges the runs and, where their metrics were not stored, a record's numbers."""
+  main = "ffgb_code" if code else "ffgb"
+  acc = "final test accuracy "
+  settings = sorted({k.split(" ", 1)[0] for k in numbers if k.startswith("s=0.") and f" {acc}" in k})
+  comparisons, ablations, diag = [], [], []
+  for key in settings:
+    a, fed = _values(numbers[f"{key} {acc}{main}"]), _values(numbers[f"{key} {acc}fedavg"])
+    comparisons.append(stats.compare(f"{key}: final test accuracy, {main} vs fedavg", a, fed, lower_is_better=False))
+    said = f"{key}: {main} {sum(a) / len(a):.3f} vs FedAvg {sum(fed) / len(fed):.3f}"
+    if code:
+      abl = _values(numbers[f"{key} {acc}{_label(CODE_PAPER_LEARNER)}"])
+      ablations.append(stats.compare(f"{key}: final test accuracy, code preset with the paper learner vs fedavg",
+                                     abl, fed, lower_is_better=False))
+      said += f", code preset with the paper learner {sum(abl) / len(abl):.3f}"
+    diag.append(said)
+  verdict, why = declare.judged(comparisons)
+  why += " (mean final test accuracy " + "; ".join(diag) + ")"
+  if code and verdict != "reproduced":
+    fixed = [a.outcome == "holds" for a, c in zip(ablations, comparisons) if c.outcome != "holds"]
+    why += (". Ablation: with the paper's learner the code preset beats FedAvg (paired, p < 0.05) wherever the "
+            "code's learner did not, so the learner (N(0, 1/fan_in^2) weights, leaky ReLU after the output) is "
+            "the cause" if fixed and all(fixed) else
+            ". Ablation: the paper's learner does not rescue the code preset everywhere, so the "
+            "learner alone is not the cause")
+  return Evidence(verdict, why, numbers=numbers, comparisons=comparisons)
+
+
 def versus_fedavg(data: str, code: bool):
   """The evaluate function of 'FFGB (paper form, or the code preset) beats FedAvg at equal
-  communication' on ``data`` for s = 0.1 and 0.3 (smoke: s = 0.1 only): final test accuracy paired by
-  seed (a seed's algorithms run in one process on one split and initialisation), a one-sided exact
-  Wilcoxon per s (:func:`experiments.reproduce.declare.outperforms`)."""
+  communication' on ``data`` for s = 0.1 and 0.3 (smoke: s = 0.1 only), judged by :func:`versus_judged`."""
   main = "ffgb_code" if code else "ffgb"
-  measure = declare.Measure("final", metric="test_accuracy", lower_is_better=False)
 
   def evaluate(ctx: Context) -> Evidence:
-    numbers, comparisons, ablations, figs, diag = {}, [], [], [], []
+    numbers, figs = {}, []
     for s in ctx.pick((1,), (1, 3)):
       runs = _versus(ctx, data, s)
       labels = list(runs[0])
       for k, v in _versus_numbers(runs, labels).items():
         numbers[f"s=0.{s} {k}"] = v
-      comps, _ = declare.outperforms(main, ["fedavg"], {f"s=0.{s}": runs}, measure)
-      comparisons += comps
-      ffgb_acc, fedavg_acc = (numbers[f"s=0.{s} final test accuracy {lab}"].mean for lab in (main, "fedavg"))
       t_ffgb = runs[0][main][-1]["round"]
-      same_rounds = Stat.of(_at_round(r["fedavg"], t_ffgb) for r in runs)
-      numbers[f"s=0.{s} fedavg test accuracy at FFGB's last round ({t_ffgb})"] = same_rounds
+      numbers[f"s=0.{s} fedavg test accuracy at FFGB's last round ({t_ffgb})"] = Stat.of(
+          _at_round(r["fedavg"], t_ffgb) for r in runs)
+      if code:
+        abl = numbers[f"s=0.{s} final test accuracy {_label(CODE_PAPER_LEARNER)}"].mean
+        paper_acc, ffgb_acc = (numbers[f"s=0.{s} final test accuracy {lab}"].mean for lab in ("ffgb", main))
+        if paper_acc != ffgb_acc:  # the learner's share of the code preset's gap to the paper form
+          numbers[f"s=0.{s} learner share of the gap ffgb - ffgb_code"] = (abl - ffgb_acc) / (paper_acc - ffgb_acc)
       name = f"ffgb_{data}_s0{s}"  # the paper-form and code-preset claims plot the same shared runs
       figs.append(plot_curves(os.path.join(ctx.root, "fig", name + "_comm.png"),
                               _comm_curves(runs), "communication (models per client)",
                               "test accuracy", f"FFGB vs FedAvg, {data}, s = 0.{s} (equal communication)"))
       figs.append(plot_curves(os.path.join(ctx.root, "fig", name + "_rounds.png"), curves(runs, "test_accuracy"),
                               "round", "test accuracy", f"FFGB vs FedAvg, {data}, s = 0.{s} (rounds)"))
-      if code:
-        abl_label = _label(CODE_PAPER_LEARNER)
-        abl = numbers[f"s=0.{s} final test accuracy {abl_label}"].mean
-        paper_acc = numbers[f"s=0.{s} final test accuracy ffgb"].mean
-        if paper_acc != ffgb_acc:  # the learner's share of the code preset's gap to the paper form
-          numbers[f"s=0.{s} learner share of the gap ffgb - ffgb_code"] = (abl - ffgb_acc) / (paper_acc - ffgb_acc)
-        ablations += declare.outperforms(abl_label, ["fedavg"], {f"s=0.{s}": runs}, measure)[0]
-        diag.append(f"s = 0.{s}: code preset {ffgb_acc:.3f}, code preset with the paper learner {abl:.3f}, "
-                    f"paper form {paper_acc:.3f}, FedAvg {fedavg_acc:.3f}")
-      else:
-        diag.append(f"s = 0.{s}: FFGB {ffgb_acc:.3f} vs FedAvg {fedavg_acc:.3f} (FedAvg at FFGB's "
-                    f"{t_ffgb} rounds: {same_rounds.mean:.3f})")
-    verdict, why = declare.judged(comparisons)
-    why += " (mean final test accuracy " + "; ".join(diag) + ")"
-    if code and verdict != "reproduced":
-      fixed = [a.outcome == "holds" for a, c in zip(ablations, comparisons) if c.outcome != "holds"]
-      why += (". Ablation: with the paper's learner the code preset beats FedAvg (paired, p < 0.05) wherever the "
-              "code's learner did not, so the learner (N(0, 1/fan_in^2) weights, leaky ReLU after the output) is "
-              "the cause" if fixed and all(fixed) else
-              ". Ablation: the paper's learner does not rescue the code preset everywhere, so the "
-              "learner alone is not the cause")
-    return Evidence(verdict, why, numbers=numbers, figures=[os.path.relpath(f, ctx.root) for f in figs],
-                    comparisons=comparisons)
+    ev = versus_judged(numbers, code)
+    ev.figures = [os.path.relpath(f, ctx.root) for f in figs]
+    return ev
   return evaluate
+
+
+def versus_from_record(code: bool):
+  """:func:`versus_judged` as a claim's ``from_record`` (its runs' metrics were not stored), saying so."""
+  def from_record(record: dict) -> Evidence:
+    ev = versus_judged(dict(record["numbers"]), code)
+    ev.why += ("; judged from the per-seed numbers of the record (the runs were made before their metrics were "
+               "stored; re-running the commands stores them)")
+    return ev
+  return from_record
 
 
 def _comm_curves(runs) -> dict:
@@ -459,20 +485,24 @@ CLAIMS = [
           "final test accuracy of ffgb against fedavg at equal communication (budget 2000), paired by seed "
           "(paper scale 5 seeds; smoke s = 0.1 only), a one-sided exact Wilcoxon signed-rank test per s at p < 0.05; "
           "reproduced: it holds at every s; partly: at some s; not reproduced: at none",
-          versus_fedavg("digits", code=False)),
+          versus_fedavg("digits", code=False),
+          from_record=versus_from_record(code=False)),
     Claim("ffgb.fig4_digits_code", "The authors'-code preset (ffgb_code) beats FedAvg at equal communication "
           "on digits, s = 0.1 and 0.3.", "seed 002 Figs. 1/4; [code] f555c72",
           "as ffgb.fig4_digits for ffgb_code; where it does not hold, the same paired test of ffgb_code with the "
           "paper learner against fedavg says whether the learner is the cause",
-          versus_fedavg("digits", code=True)),
+          versus_fedavg("digits", code=True),
+          from_record=versus_from_record(code=True)),
     Claim("ffgb.fig3_mnist10k", "FFGB (paper form) beats FedAvg at equal communication on MNIST-10k "
           "(N = 56), s = 0.1 and 0.3.", "seed 002 Figs. 3/4",
           "as ffgb.fig4_digits (paper 5 seeds, budget 2000, 18 FFGB rounds; FedAvg's accuracy at FFGB's last "
-          "round is reported for Fig. 3's equal-rounds view)", versus_fedavg("mnist10k", code=False)),
+          "round is reported for Fig. 3's equal-rounds view)", versus_fedavg("mnist10k", code=False),
+          from_record=versus_from_record(code=False)),
     Claim("ffgb.fig3_mnist10k_code", "The authors'-code preset beats FedAvg at equal communication on "
           "MNIST-10k, s = 0.1 and 0.3.", "seed 002 Figs. 3/4; [code] script/mnist_batch_ffgd.sh",
           "as ffgb.fig3_mnist10k for ffgb_code, with the learner ablations of ffgb.fig4_digits_code",
-          versus_fedavg("mnist10k", code=True)),
+          versus_fedavg("mnist10k", code=True),
+          from_record=versus_from_record(code=True)),
     Claim("ffgb.fig2a_residual", "FFGB consistently achieves a higher training accuracy than its "
           "no-residual counterpart (K = 10, eta0 = 10, s = 0.1).", "seed 002 Fig. 2(a)",
           "train accuracy of ffgb against ffgb_nores paired by seed (paper scale 5 seeds, 10 rounds, digits; a "
