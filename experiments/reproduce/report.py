@@ -421,6 +421,8 @@ TESTS = {"one-sided exact Wilcoxon signed-rank (paired)": ("W", "mean paired dif
          "one-sided Mann-Whitney U (unpaired)": ("U", "difference of means"),
          "one-sided exact Wilcoxon signed-rank (one sample, against B)": ("W1", "mean distance from the bound B"),
          "one-sided exact binomial test (H0: fraction <= p0)": ("B", "observed fraction (Clopper-Pearson CI)"),
+         "bootstrap over seeds (95% CI inside [low, high])": ("BS", "estimate on all seeds, holding when its CI "
+                                                               "lies inside the band (p: share of resamples outside)"),
          "two one-sided exact Wilcoxon signed-rank tests (paired, within +-m)": (
              "E", "mean paired difference, comparable when both tests put it within +-m")}
 
@@ -428,7 +430,7 @@ TESTS = {"one-sided exact Wilcoxon signed-rank (paired)": ("W", "mean paired dif
 def _tag(test: str) -> str:
   """A test's tag in :data:`TESTS`; the tests that name a bound (B, p0, m) match on the text before it."""
   for name, (tag, _) in TESTS.items():
-    stem = name.rsplit(" ", 1)[0] if name.endswith(("B)", "p0)", "m)")) else name
+    stem = name.rsplit(" ", 1)[0] if name.endswith(("B)", "p0)", "m)", "high])")) else name
     if test == name or test.startswith(stem):
       return tag
   return test

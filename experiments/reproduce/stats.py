@@ -20,6 +20,8 @@ A claim that per-seed numbers lie beyond a stated bound ("converges to 1e-6", "t
 -0.7") is judged by :func:`versus_bound`: the one-sample form of the same Wilcoxon test.
 A claim that two methods are "comparable" is judged by :func:`equivalent` (two one-sided paired tests
 against a stated margin).
+A number computed from all seeds together (a slope of the mean curve) is judged by :func:`in_band`, a
+bootstrap over the seeds.
 A claim about a fraction of a population ("almost all ranks are <= 10") is judged by
 :func:`proportion`: a one-sided exact binomial test against the stated fraction, with the
 observed fraction and its Clopper-Pearson 95% CI.
@@ -241,6 +243,39 @@ def equivalent(name: str, a: Sequence[float], b: Sequence[float], margin: float)
   return dataclasses.replace(base, test=f"two one-sided exact Wilcoxon signed-rank tests (paired, within "
                              f"+-{margin:.3g})", effect_name="mean paired difference (a - b)", p=p,
                              p_opposite=min(upper.p_opposite, lower.p_opposite), outcome=outcome)
+
+
+def in_band(name: str, estimate, seeds: int, low: float, high: float) -> Comparison:
+  """Judges "a statistic of the runs lies in [low, high]" when it is computed from all seeds together (a
+  slope of the mean-over-seeds curve, say) and has no per-seed value: ``estimate(idx)`` on the seeds ``idx``
+  (an int array), bootstrapped over the seeds (``scipy.stats.bootstrap``, percentile method, fixed generator).
+  Holds when the 95% CI lies inside the band, ``opposite`` when it lies wholly outside; p is the share of the
+  resamples outside the band (``p_opposite`` the share inside); effect the estimate on all seeds.
+
+  >>> c = in_band("slope", lambda idx: -0.5 + 0.01 * (idx.mean() - 4.5), 10, -0.8, -0.2)
+  >>> c.outcome, round(c.effect, 3)
+  ('holds', -0.5)
+
+  One seed cannot be resampled: the outcome is then ``too few``.
+
+  Raises:
+    ValueError: seeds < 1 or low >= high.
+  """
+  if seeds < 1 or not low < high:
+    raise ValueError(f"{name}: need >= 1 seed and low < high; got {seeds}, [{low}, {high}]")
+  idx = np.arange(seeds)
+  test = f"bootstrap over seeds (95% CI inside [{low:g}, {high:g}])"
+  if seeds == 1:
+    est = float(estimate(idx))
+    return Comparison(name, test, 1, est, "estimate on all seeds", (est, est), 1.0, 1.0, outcome="too few")
+  boot = sps.bootstrap((idx,), lambda i: estimate(np.asarray(i, int)), vectorized=False, confidence_level=0.95,
+                       n_resamples=RESAMPLES, method="percentile", rng=np.random.default_rng(SEED))
+  lo, hi = float(boot.confidence_interval.low), float(boot.confidence_interval.high)
+  dist = np.asarray(boot.bootstrap_distribution)
+  outside = float(np.mean((dist < low) | (dist > high)))
+  outcome = "holds" if low <= lo and hi <= high else ("opposite" if hi < low or lo > high else "undecided")
+  return Comparison(name, test, seeds, float(estimate(idx)), "estimate on all seeds", (lo, hi), outside, 1.0 - outside,
+                    outcome=outcome)
 
 
 def first_reach(history: Sequence[dict], metric: str, target: float, x: str = "round",

@@ -290,15 +290,20 @@ def test_log_slope_and_min_of_the_seed_mean():
   assert F.min_mean_sq_grad(runs, "a") == 2.5
 
 
-def _rate_runs(power_b2, power_m, scale="smoke", name="fedzo_rate", schedule_at=None):
-  """The seeds' runs whose ||grad F||^2 ends at (b2 / 20)^power_b2 (M / 10)^power_m."""
+def _rate_runs(power_b2, power_m, scale="smoke", name="fedzo_rate", schedule_at=None, spread=None):
+  """The seeds' runs whose ||grad F||^2 ends at (b2 / 20)^power_b2 (M / 10)^power_m; ``spread`` (a power) tilts
+  seed s's b2 slope by spread * (s - 4.5) / 4.5."""
   rounds, b2s, ms, seeds = (40, (5, 40), (5, 50), 1) if scale == "smoke" else (400, F.RATE_B2, F.RATE_M, 10)
-  run = {}
-  for m, b2 in [(F.RATE_M0, b2) for b2 in b2s] + [(m, F.RATE_B20) for m in ms]:
-    end = (b2 / 20) ** power_b2 * (m / 10) ** power_m
-    run[F.rate_entry(m, b2, rounds, schedule_at).replace(":", "-")] = [
-        {"round": 0, "grad_norm": 2.0}, {"round": rounds, "grad_norm": end ** 0.5}]
-  return {f"{name}_s{s}": run for s in range(seeds)}
+  out = {}
+  for s in range(seeds):
+    tilt = 0.0 if spread is None else spread * (s - 4.5) / 4.5
+    run = {}
+    for m, b2 in [(F.RATE_M0, b2) for b2 in b2s] + [(m, F.RATE_B20) for m in ms]:
+      end = (b2 / 20) ** (power_b2 + tilt) * (m / 10) ** power_m
+      run[F.rate_entry(m, b2, rounds, schedule_at).replace(":", "-")] = [
+          {"round": 0, "grad_norm": 2.0}, {"round": rounds, "grad_norm": end ** 0.5}]
+    out[f"{name}_s{s}"] = run
+  return out
 
 
 @pytest.mark.parametrize("powers,verdict", [
@@ -307,12 +312,30 @@ def _rate_runs(power_b2, power_m, scale="smoke", name="fedzo_rate", schedule_at=
     ((-1.0, -0.1), "not reproduced"),
 ])
 def test_rate_trend_criterion(tmp_path, powers, verdict):
-  ev = F.fedzo_rate_trend(Ctx(tmp_path, runs=_rate_runs(*powers), scale="smoke"))
-  assert ev.verdict == verdict
+  runs = {**_rate_runs(*powers, "paper"), **_rate_runs(0.0, -0.6, "paper", "fedzo_rate_fixed",
+                                                       schedule_at=(F.RATE_M0, F.RATE_B20))}
+  ev = F.fedzo_rate_trend(Ctx(tmp_path, runs=runs, scale="paper"))
+  assert ev.verdict == verdict, ev.why
   assert ev.numbers["slope against log b2"] == pytest.approx(powers[0])
   assert ev.numbers["slope against log M"] == pytest.approx(powers[1])
   assert ev.numbers["initial mean ||grad F||^2"] == pytest.approx(4.0)
+  assert [c.n for c in ev.comparisons] == [10, 10]
   assert os.path.exists(tmp_path / ev.figures[0])
+  # One seed (smoke) cannot be bootstrapped: too few seeds.
+  ev = F.fedzo_rate_trend(Ctx(tmp_path, runs=_rate_runs(*powers), scale="smoke"))
+  assert ev.verdict == "inconclusive" and ev.why.startswith("too few seeds")
+
+
+def test_rate_trend_bootstrap_widens_with_the_seeds_spread(tmp_path):
+  # The mean-curve b2 slope is in the band [-0.8, -0.2] in both (-0.5 and -0.63); with the seeds' own slopes
+  # spread over -0.5 +- 1 the resampled mean curve's slope leaves the band often enough that its CI is not inside.
+  fixed = _rate_runs(0.0, -0.6, "paper", "fedzo_rate_fixed", schedule_at=(F.RATE_M0, F.RATE_B20))
+  tight = F.fedzo_rate_trend(Ctx(tmp_path, runs={**_rate_runs(-0.5, -0.5, "paper"), **fixed}, scale="paper"))
+  wide = F.fedzo_rate_trend(Ctx(tmp_path, runs={**_rate_runs(-0.5, -0.5, "paper", spread=1.0), **fixed},
+                                scale="paper"))
+  assert tight.comparisons[0].outcome == "holds" and tight.comparisons[0].ci95[1] - tight.comparisons[0].ci95[0] < 1e-9
+  assert -0.8 < wide.comparisons[0].effect < -0.2
+  assert wide.comparisons[0].outcome == "undecided" and wide.comparisons[0].ci95[0] < -0.8
 
 
 def test_rate_trend_at_paper_scale_adds_the_fixed_step_diagnostic(tmp_path):

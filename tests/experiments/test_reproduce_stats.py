@@ -99,6 +99,19 @@ def test_equivalent_is_two_one_sided_paired_tests_against_the_margin():
     stats.equivalent("x", a, b, 0.0)
 
 
+def test_in_band_bootstraps_the_seeds_of_a_joint_estimate():
+  import numpy as np
+  values = np.array([-0.5, -0.4, -0.6, -0.5, -0.45])
+  c = stats.in_band("x", lambda idx: float(values[idx].mean()), 5, -0.8, -0.2)
+  assert c.outcome == "holds" and c.effect == pytest.approx(-0.49) and -0.6 <= c.ci95[0] <= c.ci95[1] <= -0.4
+  assert c.p == 0.0 and stats.in_band("x", lambda idx: float(values[idx].mean()), 5, -0.8, -0.2) == c
+  far = stats.in_band("x", lambda idx: float(values[idx].mean()) + 1.0, 5, -0.8, -0.2)
+  assert far.outcome == "opposite" and far.p == 1.0
+  straddles = stats.in_band("x", lambda idx: float(values[idx].mean()), 5, -0.8, -0.5)
+  assert straddles.outcome == "undecided" and 0.0 < straddles.p < 1.0
+  assert stats.in_band("x", lambda idx: -0.5, 1, -0.8, -0.2).outcome == "too few"
+
+
 def test_errors():
   with pytest.raises(ValueError, match="different lengths"):
     stats.compare("x", [1, 2], [1], lower_is_better=True)
