@@ -236,8 +236,8 @@ def summary(records: list[dict], pending: list[str]) -> list[str]:
   from_record = sum(not r.get("evidence") and "effect" in r for r in papers_)
   rest = len(papers_) - judged - unstored
   lines.append(f"- Confidence: {judged} of {len(papers_)} paper claims are judged by tests (effect, 95% CI, n)"
-               + (f", {from_record} of them from the per-target numbers of records whose runs' metrics were not "
-                  "stored" if from_record else "")
+               + (f", {from_record} of them from the per-seed (or per-target) numbers kept in records whose runs' "
+                  "metrics were not stored" if from_record else "")
                + (f"; {rest} by a rule on point estimates (each says why)" if rest else "")
                + (f"; {unstored} by an earlier rule on runs whose evidence was not stored (pending a re-run)"
                   if unstored else "") + ".")
@@ -424,7 +424,8 @@ TESTS = {"one-sided exact Wilcoxon signed-rank (paired)": ("W", "mean paired dif
          "bootstrap over seeds (95% CI inside [low, high])": ("BS", "estimate on all seeds, holding when its CI "
                                                                "lies inside the band (p: share of resamples outside)"),
          "two one-sided exact Wilcoxon signed-rank tests (paired, within +-m)": (
-             "E", "mean paired difference, comparable when both tests put it within +-m")}
+             "E", "mean paired difference, comparable when both tests put it within +-m (W/L: pairs within / "
+             "outside +-m)")}
 
 
 def _tag(test: str) -> str:

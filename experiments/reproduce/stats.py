@@ -224,7 +224,8 @@ def versus_bound(name: str, values: Sequence[float], bound: float, *, lower_is_b
 def equivalent(name: str, a: Sequence[float], b: Sequence[float], margin: float) -> Comparison:
   """Judges "A is comparable to B" (paired by seed): the mean of ``a - b`` lies within +-``margin``, by two
   one-sided exact Wilcoxon signed-rank tests on the paired differences (TOST: below +margin and above
-  -margin); p is the larger of the two, effect the mean difference with its paired bootstrap CI.
+  -margin); p is the larger of the two, effect the mean difference with its paired bootstrap CI; ``wins`` /
+  ``losses`` count the pairs within / outside the margin.
 
   >>> equivalent("x", [1.0, 2.0, 3.0, 4.0, 5.0], [1.01, 1.98, 3.02, 3.99, 5.0], 0.1).outcome
   'holds'
@@ -242,7 +243,9 @@ def equivalent(name: str, a: Sequence[float], b: Sequence[float], margin: float)
   outcome = "holds" if p < ALPHA else ("too few" if 0.5 ** diff.size >= ALPHA else "undecided")
   return dataclasses.replace(base, test=f"two one-sided exact Wilcoxon signed-rank tests (paired, within "
                              f"+-{margin:.3g})", effect_name="mean paired difference (a - b)", p=p,
-                             p_opposite=min(upper.p_opposite, lower.p_opposite), outcome=outcome)
+                             p_opposite=min(upper.p_opposite, lower.p_opposite), outcome=outcome,
+                             wins=int(np.sum(np.abs(diff) < margin)), losses=int(np.sum(np.abs(diff) >= margin)),
+                             ties=0)
 
 
 def in_band(name: str, estimate, seeds: int, low: float, high: float) -> Comparison:

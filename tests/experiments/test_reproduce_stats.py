@@ -90,6 +90,7 @@ def test_equivalent_is_two_one_sided_paired_tests_against_the_margin():
   a, b = [1.0, 2.0, 3.0, 4.0, 5.0], [1.02, 1.97, 3.01, 4.03, 4.98]
   c = stats.equivalent("x", a, b, 0.1)
   assert c.outcome == "holds" and c.p == pytest.approx(1 / 32)   # every |a - b| < 0.1: both tests 5 of 5
+  assert (c.wins, c.losses, c.ties) == (5, 0, 0)                   # pairs within / outside the margin
   assert c.effect == pytest.approx(sum(x - y for x, y in zip(a, b)) / 5)
   assert stats.equivalent("x", a, b, 0.025).outcome == "undecided"  # two differences beyond +-0.025
   far = stats.equivalent("x", [x + 1.0 for x in a], a, 0.1)
