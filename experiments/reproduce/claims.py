@@ -62,6 +62,24 @@ class Stat:
     return f"{self.mean:.4g} ± {self.std:.2g} (n={self.n})"
 
 
+def values_of(number) -> list[float]:
+  """The per-seed (per-target) values of a number: a :class:`Stat` (a claim's evaluation of its runs) or its
+  JSON form in a record (``claims.json``)."""
+  return list(number.values if isinstance(number, Stat) else number["values"])
+
+
+def judge_from_record(judge: Callable[[dict], Evidence], unit: str = "per-seed") -> Callable[[dict], Evidence]:
+  """``judge`` (numbers -> Evidence, the function that also judges the claim's runs) as a claim's
+  ``from_record``: the verdict of a record whose runs' metrics were not stored, from the ``unit`` numbers it
+  keeps, saying so in its ``why``."""
+  def from_record(record: dict) -> Evidence:
+    ev = judge(dict(record["numbers"]))
+    ev.why += (f"; judged from the {unit} numbers of the record (the runs were made before their metrics were "
+               "stored; re-running the commands stores them)")
+    return ev
+  return from_record
+
+
 NOISE_K = 2.0
 """A gap between two seed means counts when it exceeds ``NOISE_K`` times the larger of the two
 seed standard deviations (an unpaired, conservative rule: the two seed distributions barely

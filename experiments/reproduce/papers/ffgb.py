@@ -9,6 +9,7 @@ are collected.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
@@ -24,7 +25,9 @@ from experiments.reproduce.claims import (
   classify,
   curves,
   final,
+  judge_from_record,
   test_claim,
+  values_of,
 )
 from experiments.reproduce.report import plot_curves
 
@@ -86,11 +89,6 @@ def _versus_numbers(runs, labels) -> dict:
   return out
 
 
-def _values(v) -> list[float]:
-  """The per-seed values of a number: a :class:`Stat` (a run's evaluation) or its JSON form (a record's)."""
-  return list(v.values if isinstance(v, Stat) else v["values"])
-
-
 def versus_judged(numbers: dict, code: bool) -> Evidence:
   """The verdict of 'FFGB (paper form, or the code preset) beats FedAvg at equal communication' from its numbers
   (``s=0.S final test accuracy <label>``, one value per seed, a seed's labels in one process on one split and
@@ -102,11 +100,11 @@ def versus_judged(numbers: dict, code: bool) -> Evidence:
   settings = sorted({k.split(" ", 1)[0] for k in numbers if k.startswith("s=0.") and f" {acc}" in k})
   comparisons, ablations, diag = [], [], []
   for key in settings:
-    a, fed = _values(numbers[f"{key} {acc}{main}"]), _values(numbers[f"{key} {acc}fedavg"])
+    a, fed = values_of(numbers[f"{key} {acc}{main}"]), values_of(numbers[f"{key} {acc}fedavg"])
     comparisons.append(stats.compare(f"{key}: final test accuracy, {main} vs fedavg", a, fed, lower_is_better=False))
     said = f"{key}: {main} {sum(a) / len(a):.3f} vs FedAvg {sum(fed) / len(fed):.3f}"
     if code:
-      abl = _values(numbers[f"{key} {acc}{_label(CODE_PAPER_LEARNER)}"])
+      abl = values_of(numbers[f"{key} {acc}{_label(CODE_PAPER_LEARNER)}"])
       ablations.append(stats.compare(f"{key}: final test accuracy, code preset with the paper learner vs fedavg",
                                      abl, fed, lower_is_better=False))
       said += f", code preset with the paper learner {sum(abl) / len(abl):.3f}"
@@ -153,16 +151,6 @@ def versus_fedavg(data: str, code: bool):
     ev.figures = [os.path.relpath(f, ctx.root) for f in figs]
     return ev
   return evaluate
-
-
-def versus_from_record(code: bool):
-  """:func:`versus_judged` as a claim's ``from_record`` (its runs' metrics were not stored), saying so."""
-  def from_record(record: dict) -> Evidence:
-    ev = versus_judged(dict(record["numbers"]), code)
-    ev.why += ("; judged from the per-seed numbers of the record (the runs were made before their metrics were "
-               "stored; re-running the commands stores them)")
-    return ev
-  return from_record
 
 
 def _comm_curves(runs) -> dict:
@@ -486,23 +474,23 @@ CLAIMS = [
           "(paper scale 5 seeds; smoke s = 0.1 only), a one-sided exact Wilcoxon signed-rank test per s at p < 0.05; "
           "reproduced: it holds at every s; partly: at some s; not reproduced: at none",
           versus_fedavg("digits", code=False),
-          from_record=versus_from_record(code=False)),
+          from_record=judge_from_record(functools.partial(versus_judged, code=False))),
     Claim("ffgb.fig4_digits_code", "The authors'-code preset (ffgb_code) beats FedAvg at equal communication "
           "on digits, s = 0.1 and 0.3.", "seed 002 Figs. 1/4; [code] f555c72",
           "as ffgb.fig4_digits for ffgb_code; where it does not hold, the same paired test of ffgb_code with the "
           "paper learner against fedavg says whether the learner is the cause",
           versus_fedavg("digits", code=True),
-          from_record=versus_from_record(code=True)),
+          from_record=judge_from_record(functools.partial(versus_judged, code=True))),
     Claim("ffgb.fig3_mnist10k", "FFGB (paper form) beats FedAvg at equal communication on MNIST-10k "
           "(N = 56), s = 0.1 and 0.3.", "seed 002 Figs. 3/4",
           "as ffgb.fig4_digits (paper 5 seeds, budget 2000, 18 FFGB rounds; FedAvg's accuracy at FFGB's last "
           "round is reported for Fig. 3's equal-rounds view)", versus_fedavg("mnist10k", code=False),
-          from_record=versus_from_record(code=False)),
+          from_record=judge_from_record(functools.partial(versus_judged, code=False))),
     Claim("ffgb.fig3_mnist10k_code", "The authors'-code preset beats FedAvg at equal communication on "
           "MNIST-10k, s = 0.1 and 0.3.", "seed 002 Figs. 3/4; [code] script/mnist_batch_ffgd.sh",
           "as ffgb.fig3_mnist10k for ffgb_code, with the learner ablations of ffgb.fig4_digits_code",
           versus_fedavg("mnist10k", code=True),
-          from_record=versus_from_record(code=True)),
+          from_record=judge_from_record(functools.partial(versus_judged, code=True))),
     Claim("ffgb.fig2a_residual", "FFGB consistently achieves a higher training accuracy than its "
           "no-residual counterpart (K = 10, eta0 = 10, s = 0.1).", "seed 002 Fig. 2(a)",
           "train accuracy of ffgb against ffgb_nores paired by seed (paper scale 5 seeds, 10 rounds, digits; a "

@@ -41,7 +41,9 @@ from experiments.reproduce.claims import (
   classify,
   curves,
   final,
+  judge_from_record,
   test_claim,
+  values_of,
 )
 from experiments.reproduce.report import plot_curves
 
@@ -425,17 +427,11 @@ def _compare(ctx: Context, runs, metric_names: tuple[str, ...], tag: str, title:
   return ev
 
 
-def _values(v) -> list[float]:
-  """The per-seed (per-target) values of a number: a :class:`Stat` (a run's evaluation) or its JSON form (a
-  record's)."""
-  return list(v.values if isinstance(v, Stat) else v["values"])
-
-
 def attack_judged(numbers: dict) -> Evidence:
   """fzoos.attack's verdict from its numbers: each method's ``final objective`` (the ensemble margin at R)
   per target; FZooS against each FD baseline paired by target (a one-sided exact Wilcoxon). The same
   function judges the runs and, where the runs' metrics were not stored, the numbers of the record."""
-  fin = {k[len("final objective "):]: _values(v) for k, v in numbers.items() if k.startswith("final objective ")}
+  fin = {k[len("final objective "):]: values_of(v) for k, v in numbers.items() if k.startswith("final objective ")}
   comparisons = [stats.compare(f"final objective, fzoos vs {b}", fin["fzoos"], fin[b], lower_is_better=True)
                  for b in fin if b != "fzoos"]
   verdict, why = declare.judged(comparisons)
@@ -534,7 +530,7 @@ def attack_sweep_judged(numbers: dict) -> Evidence:
   for k, v in numbers.items():
     if k.startswith(FIRST) and k.endswith(NEVER):
       lab, key = k[len(FIRST):-len(NEVER)].split(", ", 1)
-      firsts.setdefault(key, {})[lab] = [math.inf if x > horizon else x for x in _values(v)]
+      firsts.setdefault(key, {})[lab] = [math.inf if x > horizon else x for x in values_of(v)]
   comparisons = [stats.compare(f"{key}: round of first success, fzoos vs {b}", by_lab["fzoos"], by_lab[b],
                                lower_is_better=True)
                  for key, by_lab in firsts.items() for b in by_lab if b != "fzoos"]
@@ -564,17 +560,6 @@ def _attack_sweep(flag: str):
     ev.figures = figs
     return ev
   return evaluate
-
-
-def from_record_note(judge):
-  """``judge`` (numbers -> Evidence) as a claim's ``from_record``: the verdict of a record whose runs' metrics
-  were not stored, from the per-target numbers it keeps, saying so."""
-  def from_record(record: dict) -> Evidence:
-    ev = judge(dict(record["numbers"]))
-    ev.why += ("; judged from the per-target numbers of the record (the runs were made before their metrics were "
-               "stored; re-running the commands stores them)")
-    return ev
-  return from_record
 
 
 # The smoothing radii the FD-resolution diagnostic tries, as multiples of the runs' lambda.
@@ -717,8 +702,8 @@ CLAIMS = [
           "baselines: a lower margin objective.", "seed 000 §6.2, Figs. 2, 7, 8",
           "FZooS's final objective (the ensemble margin at R = 100) against each FD baseline's, paired by target "
           "(15 MNIST targets; smoke: 1), a one-sided exact Wilcoxon signed-rank test at p < 0.05; reproduced: "
-          "every comparison holds; partly: some; not reproduced: none", attack, from_record=from_record_note(
-              attack_judged)),
+          "every comparison holds; partly: some; not reproduced: none", attack,
+          from_record=judge_from_record(attack_judged, "per-target")),
     Claim("fzoos.attack_success", "FZooS's attack success rate after R = 100 rounds is at least every FD "
           "baseline's.", "seed 000 §6.2, Fig. 8; spec §7 check 9",
           "success rate = the fraction of the targets (15 MNIST test images; smoke: 1 digits image) whose "
@@ -732,12 +717,12 @@ CLAIMS = [
           "a target never attacked within R = 100 is censored, so a pair with a never is judged by its order (exact "
           "sign test), the others by a one-sided exact Wilcoxon signed-rank test, p < 0.05; reproduced: every "
           "comparison holds; partly: some; not reproduced: none", _attack_sweep("local_steps"),
-          from_record=from_record_note(attack_sweep_judged)),
+          from_record=judge_from_record(attack_sweep_judged, "per-target")),
     Claim("fzoos.fig8_P", "FZooS's better attack communication efficiency holds under more client "
           "heterogeneity: P = 0.5 beside P = 0.7 (client classifiers on P x 10 classes).",
           "seed 000 App. F.2, Fig. 8; spec §3.2",
           "as fzoos.fig8_T, over P in {0.5, 0.7} (the classifiers retrained on P x 10 classes)",
-          _attack_sweep("portion"), from_record=from_record_note(attack_sweep_judged)),
+          _attack_sweep("portion"), from_record=judge_from_record(attack_sweep_judged, "per-target")),
     Claim("fzoos.metric", "FZooS optimises the non-differentiable metric (1 - precision) better than the FD "
           "baselines.", "seed 000 §6.3, Figs. 3, 9-12",
           "final 1 - precision of FZooS against each FD baseline, paired by seed (5 seeds), one-sided exact "
