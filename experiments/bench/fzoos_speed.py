@@ -22,17 +22,27 @@ jaxlib's CPU Cholesky calls OpenBLAS, whose spinning worker threads make a
 share the 2 cores; ``seconds_per_round_blas_default_threads`` (first config)
 times one round with ``os.cpu_count()`` BLAS threads for comparison.
 
-``rff_cache`` (first config): the same round with the opt-in cached RFF fit
-(``FZooSConfig.rff_cache = 1``), timed side by side with the default.
+``rff_cache_off`` (first config): the same round without the cached RFF fit
+(``FZooSConfig.rff_cache = 0``, the default before issue 37), timed side by side with the
+default; ``speedup`` is the default's (paired median of off / default).
 
 ``profile`` (first config): the jitted pieces of one client's round timed
 alone on one client's shapes, with how many times a round calls each, so
-``estimate_s`` = N sum(count x seconds) can be set against the measured round.
+``estimate_s`` = N sum(count x seconds) can be set against the measured round. It models
+the ``rff_cache = 0`` fit (``rff_fit_weights``) and one distance pass per window
+(``*_top_k``); the default round makes fewer (a cached fit, the distances reused), so the
+estimate is an upper bound there (BUILD.md has a trace of the default round).
 """
 
 from __future__ import annotations
 
+import collections
+import glob
+import gzip
+import json
 import os
+import re
+import tempfile
 from collections.abc import Callable
 
 from experiments.bench.util import Settings, compile_chunk, mib, paired_median, process_memory, time_interleaved
@@ -69,7 +79,7 @@ def profile_pieces(cfg, dim: int, repeats: int, seed: int = 0) -> dict:
   hist = jax.random.normal(k[1], (cfg.history_size, dim), f64)
   w = jnp.ones(cfg.num_rff, f64)
   pieces = {
-      # eq. (6): once per client per round (server side).
+      # eq. (6), the rff_cache = 0 fit: once per client per round (server side).
       "rff_fit_weights": (lambda f, X, y, m: rffm.fit_weights(f, X, y, m, cfg.rff_ridge), (feats, Xr, yr, mr), 1),
       # local GP (eq. 5): every local step, every local active query (t < T) and the server active query.
       "gp_fit": (lambda X, y, m: gpm.fit(kind, X, y, m, X[0], ls, 1.0, noise).alpha, (Xg, yg, mg), 2 * T),
@@ -93,6 +103,60 @@ def profile_pieces(cfg, dim: int, repeats: int, seed: int = 0) -> dict:
     est += count * t["best"]
   out["estimate_per_client_s"] = est
   return out
+
+
+SCOPES = ("rff_fit", "rff_gradient", "distances", "nearest", "local_gp", "active_queries")
+"""The ``jax.named_scope`` names of fedsim.algorithms.fzoos's pieces, innermost first: an op is charged to the
+first of them in its HLO ``op_name`` (``distances`` inside ``local_gp`` inside ``active_queries`` is
+``distances``); ops under none of them are ``other`` (aggregation, the iterate's steps, the clients' f)."""
+
+
+def scope_profile(run, trace_dir: str | None = None) -> dict:
+  """Where one compiled FZooS round's time goes, by :data:`SCOPES`: one call of ``run`` (a
+  :func:`~experiments.bench.util.compile_chunk` of one round) under ``jax.profiler.trace``; each thunk's
+  self time (its span minus those of the thunks nested in it, per thread) is charged to the scope of its HLO
+  instruction's ``op_name`` (``run.hlo_text()``).
+
+  Returns:
+    ``{"traced_round_s": wall seconds of the traced call, "ms": {scope: self milliseconds, summed over
+    threads}, "total_ms": their sum}``. Self times summed over threads can exceed the wall time when XLA
+    runs thunks in parallel.
+  """
+  import time
+
+  import jax
+  scope_of = {}
+  for line in run.hlo_text().splitlines():
+    m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name=\"([^\"]*)\"", line)
+    if m:
+      parts = re.split(r"[/()]", m.group(2))   # vmap puts a scope in parentheses: vmap(rff_fit)/...
+      scope_of[m.group(1)] = next((sc for sc in SCOPES if sc in parts), "other")
+  with tempfile.TemporaryDirectory() as tmp:
+    folder = trace_dir or tmp
+    t = time.perf_counter()
+    with jax.profiler.trace(folder, create_perfetto_trace=True):
+      run()
+    wall = time.perf_counter() - t
+    (path,) = glob.glob(os.path.join(folder, "**", "*.trace.json.gz"), recursive=True)[-1:]
+    with gzip.open(path) as f:
+      doc = json.load(f)
+  events = doc["traceEvents"] if isinstance(doc, dict) else doc
+  threads = collections.defaultdict(list)
+  for e in events:
+    if e.get("ph") == "X" and e.get("name") in scope_of:
+      threads[(e["pid"], e["tid"])].append(e)
+  ms: collections.Counter = collections.Counter({sc: 0.0 for sc in (*SCOPES, "other")})
+  for evs in threads.values():
+    evs.sort(key=lambda e: (e["ts"], -e["dur"]))
+    stack: list = []
+    for e in evs:
+      while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
+        stack.pop()
+      if stack:
+        ms[scope_of[stack[-1]["name"]]] -= e["dur"] / 1e3
+      ms[scope_of[e["name"]]] += e["dur"] / 1e3
+      stack.append(e)
+  return {"traced_round_s": wall, "ms": dict(ms), "total_ms": sum(ms.values())}
 
 
 def available_memory_bytes() -> int | None:
@@ -159,20 +223,23 @@ def run(settings: Settings, log: Callable[[str], None] = print,
         log(f"[fzoos N={n} M={m}] with {os.cpu_count()} BLAS threads: {tb['best']:.4g} s/round "
             f"(cpu/wall {tb['cpu_per_wall']:.2f})")
       if i == 0:
-        # The opt-in cached RFF fit (FZooSConfig.rff_cache = 1), timed side by side with the default.
-        alg_c = algorithms.build("fzoos", task, rff_cache=1, **fzoos_hparams(settings, m))
+        # The uncached RFF fit (FZooSConfig.rff_cache = 0, the default before issue 37), side by side.
+        alg_c = algorithms.build("fzoos", task, rff_cache=0, **fzoos_hparams(settings, m))
         run_c, info_c = compile_chunk(alg_c, task, 1, settings.seed)
-        tc = time_interleaved({"default": (run, False), "rff_cache": (run_c, True)}, reps, 0.0)
-        rec["rff_cache"] = {"seconds_per_round": tc["rff_cache"]["best"],
-                            "default_seconds_per_round": tc["default"]["best"],
-                            "speedup": paired_median(tc["default"]["seconds"], tc["rff_cache"]["seconds"]),
-                            "speedup_vs_authors": AUTHORS_SECONDS_PER_ROUND / tc["rff_cache"]["best"],
-                            "compiled_bytes": info_c["memory"]["total_bytes"],
-                            "cpu_per_wall": tc["rff_cache"]["cpu_per_wall"]}
-        log(f"[fzoos N={n} M={m}] rff_cache=1: {tc['rff_cache']['best']:.4g} s/round against "
-            f"{tc['default']['best']:.4g} s side by side ({rec['rff_cache']['speedup']:.2f}x; vs the authors' "
-            f"33 s: {rec['rff_cache']['speedup_vs_authors']:.1f}x); compiled "
-            f"{mib(info_c['memory']['total_bytes'])} MiB")
+        tc = time_interleaved({"default": (run, False), "rff_cache_off": (run_c, True)}, reps, 0.0)
+        rec["rff_cache_off"] = {"seconds_per_round": tc["rff_cache_off"]["best"],
+                                "default_seconds_per_round": tc["default"]["best"],
+                                "speedup": paired_median(tc["rff_cache_off"]["seconds"], tc["default"]["seconds"]),
+                                "compiled_bytes": info_c["memory"]["total_bytes"],
+                                "cpu_per_wall": tc["rff_cache_off"]["cpu_per_wall"]}
+        log(f"[fzoos N={n} M={m}] rff_cache=0: {tc['rff_cache_off']['best']:.4g} s/round against the default's "
+            f"{tc['default']['best']:.4g} s side by side (the default {rec['rff_cache_off']['speedup']:.2f}x "
+            f"faster); compiled {mib(info_c['memory']['total_bytes'])} MiB")
+        rec["scope_profile"] = scope_profile(run)
+        rec["rff_cache_off"]["scope_profile"] = scope_profile(run_c)
+        log(f"[fzoos N={n} M={m}] one traced round by scope, default / rff_cache=0 (self ms): "
+            + ", ".join(f"{k} {rec['scope_profile']['ms'][k]:.0f} / "
+                        f"{rec['rff_cache_off']['scope_profile']['ms'][k]:.0f}" for k in (*SCOPES, "other")))
         del run_c, alg_c
         prof = profile_pieces(alg.hparams, settings.fzoos_dim, settings.repeats, settings.seed)
         rec["profile"] = prof
@@ -201,11 +268,20 @@ def markdown(result: dict) -> str:
                 f"| {r['seconds_per_round']:.4g} | {r['rounds_per_s']:.3g} | {r['cpu_seconds_per_round']:.3g} "
                 f"| {r['cpu_per_wall']:.2f} | {r['speedup_vs_authors']:.1f}x | {r['compile_s']:.1f} |")
   for r in result["records"]:
-    if "rff_cache" in r:
-      c = r["rff_cache"]
-      rows.append(f"\nrff_cache = 1 (opt-in cached RFF fit) at N = {r['num_clients']}, M = {r['num_rff']}: "
-                  f"{c['seconds_per_round']:.4g} s/round against {c['default_seconds_per_round']:.4g} s side by "
-                  f"side ({c['speedup']:.2f}x; {c['speedup_vs_authors']:.1f}x the authors' 33 s)")
+    if "rff_cache_off" in r:
+      c = r["rff_cache_off"]
+      rows.append(f"\nrff_cache = 0 (no cached RFF fit, the default before issue 37) at N = {r['num_clients']}, "
+                  f"M = {r['num_rff']}: {c['seconds_per_round']:.4g} s/round against the default's "
+                  f"{c['default_seconds_per_round']:.4g} s side by side (the default {c['speedup']:.2f}x faster)")
+  for r in result["records"]:
+    if "scope_profile" in r:
+      on, off = r["scope_profile"], r["rff_cache_off"]["scope_profile"]
+      rows.append(f"\none traced round at N = {r['num_clients']}, M = {r['num_rff']} by named scope of "
+                  "fedsim.algorithms.fzoos (thunk self times, ms; `scope_profile`):\n")
+      rows += ["| scope | default | rff_cache = 0 |", "|---|---|---|"]
+      for k in (*SCOPES, "other"):
+        rows.append(f"| {k} | {on['ms'][k]:.1f} | {off['ms'][k]:.1f} |")
+      rows.append(f"| total | {on['total_ms']:.1f} | {off['total_ms']:.1f} |")
   for r in result["records"]:
     if "profile" in r:
       prof = r["profile"]

@@ -240,6 +240,7 @@ def compile_chunk(alg, task, length: int, seed: int = 0):
     box["state"], box["round"] = s, box["round"] + length
 
   run.state, run.initial_state, run.rounds_key = (lambda: box["state"]), state, rounds_key
+  run.hlo_text = compiled.as_text  # the optimised HLO (op names and their metadata, for a trace's thunks)
   return run, {"lower_s": lower_s, "compile_s": compile_s, "compile_cpu_s": compile_cpu_s,
                "hlo_chars": hlo_chars, "memory": compiled_memory(compiled)}
 

@@ -24,14 +24,15 @@ Per round r, every client i (all N take part, as in the paper):
    (eq. 6; [code] y min-max normalised, weights scaled back by ymax - ymin);
    the server averages them, w_r = (1/N) sum_i w_{r,T}^(i) (eq. 7).
 
-Speed (issue 17; mathematically the same rules): ``rff_cache = 1`` (opt-in) keeps each
-client's last RFF window's features phi(x) and Gram, keyed by the queries' write
-stamps (History.stamp), so a fit computes them only for the ~107 rows new to its
-window (rffm.fit_weights_cached; w agrees with rffm.fit_weights to ~1e-15 relative on
-one window, tests pin 1e-9; FZooSConfig.rff_cache says why it is not the default); the
-nearest-point windows (always) take float32 top-k candidates
-and an exact float64 top_k on them, certified or redone in full (:func:`_nearest`,
-the same slots as ``lax.top_k``).
+Speed (issues 17 and 37; mathematically the same rules): ``rff_cache = 1`` (the default since
+issue 37) keeps each client's last RFF window's features phi(x) and Gram, keyed by the queries'
+write stamps (History.stamp), so a fit computes them only for the ~107 rows new to its window
+(rffm.fit_weights_cached; w agrees with rffm.fit_weights to ~1e-15 relative on one window, tests
+pin 1e-9), each client's cache updated in place; ``rff_cache = 0`` is the earlier versions' fit
+(FZooSConfig.rff_cache says how the two curves compare). The nearest-point windows take float32
+top-k candidates and an exact float64 top_k on them, certified or redone in full
+(:func:`_nearest`, the same slots as ``lax.top_k``), and reuse the distances to a centre across
+the writes that follow it (:func:`_write_tracked`: one pass over the history per local step, not two).
 
 gamma_t: the paper's 1/t runs over t = 1..T (first local step gamma = 1). The
 authors' code writes ``gamma_t = gamma / (t+1)`` (optimizers.py ``fzoos_opt.update``,
@@ -164,16 +165,18 @@ class FZooSConfig:
     rff_window: points nearest to x_r in the RFF fit = 500 ([code]).
     rff_ridge: sigma^2 of the RFF fit (code: 0, min-norm; 1e-8 numerically); float32 fits
       add u tr(Phi Phi^T) (rffm.float32_jitter: the windows are near-singular), float64 none.
-    rff_cache: 0 (default): every eq. 6 fit computes its window's features and
-      Gram afresh (rffm.fit_weights, all clients vmapped): the curves of earlier
-      fedsim versions. 1: each client keeps its last RFF window's features and
-      Gram (state: N x rff_window x (num_rff + rff_window) reals) and the fit
-      computes them only for the rows that are new to the window (about the 107
-      queries of a round at T = 10; rffm.fit_weights_cached), the clients one after
-      another (``lax.map``): the same weights up to round-off (1e-14 relative in a
-      round), about 1.9x faster per round at the Fig. 1 setting. FZooS amplifies
-      round-off about 3x per round (its active queries are discrete choices), so
-      the two curves agree to ~1e-7 for 10 rounds and then part like two seeds'.
+    rff_cache: 1 (default since issue 37): each client keeps its last RFF window's
+      features and Gram (state: N x rff_window x (num_rff + rff_window) reals, 42 MB
+      per client at the defaults) and the fit computes them only for the rows that are
+      new to the window (about the 107 queries of a round at T = 10;
+      rffm.fit_weights_cached), the clients one after another: the same weights up to
+      round-off (1e-14 relative in a round), about 1.9x faster per round at the Fig. 1
+      setting. 0: every eq. 6 fit computes its window's features and Gram afresh
+      (rffm.fit_weights, all clients vmapped; no cache in the state, for large N): the
+      curves of fedsim before issue 37 and of every stored FZooS claim but Fig. 1's paper
+      preset. FZooS amplifies round-off about 3x per round (its active queries are discrete
+      choices), so the two curves agree to ~1e-10 for 5 rounds and then part like two
+      seeds' (docs/reproduction/HISTORY.md, 2026-11-29: Fig. 1's verdicts on both).
     history_size: per-client history slots; 0 (default): the whole run,
       init_queries + rounds x queries_per_client_round (at least the windows);
       H > 0: a ring of the last H queries (module docstring, "History").
@@ -215,11 +218,11 @@ class FZooSConfig:
   gp_window: int = hparam(150, help="FZooS local GP window (nearest history points)", low=1, source="[code]")
   rff_window: int = hparam(500, help="FZooS RFF fit window (points nearest x_r)", low=1, source="[code]")
   rff_ridge: float = hparam(1e-8, help="FZooS RFF fit ridge sigma^2 (code: 0, min-norm)", low=0, finite=True)
-  rff_cache: int = hparam(0, help="1 keeps each client's last RFF window's features and Gram (state N x "
+  rff_cache: int = hparam(1, help="1 keeps each client's last RFF window's features and Gram (state N x "
                           "rff_window x (num_rff + rff_window) reals) so eq. 6 computes them only for new rows "
-                          "(~1.9x faster; same weights up to round-off, which FZooS amplifies after ~10 rounds); "
-                          "0 recomputes them every round (earlier versions' curves)", choices=(0, 1),
-                          source="implementation (issue 17)")
+                          "(~1.9x faster; same weights up to round-off, which FZooS amplifies after ~5 rounds); "
+                          "0 recomputes them every round (no state; fedsim's curves before issue 37)",
+                          choices=(0, 1), source="implementation (issues 17, 37)")
   history_size: int = hparam(0, help="FZooS per-client history slots: 0 = the whole run (from rounds), "
                              "H > 0 = ring of the last H queries", low=0, source="seed 000 Alg. 2")
   rounds: int = hparam(0, help="rounds of the run (set by the run; sizes the history when history_size = 0)",
@@ -374,6 +377,7 @@ def _write(h: History, X, y, do=True) -> History:
                  written=h.written + k * do.astype(jnp.int32))
 
 
+@jax.named_scope("nearest")
 def _nearest(dist, n):
   """``lax.top_k(-dist, n)`` (the same slots in the same order, ties to the lower index)
   for float64 ``dist`` (H,), faster on CPU: XLA has a fast top-k for float32 only.
@@ -406,16 +410,34 @@ def _nearest(dist, n):
   return neg, idx
 
 
-def _window_slots(h: History, p, n):
-  """The slots of the n valid points nearest to p, nearest first: (idx (n,), mask (n,))."""
-  dist = jnp.where(h.valid, jnp.sum((h.X - p) ** 2, axis=1), jnp.inf)
+@jax.named_scope("distances")
+def _distances(h: History, p):
+  """(H,) squared distances ||X_j - p||^2 from p to every slot; inf at empty slots."""
+  return jnp.where(h.valid, jnp.sum((h.X - p) ** 2, axis=1), jnp.inf)
+
+
+def _write_tracked(h: History, dist, p, X, y, do=True):
+  """:func:`_write` of the k rows X that also keeps ``dist`` = :func:`_distances` (h, p) current:
+  only the written slots' distances are computed (k d work instead of H d), each by the same
+  row formula: a full recomputation's to a few ulps (XLA may order a row's sum differently for
+  another batch shape) and the same windows (tests/algorithms/test_fzoos.py); the Fig. 1 round's
+  curve is bit for bit the one of a full recomputation each step (issue 37)."""
+  idx = (h.ptr + jnp.arange(X.shape[0])) % h.X.shape[0]
+  h = _write(h, X, y, do)
+  return h, dist.at[idx].set(jnp.where(h.valid[idx], jnp.sum((h.X[idx] - p) ** 2, axis=1), jnp.inf))
+
+
+def _window_slots(h: History, p, n, dist=None):
+  """The slots of the n valid points nearest to p, nearest first: (idx (n,), mask (n,));
+  ``dist``: :func:`_distances` (h, p) when the caller keeps it (else computed here)."""
+  dist = _distances(h, p) if dist is None else dist
   neg, idx = _nearest(dist, n)
   return idx, jnp.isfinite(neg) & h.valid[idx]
 
 
-def _window(h: History, p, n):
+def _window(h: History, p, n, dist=None):
   """The n valid points nearest to p: (X (n, d), y (n,), mask (n,))."""
-  idx, mask = _window_slots(h, p, n)
+  idx, mask = _window_slots(h, p, n, dist)
   return h.X[idx], h.y[idx], mask
 
 
@@ -487,9 +509,10 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
                       w_global=jnp.zeros((M,), dt), rff=shared, cosine=jnp.zeros((T,), dt),
                       fit_cache=cache)
 
-  def local_gp(h: History, x):
-    """The normalised GP on the gp_window points nearest to x; (post, span)."""
-    Xw, yw, mw = _window(h, x, cfg.gp_window)
+  @jax.named_scope("local_gp")
+  def local_gp(h: History, x, dist):
+    """The normalised GP on the gp_window points nearest to x (``dist``: _distances(h, x)); (post, span)."""
+    Xw, yw, mw = _window(h, x, cfg.gp_window, dist)
     lo, span = _minmax(yw, mw)
     yt = (yw - lo) / span
     if cfg.gp_lengthscale == "auto":
@@ -498,16 +521,19 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       ls = cfg.lengthscale
     return gpm.fit(kind, Xw, yt, mw, x, ls, 1.0, cfg.gp_noise), span
 
+  @jax.named_scope("active_queries")
   def active(h: History, client, center, radius, num_cand, num_keep, key, do=True):
     """Queries the num_keep most uncertain of num_cand candidates center + radius U[-1,1]^d
-    (uncertainty = tr dsigma^2 of the GP around center, eq. 5)."""
+    (uncertainty = tr dsigma^2 of the GP around center, eq. 5). Returns (h, _distances(h, center))
+    after the writes, which the caller's next window around ``center`` reuses."""
     cand = center + radius * jax.random.uniform(key, (num_cand, d), center.dtype, -1.0, 1.0)
-    post, _ = local_gp(h, center)
+    dist = _distances(h, center)
+    post, _ = local_gp(h, center, dist)
     score = gpm.posterior_grad_cov_trace(kind, post, cand)
     _, top = jax.lax.top_k(score, num_keep)                          # the MOST uncertain (largest trace)
     pts = cand[top]
     ys = jax.vmap(f_client, in_axes=(0, None))(pts, client)
-    return _write(h, pts, ys, do)
+    return _write_tracked(h, dist, center, pts, ys, do)
 
   def client_round(x_start, h: History, w_loc, w_glob, rff, client, key, first, has_corr, clients):
     k_init, k_loc = jax.random.split(key)
@@ -519,11 +545,12 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     dw = w_glob - w_loc
 
     def step(carry, t):
-      x, opt_state, h = carry
-      post, span = local_gp(h, x)
+      x, opt_state, h, dist = carry                                      # dist = _distances(h, x)
+      post, span = local_gp(h, x, dist)
       g = span * gpm.posterior_mean_grad(kind, post, x)                 # eq. (5)
       p = x if cfg.correction_point == "current" else x_start
-      corr = rffm.gradient(rff, dw, p)                                   # eq. (7)-(8)
+      with jax.named_scope("rff_gradient"):
+        corr = rffm.gradient(rff, dw, p)                                 # eq. (7)-(8)
       tf = t.astype(x.dtype)  # t = 1..T: gamma_t = 1/t (= the code's 1/(t+1) over t = 0..T-1)
       gamma = {"inv_t": 1.0 / tf, "one": jnp.ones_like(tf), "zero": jnp.zeros_like(tf)}[cfg.gamma_schedule]
       ghat = g + (gamma * has_corr) * corr                               # eq. (8)
@@ -535,12 +562,12 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       updates, opt_state = opt.update(ghat, opt_state, x)
       x = project(optax.apply_updates(x, updates), cfg.project)           # X = [0, 1]^d when project = 1
       h = _write(h, x[None], f_client(x, client)[None])
-      h = active(h, client, x, cfg.local_radius, cfg.local_candidates, cfg.local_active,
-                 jax.random.fold_in(k_loc, t), t < T)                    # App. E, t < T only
-      return (x, opt_state, h), cos
+      h, dist = active(h, client, x, cfg.local_radius, cfg.local_candidates, cfg.local_active,
+                       jax.random.fold_in(k_loc, t), t < T)              # App. E, t < T only
+      return (x, opt_state, h, dist), cos
 
-    (x, _, h), cos = jax.lax.scan(step, (x_start, opt.init(x_start), h),
-                                  jnp.arange(1, T + 1, dtype=jnp.int32))
+    (x, _, h, _), cos = jax.lax.scan(step, (x_start, opt.init(x_start), h, _distances(h, x_start)),
+                                     jnp.arange(1, T + 1, dtype=jnp.int32))
     return x, h, cos
 
   def server_side(x_r, x_T, h: History, client, key):
@@ -548,8 +575,8 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     after aggregation): (h, (X, y min-max normalised [code], mask, ids, span))."""
     h = _write(h, x_r[None], f_client(x_r, client)[None])
     rad = jnp.mean(jnp.abs(x_r - x_T)) / 2.0
-    h = active(h, client, x_r, rad, cfg.server_candidates, cfg.server_active, key)
-    idx, mw = _window_slots(h, x_r, cfg.rff_window)
+    h, dist = active(h, client, x_r, rad, cfg.server_candidates, cfg.server_active, key)
+    idx, mw = _window_slots(h, x_r, cfg.rff_window, dist)
     yw = h.y[idx]
     lo, span = _minmax(yw, mw)
     return h, (h.X[idx], (yw - lo) / span, mw, h.stamp[idx], span)
@@ -557,6 +584,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
   # New rows per fit: about one round's queries (module docstring, "rff_cache" in FZooSConfig).
   fit_chunk = min(cfg.rff_window, -(-q_round // 8) * 8)
 
+  @jax.named_scope("rff_fit")
   def rff_fit(rff, window, cache):
     """One client's RFF weights on its window (eq. 6; [code] weights scaled back by ymax - ymin)."""
     Xw, yt, mw, ids, span = window
@@ -581,8 +609,16 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       x_new = accept_if_improves(lambda z: F_true(z, clients), state.x, x_new)
     skeys = rng.client_keys(k_server, ids)
     hist, window = jax.vmap(server_side, in_axes=(None, 0, 0, 0, 0))(x_new, x_T, hist, clients, skeys)
-    if cfg.rff_cache:   # one client at a time: the cached fit's loop runs to each client's own new rows
-      w_loc, fit_cache = jax.lax.map(lambda a: rff_fit(state.rff, *a), (window, state.fit_cache))
+    if cfg.rff_cache:
+      # One client at a time (the cached fit's loop runs to each client's own new rows), each client's
+      # cache updated in place in the state's (N, ...) arrays: no stacked copy of N feature blocks.
+      def fit_client(i, carry):
+        w_all, caches = carry
+        w, cache = rff_fit(state.rff, jax.tree_util.tree_map(lambda a: a[i], window),
+                           jax.tree_util.tree_map(lambda a: a[i], caches))
+        return w_all.at[i].set(w), jax.tree_util.tree_map(lambda a, b: a.at[i].set(b), caches, cache)
+
+      w_loc, fit_cache = jax.lax.fori_loop(0, N, fit_client, (jnp.zeros_like(state.w_local), state.fit_cache))
     else:
       w_loc, fit_cache = jax.vmap(rff_fit, in_axes=(None, 0, 0))(state.rff, window, state.fit_cache)
     w_glob = pairwise_sum(w_loc) / N                                      # eq. (7)

@@ -1,5 +1,7 @@
 """FZooS and its FD baselines (seed 000; specs/fzoos.md §7 checks 4, reductions of App. D)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -213,7 +215,38 @@ def test_nearest_is_top_k_exactly_on_both_of_its_paths():
     np.testing.assert_array_equal(got[1], jax.vmap(lambda d: jax.lax.top_k(-d, n))(batch)[1])
 
 
-@pytest.mark.slow  # ~20-40 s; the cached fit is opt-in (FZooSConfig.rff_cache)
+def test_tracked_distances_equal_a_full_recomputation():
+  """fzoos._write_tracked computes only the written slots' distances to p; they must be
+  fzoos._distances of the new history to the last bit (XLA may sum a row of d squares in another
+  order for another batch shape: a few ulps, measured on 7 of 1,200 entries here) and choose the
+  same windows, for k = 1, 5, 50 rows, through ring wraps, with a masked-off write (do = False),
+  under jit and vmap (as in a round)."""
+  with jax.enable_x64(True):
+    H, d = 600, 300
+    rs = np.random.default_rng(0)
+    h = fzoos.History(X=jnp.zeros((H, d)), y=jnp.zeros(H), valid=jnp.zeros(H, bool), ptr=jnp.int32(0),
+                      stamp=jnp.full((H,), -1, jnp.int32), written=jnp.int32(0))
+    p = jnp.asarray(rs.uniform(0, 1, d))
+    track = jax.jit(jax.vmap(fzoos._write_tracked, in_axes=(0, 0, 0, 0, 0, None)))
+    full = jax.jit(jax.vmap(fzoos._distances))
+    hb = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), h)
+    pb = jnp.stack([p, p + 0.01])
+    dist = full(hb, pb)
+    for i, k in enumerate([50] * 11 + [5, 1, 5, 50, 1]):   # 560 rows, then the ring wraps
+      X = jnp.asarray(pb[:, None, :] + rs.normal(0, 0.1, (2, k, d)))
+      do = i != 12
+      hb, dist = track(hb, dist, pb, X, jnp.asarray(rs.normal(size=(2, k))), do)
+      want = full(hb, pb)
+      np.testing.assert_array_equal(np.isinf(dist), np.isinf(want))
+      fin = np.isfinite(want)
+      np.testing.assert_allclose(np.asarray(dist)[fin], np.asarray(want)[fin], rtol=4 * np.finfo(float).eps, atol=0)
+      for n in (150, 500):
+        window = jax.vmap(functools.partial(lambda v, n: fzoos._nearest(v, n)[1], n=n))
+        np.testing.assert_array_equal(window(dist), window(want))
+    assert int(hb.written[0]) > H
+
+
+@pytest.mark.slow  # ~20-40 s
 def test_cached_rff_fit_is_the_plain_fit_on_every_round_window_through_ring_wraps():
   """rff_cache=1 (fedsim.estimators.rff.fit_weights_cached): every round's w_local^(i) is
   span * fit_weights on the client's window of the round (the rff_window history points

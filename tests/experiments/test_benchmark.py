@@ -300,8 +300,12 @@ def test_quick_fzoos_and_ffgb_suites():
   assert prof["gp_fit"]["count_per_round"] == 4 and prof["rff_fit_weights"]["count_per_round"] == 1
   assert prof["gp_window_top_k"]["count_per_round"] == 4 and prof["grad_cov_trace_local"]["count_per_round"] == 1
   assert r["profile_estimate_s"] == pytest.approx(2 * prof["estimate_per_client_s"])
-  assert _positive(r["rff_cache"]["seconds_per_round"]) and _positive(r["rff_cache"]["speedup"])
-  assert "rff_cache = 1" in fzoos_speed.markdown(fz)
+  assert _positive(r["rff_cache_off"]["seconds_per_round"]) and _positive(r["rff_cache_off"]["speedup"])
+  assert "rff_cache = 0" in fzoos_speed.markdown(fz)
+  # Every thunk of the traced round is charged to a scope; the default's fit and GP are found by name.
+  for sp in (r["scope_profile"], r["rff_cache_off"]["scope_profile"]):
+    assert set(sp["ms"]) == {*fzoos_speed.SCOPES, "other"} and sp["total_ms"] == pytest.approx(sum(sp["ms"].values()))
+  assert r["scope_profile"]["ms"]["rff_fit"] > 0 and r["scope_profile"]["ms"]["local_gp"] > 0
 
   fg = ffgb_speed.run(settings, log=lambda _: None)
   (g,) = fg["records"]
