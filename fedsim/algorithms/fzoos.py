@@ -32,7 +32,8 @@ pin 1e-9), each client's cache updated in place; ``rff_cache = 0`` is the earlie
 (FZooSConfig.rff_cache says how the two curves compare). The nearest-point windows take float32
 top-k candidates and an exact float64 top_k on them, certified or redone in full
 (:func:`_nearest`, the same slots as ``lax.top_k``), and reuse the distances to a centre across
-the writes that follow it (:func:`_write_tracked`: one pass over the history per local step, not two).
+the writes that follow it (:func:`_write_tracked`: one pass over the history per local step, not two);
+the last local step (t = T, which makes no active queries) computes none.
 
 gamma_t: the paper's 1/t runs over t = 1..T (first local step gamma = 1). The
 authors' code writes ``gamma_t = gamma / (t+1)`` (optimizers.py ``fzoos_opt.update``,
@@ -522,7 +523,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     return gpm.fit(kind, Xw, yt, mw, x, ls, 1.0, cfg.gp_noise), span
 
   @jax.named_scope("active_queries")
-  def active(h: History, client, center, radius, num_cand, num_keep, key, do=True):
+  def active(h: History, client, center, radius, num_cand, num_keep, key):
     """Queries the num_keep most uncertain of num_cand candidates center + radius U[-1,1]^d
     (uncertainty = tr dsigma^2 of the GP around center, eq. 5). Returns (h, _distances(h, center))
     after the writes, which the caller's next window around ``center`` reuses."""
@@ -533,7 +534,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     _, top = jax.lax.top_k(score, num_keep)                          # the MOST uncertain (largest trace)
     pts = cand[top]
     ys = jax.vmap(f_client, in_axes=(0, None))(pts, client)
-    return _write_tracked(h, dist, center, pts, ys, do)
+    return _write_tracked(h, dist, center, pts, ys)
 
   def client_round(x_start, h: History, w_loc, w_glob, rff, client, key, first, has_corr, clients):
     k_init, k_loc = jax.random.split(key)
@@ -544,8 +545,8 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     h = _write(h, x_start[None], f_client(x_start, client)[None])      # [code] y_i(x_{r-1})
     dw = w_glob - w_loc
 
-    def step(carry, t):
-      x, opt_state, h, dist = carry                                      # dist = _distances(h, x)
+    def descend(x, opt_state, h, dist, t):
+      """Local step t (dist = _distances(h, x)): eq. 8's step from x, then y_i at the new iterate."""
       post, span = local_gp(h, x, dist)
       g = span * gpm.posterior_mean_grad(kind, post, x)                 # eq. (5)
       p = x if cfg.correction_point == "current" else x_start
@@ -562,13 +563,19 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       updates, opt_state = opt.update(ghat, opt_state, x)
       x = project(optax.apply_updates(x, updates), cfg.project)           # X = [0, 1]^d when project = 1
       h = _write(h, x[None], f_client(x, client)[None])
+      return x, opt_state, h, cos
+
+    def step(carry, t):
+      """Local step t < T: the step, then the active queries around the new iterate (App. E, t < T only)."""
+      x, opt_state, h, cos = descend(*carry, t)
       h, dist = active(h, client, x, cfg.local_radius, cfg.local_candidates, cfg.local_active,
-                       jax.random.fold_in(k_loc, t), t < T)              # App. E, t < T only
+                       jax.random.fold_in(k_loc, t))
       return (x, opt_state, h, dist), cos
 
-    (x, _, h, _), cos = jax.lax.scan(step, (x_start, opt.init(x_start), h, _distances(h, x_start)),
-                                     jnp.arange(1, T + 1, dtype=jnp.int32))
-    return x, h, cos
+    carry, cos = jax.lax.scan(step, (x_start, opt.init(x_start), h, _distances(h, x_start)),
+                              jnp.arange(1, T, dtype=jnp.int32))        # t = 1..T-1
+    x, _, h, cos_last = descend(*carry, jnp.int32(T))                     # t = T: no active queries
+    return x, h, jnp.concatenate([cos, cos_last[None]])
 
   def server_side(x_r, x_T, h: History, client, key):
     """Active queries around x_r and the window of the RFF fit (specs §2.4.5, client side
