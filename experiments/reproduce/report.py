@@ -12,7 +12,7 @@ import json
 import os
 
 from experiments.reproduce.claims import SUBSTITUTE_NOTE, TEST_CRITERION, Claim, Evidence, Stat, natural
-from experiments.reproduce.stats import weakest
+from experiments.reproduce.stats import DETERMINISTIC, weakest
 from fedsim.runner import marker
 
 METHOD_ORDER = ("fedavg", "fedzo", "dzopa", "zone_s", "hiso", "decomfl", "fzoos", "fedzo_fd",
@@ -420,12 +420,15 @@ TESTS = {"one-sided exact Wilcoxon signed-rank (paired)": ("W", "mean paired dif
          "one-sided exact sign test (paired, censored)": ("S", "fraction of differing pairs won"),
          "one-sided Mann-Whitney U (unpaired)": ("U", "difference of means"),
          "one-sided exact Wilcoxon signed-rank (one sample, against B)": ("W1", "mean distance from the bound B"),
+         "one-sided exact sign test (one sample, censored, against B)": (
+             "S1", "fraction of the values beyond the bound B (Clopper-Pearson CI)"),
          "one-sided exact binomial test (H0: fraction <= p0)": ("B", "observed fraction (Clopper-Pearson CI)"),
          "bootstrap over seeds (95% CI inside [low, high])": ("BS", "estimate on all seeds, holding when its CI "
                                                                "lies inside the band (p: share of resamples outside)"),
          "two one-sided exact Wilcoxon signed-rank tests (paired, within +-m)": (
              "E", "mean paired difference, comparable when both tests put it within +-m (W/L: pairs within / "
-             "outside +-m)")}
+             "outside +-m)"),
+         DETERMINISTIC: ("D", "value the seeds agree on (the CI: their min and max), holding inside the stated band")}
 
 
 def _tag(test: str) -> str:

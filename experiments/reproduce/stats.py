@@ -22,6 +22,8 @@ A claim that two methods are "comparable" is judged by :func:`equivalent` (two o
 against a stated margin).
 A number computed from all seeds together (a slope of the mean curve) is judged by :func:`in_band`, a
 bootstrap over the seeds.
+A number that the seeds do not change (an exact computation whose seeds agree to rounding: they are
+pseudo-replicates, not evidence) is judged against a stated band by :func:`deterministic`, with no test.
 A claim about a fraction of a population ("almost all ranks are <= 10") is judged by
 :func:`proportion`: a one-sided exact binomial test against the stated fraction, with the
 observed fraction and its Clopper-Pearson 95% CI.
@@ -211,12 +213,18 @@ def proportion(name: str, successes: int, n: int, p0: float) -> Comparison:
 def versus_bound(name: str, values: Sequence[float], bound: float, *, lower_is_better: bool) -> Comparison:
   """Judges "the per-seed ``values`` lie below ``bound``" (or above, when ``lower_is_better`` is False):
   :func:`compare` against the constant, i.e. a one-sided exact one-sample Wilcoxon signed-rank test of
-  the differences from the bound; effect their mean (favouring the claim) with its bootstrap CI.
+  the differences from the bound; effect their mean (favouring the claim) with its bootstrap CI. A value that
+  was never reached (``math.inf`` for a time, ``-math.inf`` for a higher-is-better ratio of times) is censored:
+  the test is then the exact sign test of the values' sides of the bound, the effect the fraction of the values
+  (those not equal to the bound) beyond it in the claimed direction, with its Clopper-Pearson CI.
 
   >>> versus_bound("slope", [-1.1, -1.2, -0.9, -1.3, -1.0], -0.7, lower_is_better=True).outcome
   'holds'
   """
   c = compare(name, values, [bound] * len(values), lower_is_better=lower_is_better)
+  if c.censored:  # a "never" among the values: the sign test of the values' side of the bound
+    test = c.test.replace("(paired, censored)", f"(one sample, censored, against {bound:g})")
+    return dataclasses.replace(c, test=test, effect_name="fraction of the values beyond the bound (of those off it)")
   return dataclasses.replace(c, test=c.test.replace("(paired)", f"(one sample, against {bound:g})"),
                              effect_name="mean distance from the bound (favouring the claim)")
 
@@ -279,6 +287,49 @@ def in_band(name: str, estimate, seeds: int, low: float, high: float) -> Compari
   outcome = "holds" if low <= lo and hi <= high else ("opposite" if hi < low or lo > high else "undecided")
   return Comparison(name, test, seeds, float(estimate(idx)), "estimate on all seeds", (lo, hi), outside, 1.0 - outside,
                     outcome=outcome)
+
+
+DETERMINISTIC = ("deterministic: an exact computation the seeds do not change (no test; p is 0 inside the band, "
+                 "1 outside)")
+
+
+def deterministic(name: str, values: Sequence[float], low: float, high: float, *, rtol: float = 1e-4,
+                  atol: float = 0.0) -> Comparison:
+  """Judges "a number lies in [low, high]" when the seeds do not change it: an exact computation whose
+  per-seed ``values`` agree to rounding (the seeds are pseudo-replicates, so a test over them would count one
+  computation n times). No test: the outcome is ``holds`` when the value lies in the band (p = 0,
+  p_opposite = 1) and ``opposite`` when it does not (p = 1, p_opposite = 0); n = 1 (one distinct computation);
+  effect the mean of the values, ci95 their (min, max), which shows how far the seeds agree.
+
+  >>> c = deterministic("slope", [-1.0000001, -1.0, -0.9999999], -1.3, -0.7)
+  >>> c.outcome, round(c.effect, 6), c.n
+  ('holds', -1.0, 1)
+  >>> deterministic("slope", [-1.96, -1.96], -1.3, -0.7).outcome
+  'opposite'
+
+  Args:
+    name: the number, in words.
+    values: its value on each seed (one is enough).
+    low, high: the band (``-math.inf`` or ``math.inf`` for a one-sided one).
+    rtol, atol: how far the values may spread: max - min <= atol + rtol x the largest magnitude among them
+      (``atol`` for a number that may be near 0, such as a slope).
+
+  Raises:
+    ValueError: no values, a non-finite value, low > high, or values that spread beyond ``rtol`` (the
+      seeds change the number: it is not deterministic, and a test over the seeds must judge it).
+  """
+  v = np.asarray(values, float)
+  if v.size == 0 or not np.isfinite(v).all() or not low <= high:
+    raise ValueError(f"{name}: need finite values and low <= high; got {list(v)}, [{low}, {high}]")
+  spread = float(np.ptp(v))
+  if spread > atol + rtol * float(np.abs(v).max()):
+    raise ValueError(f"{name}: the seeds' values spread by {spread:.3g} (from {v.min():.6g} to {v.max():.6g}), "
+                     f"beyond rtol = {rtol:g}, atol = {atol:g}: not deterministic; judge it by a test over the seeds")
+  value = float(v.mean())
+  inside = low <= value <= high
+  return Comparison(name, DETERMINISTIC, 1, value, "the value (mean of the seeds, which agree)",
+                    (float(v.min()), float(v.max())), 0.0 if inside else 1.0, 1.0 if inside else 0.0,
+                    outcome="holds" if inside else "opposite")
 
 
 def first_reach(history: Sequence[dict], metric: str, target: float, x: str = "round",

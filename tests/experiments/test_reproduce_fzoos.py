@@ -372,23 +372,64 @@ def _attack_targets(series, tag=""):
 
 def test_attack_success_compares_the_success_rate_over_the_15_targets(tmp_path):
   # FZooS succeeds on targets 0-9 at round 5; fedzo_fd on 0-9 too but at round 10; scaffold_zo2 on
-  # 0-10 (11 targets) at round 10. FZooS's 10/15 is level with fedzo_fd's and below scaffold_zo2's.
+  # 0-10 (11 targets) at round 10. Paired by target: level with fedzo_fd (15 ties), one target behind scaffold_zo2.
   series = {"fzoos": lambda t: (1.0, -1.0 if t < 10 else 0.5, -1.0 if t < 10 else 0.5),
             "fedzo_fd": lambda t: (1.0, 0.5, -1.0 if t < 10 else 0.5),
             "scaffold_zo2": lambda t: (1.0, 0.5, -1.0 if t < 11 else 0.5)}
   ctx = Ctx(tmp_path, _attack_targets(series), scale="paper")
   ev = fz.attack_success(ctx)
-  assert ev.verdict == "partly reproduced", ev.why
+  assert ev.verdict == "not reproduced", ev.why
+  assert [c.outcome for c in ev.comparisons] == ["undecided", "undecided"]
+  assert [(c.wins, c.losses, c.ties, c.n) for c in ev.comparisons] == [(0, 0, 15, 15), (0, 1, 14, 15)]
   assert ev.numbers["success rate at R fzoos (mean over targets)"].mean == pytest.approx(10 / 15)
   assert ev.numbers["success rate at R fzoos (mean over targets)"].n == 15
   # Never attacked targets count as the last round + 1 (11): (10 x 5 + 5 x 11) / 15 = 7.
   assert ev.numbers["round of first success fzoos (never: last + 1)"].mean == pytest.approx(7.0)
   assert ev.numbers["targets never attacked fedzo_fd"] == 5
   assert len(ev.figures) == 2 and all(os.path.exists(tmp_path / f) for f in ev.figures)
-  series["fzoos"] = lambda t: (1.0, -1.0, -1.0 if t < 12 else 0.5)  # 12/15: at least every baseline's
-  assert fz.attack_success(Ctx(tmp_path, _attack_targets(series), scale="paper")).verdict == "reproduced"
-  series["fzoos"] = lambda t: (1.0, -1.0, -1.0 if t < 9 else 0.5)  # 9/15: below both
+  # FZooS attacks 12 targets: 2 and 1 more than the baselines, on no target fewer; 2 or 1 wins cannot decide.
+  series["fzoos"] = lambda t: (1.0, -1.0, -1.0 if t < 12 else 0.5)
   assert fz.attack_success(Ctx(tmp_path, _attack_targets(series), scale="paper")).verdict == "not reproduced"
+  # FZooS attacks every target, the baselines 10 and 11: 5 and 4 wins out of 5 and 4 differing targets.
+  series["fzoos"] = lambda t: (1.0, -1.0, -1.0)
+  ev = fz.attack_success(Ctx(tmp_path, _attack_targets(series), scale="paper"))
+  assert [c.outcome for c in ev.comparisons] == ["holds", "undecided"] and ev.verdict == "partly reproduced"
+  assert ev.comparisons[0].p == pytest.approx(1 / 32) and ev.comparisons[1].p == pytest.approx(1 / 16)
+  # FZooS attacks 5 targets, fewer than both: the other way.
+  series["fzoos"] = lambda t: (1.0, -1.0, -1.0 if t < 5 else 0.5)
+  ev = fz.attack_success(Ctx(tmp_path, _attack_targets(series), scale="paper"))
+  assert ev.verdict == "not reproduced" and [c.outcome for c in ev.comparisons] == ["opposite", "opposite"]
+
+
+def test_attack_success_at_the_ceiling_is_saturated_not_a_tie_that_fails(tmp_path):
+  # The committed record's shape: FZooS, FedZO and SCAFFOLD II attack all 15 targets, FedProx 8 (7 never).
+  every = lambda t: (1.0, -1.0)  # noqa: E731
+  series = {"fzoos": every, "fedzo_fd": every, "fedprox_zo": lambda t: (1.0, -1.0 if t < 8 else 0.5),
+            "scaffold_zo2": every}
+  ev = fz.attack_success(Ctx(tmp_path, _attack_targets(series), scale="paper"))
+  assert [c.outcome for c in ev.comparisons] == ["saturated", "holds", "saturated"], ev.why
+  held = ev.comparisons[1]
+  assert (held.wins, held.losses, held.ties) == (7, 0, 8) and held.p == pytest.approx(1 / 128)
+  assert ev.verdict == "partly reproduced"
+  assert "saturated here is the ceiling: FZooS and fedzo_fd, scaffold_zo2 attack every target" in ev.why
+  # Every baseline at the ceiling too: the rate decides nothing.
+  series["fedprox_zo"] = every
+  ev = fz.attack_success(Ctx(tmp_path, _attack_targets(series), scale="paper"))
+  assert (ev.verdict, ev.why.split(":")[0]) == ("inconclusive", "saturated")
+  # One target (smoke) cannot decide.
+  one = {"attack_t0": _attack_targets({"fzoos": every, "fedzo_fd": lambda t: (1.0, 0.5)})["attack_t0"]}
+  assert fz.attack_success(Ctx(tmp_path, one)).why.startswith("too few seeds")
+
+
+def test_attack_success_judged_from_a_records_numbers_equals_the_runs_judgment(tmp_path):
+  every = lambda t: (1.0, -1.0)  # noqa: E731
+  series = {"fzoos": every, "fedzo_fd": lambda t: (1.0, -1.0 if t < 8 else 0.5), "scaffold_zo2": every}
+  ev = fz.attack_success(Ctx(tmp_path, _attack_targets(series), scale="paper"))
+  record = {"numbers": json.loads(json.dumps({k: report._number(v) for k, v in ev.numbers.items()}))}
+  again = _claim("fzoos.attack_success").from_record(record)
+  assert again.comparisons == ev.comparisons and again.verdict == ev.verdict == "partly reproduced"
+  assert again.why == ev.why + ("; judged from the per-target numbers of the record (the runs were made before "
+                                "their metrics were stored; re-running the commands stores them)")
 
 
 S = Stat.of

@@ -86,6 +86,46 @@ def test_versus_bound_is_the_one_sample_wilcoxon_against_the_constant():
   assert mixed.p == pytest.approx(2 / 32) and mixed.outcome == "undecided"  # one seed beyond: rank 1 of 5, W+ = 14
 
 
+def test_versus_bound_judges_a_never_by_its_side_of_the_bound():
+  # A ratio of rounds (higher is better) whose method never got there is -inf, censored: the sign test, not a 0
+  # averaged into a mean distance.
+  c = stats.versus_bound("ratio", [2.0, 3.0, -INF, 2.5, 1.6], 1.4, lower_is_better=False)
+  assert c.censored == 1 and (c.wins, c.losses) == (4, 1) and c.effect == pytest.approx(4 / 5)
+  assert c.test == "one-sided exact sign test (one sample, censored, against 1.4)"
+  assert c.p == pytest.approx(sps.binomtest(4, 5, 0.5, alternative="greater").pvalue) and c.outcome == "undecided"
+  assert "fraction" in c.effect_name
+  assert stats.versus_bound("ratio", [-INF] * 5, 1.4, lower_is_better=False).outcome == "opposite"
+
+
+def test_deterministic_judges_one_computation_against_its_band():
+  # Five seeds that agree to float32 rounding are one computation: n = 1, no p from a test.
+  slopes = [-1.9603039, -1.9602971, -1.9602966, -1.9602971, -1.9603045]
+  c = stats.deterministic("slope", slopes, -1.3, -0.7)
+  assert c.outcome == "opposite" and (c.p, c.p_opposite) == (1.0, 0.0) and c.n == 1
+  assert c.effect == pytest.approx(sum(slopes) / 5) and c.ci95 == (min(slopes), max(slopes))
+  assert c.test == stats.DETERMINISTIC and stats.verdict([c]) == ("not reproduced", "")
+  inside = stats.deterministic("slope", [-0.92431, -0.92430], -math.inf, -0.3)
+  assert inside.outcome == "holds" and (inside.p, inside.p_opposite) == (0.0, 1.0)
+  assert stats.deterministic("slope", [-3.67], -math.inf, -0.7).outcome == "holds"  # one seed is one computation
+  # The band's edges: inside at the edge, outside just beyond it, on either side.
+  assert stats.deterministic("x", [-1.3], -1.3, -0.7).outcome == "holds"
+  assert stats.deterministic("x", [-1.31], -1.3, -0.7).outcome == "opposite"
+  assert stats.deterministic("x", [-0.69], -1.3, -0.7).outcome == "opposite"
+  # Seeds that change the number are not one computation: a test over them must judge it.
+  with pytest.raises(ValueError, match="spread by 0.08"):
+    stats.deterministic("slope", [-1.32, -1.3, -1.28, -1.26, -1.24], -1.3, -0.7)
+  with pytest.raises(ValueError, match="not deterministic"):
+    stats.deterministic("slope", [-1.0, -1.0002], -1.3, -0.7)
+  assert stats.deterministic("slope", [-1.0, -1.00002], -1.3, -0.7).n == 1   # within rtol = 1e-4
+  with pytest.raises(ValueError, match="not deterministic"):   # near 0 a relative tolerance alone is too tight
+    stats.deterministic("slope", [1e-7, -1e-7], -math.inf, -0.3)
+  assert stats.deterministic("slope", [1e-7, -1e-7], -math.inf, -0.3, atol=1e-4).outcome == "opposite"
+  with pytest.raises(ValueError, match="finite"):
+    stats.deterministic("slope", [], -1.3, -0.7)
+  with pytest.raises(ValueError, match="finite"):
+    stats.deterministic("slope", [-1.0, math.nan], -1.3, -0.7)
+
+
 def test_equivalent_is_two_one_sided_paired_tests_against_the_margin():
   a, b = [1.0, 2.0, 3.0, 4.0, 5.0], [1.02, 1.97, 3.01, 4.03, 4.98]
   c = stats.equivalent("x", a, b, 0.1)

@@ -22,6 +22,7 @@ mean_i ||grad f_i - grad F||^2 / ||grad F||^2 at x_0; the C = 50 runs carry
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -476,25 +477,47 @@ def first_success(history: list[dict]) -> tuple[float, float]:
 
 
 def attack_success(ctx: Context) -> Evidence:
-  """Spec §7 check 9: FZooS's success rate over the targets at R is at least every baseline's."""
+  """Spec §7 check 9: FZooS's success rate over the targets at R is at least every baseline's
+  (:func:`attack_success_judged`)."""
   runs, dataset = _attack_runs(ctx)
   labels = list(runs[0])
-  rate = {lab: Stat.of(final(r[lab], "success_rate") for r in runs) for lab in labels}
-  numbers: dict = {f"success rate at R {lab} (mean over targets)": v for lab, v in rate.items()}
+  numbers: dict = {f"{RATE}{lab}{OVER}": Stat.of(final(r[lab], "success_rate") for r in runs) for lab in labels}
   for lab in labels:
     hits = [first_success(r[lab]) for r in runs]
     numbers[f"round of first success {lab} (never: last + 1)"] = Stat.of(h[0] for h in hits)
     numbers[f"targets never attacked {lab}"] = sum(math.isnan(h[1]) for h in hits)
-  base = [lab for lab in labels if lab != "fzoos"]
-  level = [b for b in base if rate["fzoos"].mean >= rate[b].mean]
-  said = "; ".join(f"{lab} {rate[lab].mean:.3g}" for lab in labels) + f" over {len(runs)} target(s)"
   figs = [_fig(ctx, f"fzoos_attack_success_{x}.png", runs, "success_rate", x, "success rate (mean over targets)",
                f"FZooS attack ({dataset}): success rate", bounds=(0.0, 1.0)) for x in ("round", "queries")]
-  if len(level) == len(base):
-    return Evidence("reproduced", "FZooS's success rate at R is at least every baseline's: " + said, numbers, figs)
-  return Evidence("partly reproduced" if level else "not reproduced",
-                  f"FZooS's success rate at R is at least that of {', '.join(level) or 'no baseline'} only: " + said,
-                  numbers, figs)
+  ev = attack_success_judged(numbers)
+  ev.figures = figs
+  return ev
+
+
+RATE, OVER = "success rate at R ", " (mean over targets)"
+
+
+def attack_success_judged(numbers: dict) -> Evidence:
+  """fzoos.attack_success's verdict from its numbers: each method's success at R per target (1: the ensemble
+  margin F(x_R) < 0, ``success rate at R <label> (mean over targets)``); FZooS against each FD baseline paired by
+  target (a one-sided exact Wilcoxon signed-rank test, higher is better). A pair in which both methods attack every
+  target is ``saturated``: at the ceiling the rate cannot separate them (the round of first success, which the
+  numbers keep and fzoos.fig8_T / fig8_P judge, does). The same function judges the runs and, where their metrics
+  were not stored, the numbers of a record."""
+  rate = {k[len(RATE):-len(OVER)]: values_of(v) for k, v in numbers.items() if k.startswith(RATE) and k.endswith(OVER)}
+  comparisons = []
+  for b in (lab for lab in rate if lab != "fzoos"):
+    c = stats.compare(f"success rate at R, fzoos vs {b}", rate["fzoos"], rate[b], lower_is_better=False)
+    if all(x == 1.0 for x in (*rate["fzoos"], *rate[b])):
+      c = dataclasses.replace(c, outcome="saturated")
+    comparisons.append(c)
+  verdict, why = declare.judged(comparisons)
+  top = [c.name.rsplit(" vs ", 1)[1] for c in comparisons if c.outcome == "saturated"]
+  why += (f". Success rate over {len(rate['fzoos'])} target(s): "
+          + "; ".join(f"{lab} {sum(v) / len(v):.3g}" for lab, v in rate.items()))
+  if top:
+    why += (f"; saturated here is the ceiling: FZooS and {', '.join(top)} attack every target, so the rate cannot "
+            "separate them (the round of first success, judged by fzoos.fig8_T and fig8_P, does)")
+  return Evidence(verdict, why, numbers=numbers, comparisons=comparisons)
 
 
 # Fig. 8 (MNIST): the attack under other P and T. The paper's text names no values. The flagfile's
@@ -706,10 +729,13 @@ CLAIMS = [
           from_record=judge_from_record(attack_judged, "per-target")),
     Claim("fzoos.attack_success", "FZooS's attack success rate after R = 100 rounds is at least every FD "
           "baseline's.", "seed 000 §6.2, Fig. 8; spec §7 check 9",
-          "success rate = the fraction of the targets (15 MNIST test images; smoke: 1 digits image) whose "
-          "ensemble margin F(x_R) < 0, all methods on the same targets; reproduced: FZooS's at least every "
-          "baseline's; partly: at least some; not: none. The round of each target's first success is reported "
-          "beside it (communication efficiency)", attack_success),
+          "success at R per target (1: the ensemble margin F(x_R) < 0; 15 MNIST test images, smoke: 1 digits "
+          "image), FZooS against each FD baseline paired by target (all methods attack the same targets), a "
+          "one-sided exact Wilcoxon signed-rank test at p < 0.05 (FZooS higher); saturated when both attack every "
+          "target (the rate cannot separate them at the ceiling). Reproduced: every comparison holds; partly: some; "
+          "not reproduced: none and some go the other way (or all undecided); inconclusive: all saturated or too "
+          "few targets. The round of each target's first success is reported beside it (judged by fzoos.fig8_T)",
+          attack_success, from_record=judge_from_record(attack_success_judged, "per-target")),
     Claim("fzoos.fig8_T", "FZooS's better attack communication efficiency holds for another number of "
           "local steps: T = 5 (the authors' MNIST setting) beside T = 10.", "seed 000 App. F.2, Fig. 8; spec §3.2",
           "in each setting, FZooS's round of first success (the first evaluation, every 5 rounds, with the ensemble "
