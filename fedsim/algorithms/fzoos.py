@@ -567,14 +567,16 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
 
     def step(carry, t):
       """Local step t < T: the step, then the active queries around the new iterate (App. E, t < T only)."""
-      x, opt_state, h, cos = descend(*carry, t)
+      x, opt_state, h, dist = carry
+      x, opt_state, h, cos = descend(x, opt_state, h, dist, t)
       h, dist = active(h, client, x, cfg.local_radius, cfg.local_candidates, cfg.local_active,
                        jax.random.fold_in(k_loc, t))
       return (x, opt_state, h, dist), cos
 
     carry, cos = jax.lax.scan(step, (x_start, opt.init(x_start), h, _distances(h, x_start)),
                               jnp.arange(1, T, dtype=jnp.int32))        # t = 1..T-1
-    x, _, h, cos_last = descend(*carry, jnp.int32(T))                     # t = T: no active queries
+    x, opt_state, h, dist = carry
+    x, _, h, cos_last = descend(x, opt_state, h, dist, jnp.int32(T))        # t = T: no active queries
     return x, h, jnp.concatenate([cos, cos_last[None]])
 
   def server_side(x_r, x_T, h: History, client, key):
