@@ -174,8 +174,8 @@ class FZooSConfig:
       round-off (1e-14 relative in a round), about 1.9x faster per round at the Fig. 1
       setting. 0: every eq. 6 fit computes its window's features and Gram afresh
       (rffm.fit_weights, all clients vmapped; no cache in the state, for large N): the
-      curves of fedsim before issue 37 and of every stored FZooS claim but Fig. 1's paper
-      preset. FZooS amplifies round-off about 3x per round (its active queries are discrete
+      curves of fedsim before issue 37 and of every stored FZooS claim but Fig. 1's (both
+      presets). FZooS amplifies round-off about 3x per round (its active queries are discrete
       choices), so the two curves agree to ~1e-10 for 5 rounds and then part like two
       seeds' (docs/reproduction/HISTORY.md, 2026-11-29: Fig. 1's verdicts on both).
     history_size: per-client history slots; 0 (default): the whole run,
