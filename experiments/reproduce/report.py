@@ -419,6 +419,8 @@ MAX_COMPARISONS = 4  # above this, a claim's table lists the comparisons that do
 TESTS = {"one-sided exact Wilcoxon signed-rank (paired)": ("W", "mean paired difference"),
          "one-sided exact sign test (paired, censored)": ("S", "fraction of differing pairs won"),
          "one-sided Mann-Whitney U (unpaired)": ("U", "difference of means"),
+         "one-sided log-rank (unpaired, censored)": ("L", "difference of restricted mean times (never: counted at the "
+                                                     "last time observed)"),
          "one-sided exact Wilcoxon signed-rank (one sample, against B)": ("W1", "mean distance from the bound B"),
          "one-sided exact sign test (one sample, censored, against B)": (
              "S1", "fraction of the values beyond the bound B (Clopper-Pearson CI)"),

@@ -14,7 +14,10 @@ numbers of the two into a :class:`Comparison`:
   which needs only their order, and as effect the fraction of those pairs the claimed method
   wins, with its exact (Clopper-Pearson) 95% CI;
 * **unpaired** only when the runs share nothing: a one-sided Mann-Whitney U test and the
-  difference of means with a two-sample bootstrap CI.
+  difference of means with a two-sample bootstrap CI; when some times are "never reached"
+  (censored, e.g. first successes of attacks on different targets), the one-sided log-rank
+  test (``scipy.stats.logrank``) and the difference of restricted mean times (each time cut
+  at the last one observed, "never" counted there) with a two-sample bootstrap CI.
 
 A claim that per-seed numbers lie beyond a stated bound ("converges to 1e-6", "the slope is at most
 -0.7") is judged by :func:`versus_bound`: the one-sample form of the same Wilcoxon test.
@@ -116,7 +119,7 @@ def compare(name: str, a: Sequence[float], b: Sequence[float], *, lower_is_bette
   Args:
     name: the comparison, in words.
     a: the claimed method's numbers, one per seed (or target); ``math.inf`` is "never
-      reached" (a censored time, beyond the horizon), allowed with ``paired`` only.
+      reached" (a censored time, beyond the horizon; unpaired: times only, lower_is_better).
     b: the other method's, in the same order when ``paired``.
     lower_is_better: True for errors, gaps, rounds to a target; False for accuracies.
     paired: the i-th numbers of ``a`` and ``b`` share a seed or target (the runs share x_0,
@@ -127,7 +130,7 @@ def compare(name: str, a: Sequence[float], b: Sequence[float], *, lower_is_bette
 
   Raises:
     ValueError: paired numbers of different lengths, an empty side, a NaN, or a censored
-      (inf) value in an unpaired comparison.
+      (inf) value in an unpaired comparison where higher is better.
   """
   a = np.asarray(a, float)
   b = np.asarray(b, float)
@@ -138,7 +141,9 @@ def compare(name: str, a: Sequence[float], b: Sequence[float], *, lower_is_bette
   sign = 1.0 if lower_is_better else -1.0
   if not paired:
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
-      raise ValueError(f"{name}: censored (inf) numbers need paired runs")
+      if not lower_is_better:
+        raise ValueError(f"{name}: censored (inf) numbers are times to an event: lower_is_better=True")
+      return _censored_unpaired(name, a, b)
     p = float(sps.mannwhitneyu(sign * b, sign * a, alternative="greater").pvalue)
     q = float(sps.mannwhitneyu(sign * b, sign * a, alternative="less").pvalue)
     p_min = float(sps.mannwhitneyu(np.arange(b.size) + a.size, np.arange(a.size), alternative="greater").pvalue)
@@ -184,6 +189,40 @@ def compare(name: str, a: Sequence[float], b: Sequence[float], *, lower_is_bette
   return Comparison(name, "one-sided exact Wilcoxon signed-rank (paired)", int(a.size), float(diff.mean()),
                     "mean paired difference (favouring the claim)", (low, high), p, q, wins, losses, ties, 0,
                     _outcome(p, q, p_min))
+
+
+def _censored_unpaired(name: str, a: np.ndarray, b: np.ndarray) -> Comparison:
+  """"A reaches the event sooner than B" for two groups of times (``inf``: never, right-censored) that share
+  nothing: the one-sided log-rank test (H1: A's event rate is the greater, ``scipy.stats.logrank``); effect the
+  difference of restricted mean times, mean(min(t, tau)) of B minus A's, tau the last finite time of either
+  (every "never" counted at tau), with its two-sample percentile bootstrap CI."""
+  finite = np.concatenate([a[np.isfinite(a)], b[np.isfinite(b)]])
+  test = "one-sided log-rank (unpaired, censored)"
+  censored = int((~np.isfinite(a)).sum() + (~np.isfinite(b)).sum())
+  if finite.size == 0:  # nothing ever happened on either side
+    return Comparison(name, test, int(a.size + b.size), 0.0, "difference of restricted mean times",
+                      (0.0, 0.0), 1.0, 1.0, censored=censored, outcome="undecided")
+  tau = float(finite.max())
+  beyond = float(np.nextafter(tau, np.inf))   # a censored time after every event: at risk at each of them
+
+  def data(v):
+    return sps.CensoredData(uncensored=v[np.isfinite(v)], right=np.full(int((~np.isfinite(v)).sum()), beyond))
+
+  p = float(sps.logrank(data(a), data(b), alternative="greater").pvalue)
+  q = float(sps.logrank(data(a), data(b), alternative="less").pvalue)
+  p_min = float(sps.logrank(sps.CensoredData(uncensored=np.arange(a.size, dtype=float)),
+                            sps.CensoredData(uncensored=np.arange(b.size, dtype=float) + a.size),
+                            alternative="greater").pvalue)
+  ca, cb = np.minimum(a, tau), np.minimum(b, tau)
+  if np.ptp(np.concatenate([ca, cb])) > 0 and a.size > 1 and b.size > 1:
+    ci = sps.bootstrap((cb, ca), lambda x, y, axis=-1: x.mean(axis) - y.mean(axis), confidence_level=0.95,
+                       n_resamples=RESAMPLES, method="percentile", rng=np.random.default_rng(SEED)).confidence_interval
+    low, high = float(ci.low), float(ci.high)
+  else:
+    low = high = float(cb.mean() - ca.mean())
+  return Comparison(name, test, int(a.size + b.size), float(cb.mean() - ca.mean()),
+                    f"difference of restricted mean times (cut at {tau:g}; favouring the claim)", (low, high), p, q,
+                    censored=censored, outcome=_outcome(p, q, p_min))
 
 
 def proportion(name: str, successes: int, n: int, p0: float) -> Comparison:

@@ -563,3 +563,32 @@ def test_fig8_from_a_record_censors_the_never_attacked_targets_at_the_flagfiles_
 
 def _claim(claim_id):
   return next(c for c in fz.CLAIMS if c.id == claim_id)
+
+
+def test_lower_p_is_judged_unpaired_with_never_censored():
+  """fzoos.fig8_lower_P: each P has its own targets, so P = 0.7 against P = 0.5 per method is unpaired; a target
+  never attacked within R (recorded as R + 1) is censored (log-rank), and a slower P = 0.5 is the claimed way."""
+  first, never = fz.FIRST, fz.NEVER
+  numbers = {"attack rounds R": 100.0,
+             f"{first}fzoos, portion=0.5{never}": Stat.of([10.0, 15.0, 10.0, 20.0, 15.0, 10.0]),
+             f"{first}fzoos, portion=0.7{never}": Stat.of([5.0, 5.0, 10.0, 5.0, 5.0, 5.0]),
+             f"{first}fedprox_zo, portion=0.5{never}": Stat.of([101.0, 101.0, 60.0, 101.0, 101.0, 101.0]),
+             f"{first}fedprox_zo, portion=0.7{never}": Stat.of([30.0, 45.0, 101.0, 35.0, 40.0, 50.0])}
+  ev = fz.lower_p_judged(numbers)
+  by = {c.name.split(":")[0]: c for c in ev.comparisons}
+  assert by["fzoos"].test == "one-sided Mann-Whitney U (unpaired)" and by["fzoos"].outcome == "holds"
+  assert by["fedprox_zo"].test == "one-sided log-rank (unpaired, censored)" and by["fedprox_zo"].censored == 6
+  assert by["fedprox_zo"].outcome == "holds" and ev.verdict == "reproduced"
+  # The other way round (P = 0.5 faster) is the opposite of the claim.
+  swapped = {k.replace("0.5", "x").replace("0.7", "0.5").replace("x", "0.7"): v for k, v in numbers.items()}
+  assert {c.outcome for c in fz.lower_p_judged(swapped).comparisons} == {"opposite"}
+
+
+def test_committed_lower_p_record_is_judged_from_fig8_p_numbers():
+  with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "reproduction", "fzoos", "claims.json")) as f:
+    recs = {r["id"]: r for r in json.load(f)["claims"]}
+  rec, fig8 = recs["fzoos.fig8_lower_P"], recs["fzoos.fig8_P"]
+  assert rec["kind"] == "paper" and rec["n"] == 30 and rec["statistic"].startswith("one-sided")
+  for k, v in rec["numbers"].items():
+    if k.startswith(fz.FIRST):
+      assert v == fig8["numbers"][k]

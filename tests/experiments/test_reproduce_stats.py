@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from scipy import stats as sps
 
@@ -50,6 +51,31 @@ def test_never_is_censored_beyond_the_horizon_not_averaged_as_zero():
   assert c.ci95 == (pytest.approx(lo), pytest.approx(hi)) and c.outcome == "undecided"
   both = stats.compare("t", [INF, 1, 1, 1, 1], [INF, 2, 2, 2, 2], lower_is_better=True)
   assert (both.wins, both.ties) == (4, 1)  # never on both sides is a tie
+
+
+def test_unpaired_censored_times_take_the_log_rank_test_and_restricted_means():
+  """Times to a first success on different targets (unpaired), some never reached: the one-sided log-rank test
+  (H1: the claimed side succeeds sooner); "never" is censored at the last observed time, never averaged as 0."""
+  inf = math.inf
+  fast = [5.0, 5.0, 10.0, 10.0, 5.0, 10.0, 5.0, 10.0]
+  slow = [20.0, 45.0, inf, 30.0, inf, 25.0, inf, 60.0]
+  c = stats.compare("P", fast, slow, lower_is_better=True, paired=False)
+  assert c.test == "one-sided log-rank (unpaired, censored)" and c.censored == 3 and c.n == 16
+  assert c.outcome == "holds" and c.p < 0.01 and c.p_opposite > 0.9
+
+  def data(v, at=60.0):
+    v = np.asarray(v)
+    return sps.CensoredData(uncensored=v[np.isfinite(v)], right=np.full(int(np.isinf(v).sum()), np.nextafter(at, inf)))
+
+  assert c.p == pytest.approx(sps.logrank(data(fast), data(slow), alternative="greater").pvalue)
+  # Restricted means cut at the last time observed (60): never counts as 60, not as 0 or inf.
+  assert c.effect == pytest.approx(np.mean([20, 45, 60, 30, 60, 25, 60, 60]) - np.mean(fast))
+  assert c.ci95[0] <= c.effect <= c.ci95[1]
+  flipped = stats.compare("P", slow, fast, lower_is_better=True, paired=False)
+  assert flipped.outcome == "opposite" and flipped.effect == pytest.approx(-c.effect)
+  assert stats.compare("P", [inf] * 3, [inf] * 3, lower_is_better=True, paired=False).outcome == "undecided"
+  with pytest.raises(ValueError, match="lower_is_better"):
+    stats.compare("acc", [0.9, inf], [0.8, 0.7], lower_is_better=False, paired=False)
 
 
 def test_too_few_pairs_cannot_decide_even_when_unanimous():
@@ -157,7 +183,7 @@ def test_errors():
   with pytest.raises(ValueError, match="different lengths"):
     stats.compare("x", [1, 2], [1], lower_is_better=True)
   with pytest.raises(ValueError, match="censored"):
-    stats.compare("x", [1, INF], [1, 2], lower_is_better=True, paired=False)
+    stats.compare("x", [1, INF], [1, 2], lower_is_better=False, paired=False)
   with pytest.raises(ValueError, match="NaN"):
     stats.compare("x", [1, math.nan], [1, 2], lower_is_better=True)
   with pytest.raises(ValueError, match="inconclusive reason"):
