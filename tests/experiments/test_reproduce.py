@@ -71,8 +71,8 @@ class FakeContext:
     return self._tests
 
   def algorithm_config(self, name, label):
-    """``configs[label]``: the settings every run gives algorithm ``label``."""
-    return self._configs[label]
+    """``configs[label]``: the settings every run gives algorithm ``label`` (none given: {})."""
+    return self._configs.get(label, {})
 
   def run_dir(self, name):
     return os.path.join(self.root, "runs", name)

@@ -457,3 +457,16 @@ def test_rate_errors_are_the_closed_form_of_one_exact_step():
   np.testing.assert_allclose(errs, np.broadcast_to(0.989 ** (2 * np.arange(6)), (2, 6)), rtol=1e-5)
   one = rate.relative_errors([0], 2, gamma=1.0, local_steps=1, eta_cap=1 / 1.1, clients=3, grid_points=4)
   assert one[0, 0] == pytest.approx(1.0, abs=1e-6) and np.all(one[0, 1:] < 1e-12)
+
+
+def test_oracle_note_says_when_the_runs_oracle_steps_differ_from_the_papers(tmp_path):
+  """Issue 34 item 6: a claim whose MLP oracle takes fewer Adam steps than App. B.3's 1000 says so in its why;
+  the paper's steps, or an oracle without Adam steps (rf_ridge), say nothing."""
+  mlp200 = {"weak_learner": "mlp", "oracle_steps": 200}
+  ctx = FakeContext(str(tmp_path), configs={"ffgb": mlp200, "ffgb_nores": mlp200})
+  note = F.oracle_note(ctx, "residual_seed0", ["ffgb", "ffgb_nores"])
+  assert "200 Adam steps per call, not the paper's 1000" in note
+  paper = FakeContext(str(tmp_path), configs={"ffgb": {"weak_learner": "mlp", "oracle_steps": F.ORACLE_STEPS_CITED}})
+  assert F.oracle_note(paper, "r", ["ffgb"]) == ""
+  ridge = FakeContext(str(tmp_path), configs={"ffgb": {"weak_learner": "rf_ridge", "oracle_steps": 200}})
+  assert F.oracle_note(ridge, "r", ["ffgb"]) == ""
