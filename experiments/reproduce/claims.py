@@ -74,8 +74,7 @@ def judge_from_record(judge: Callable[[dict], Evidence], unit: str = "per-seed")
   keeps, saying so in its ``why``."""
   def from_record(record: dict) -> Evidence:
     ev = judge(dict(record["numbers"]))
-    ev.why += (f"; judged from the {unit} numbers of the record (the runs were made before their metrics were "
-               "stored; re-running the commands stores them)")
+    ev.why += f"; judged from the record's {unit} numbers (its runs' metrics were not stored; a re-run stores them)"
     return ev
   return from_record
 

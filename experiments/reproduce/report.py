@@ -514,6 +514,9 @@ def _comparison_table(comparisons: list[dict]) -> list[str]:
   if len(comparisons) > MAX_COMPARISONS and held:
     weakest = max(held, key=lambda c: (c["p"], c["name"]))
     shown = [c for c in comparisons if c["outcome"] != "holds" or c is weakest]
+  def wlt(c):  # an unpaired test has no pairs to count
+    return f"{c['wins']}/{c['losses']}/{c['ties']}" if c["wins"] + c["losses"] + c["ties"] else "-"
+
   for c in shown:
     lo, hi = c["ci95"]
     never = f" ({c['censored']})" if c["censored"] else ""
@@ -521,7 +524,7 @@ def _comparison_table(comparisons: list[dict]) -> list[str]:
     name = name.replace(f"{who} vs ", "vs ") if who else name
     n = "" if n_all is not None else f" {c['n']} |"
     lines.append(f"| {name} | {_tag(c['test'])} | {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] |{n} {c['p']:.2g} | "
-                 f"{c['wins']}/{c['losses']}/{c['ties']}{never} | {c['outcome']} |")
+                 f"{wlt(c)}{never} | {c['outcome']} |")
   if len(shown) < len(comparisons):
     lines.append(f"| ... {len(comparisons) - len(shown)} more that hold (above: the weakest) | | |"
                  + (" |" if n_all is None else "") + " | | |")

@@ -300,7 +300,7 @@ def test_attack_judged_from_a_records_numbers_equals_the_runs_judgment(tmp_path)
   record = {"numbers": json.loads(json.dumps({k: report._number(v) for k, v in ev.numbers.items()}))}
   again = _claim("fzoos.attack").from_record(record)
   assert again.comparisons == ev.comparisons and again.verdict == ev.verdict == "reproduced"
-  assert "judged from the per-target numbers of the record" in again.why
+  assert "judged from the record's per-target numbers" in again.why
 
 
 @pytest.mark.parametrize("fd_end, verdict", [(2.0, "reproduced"), (4.0, "inconclusive"), (0.5, "not reproduced")])
@@ -428,8 +428,8 @@ def test_attack_success_judged_from_a_records_numbers_equals_the_runs_judgment(t
   record = {"numbers": json.loads(json.dumps({k: report._number(v) for k, v in ev.numbers.items()}))}
   again = _claim("fzoos.attack_success").from_record(record)
   assert again.comparisons == ev.comparisons and again.verdict == ev.verdict == "partly reproduced"
-  assert again.why == ev.why + ("; judged from the per-target numbers of the record (the runs were made before "
-                                "their metrics were stored; re-running the commands stores them)")
+  assert again.why == ev.why + ("; judged from the record's per-target numbers (its runs' metrics were not stored; "
+                                "a re-run stores them)")
 
 
 S = Stat.of

@@ -218,7 +218,7 @@ def test_fig5_from_the_committed_records_three_seeds_is_too_few_and_keeps_the_gr
   assert "+0.0095, +0.0075, -0.0030" in ev.why and H.FIG5_RERUN in ev.why
   assert "On the flagfile's grid hiso (seed 0): its best lr 0.003 is the grid's smallest" in ev.why
   assert "On the grid down to lr 0.001 hiso (seed 0)" in ev.why and "The learned H is nearly flat" in ev.why
-  assert "judged from the per-seed numbers of the record" in ev.why
+  assert "judged from the record's per-seed numbers" in ev.why
   # Re-judging the re-judged record changes nothing (the committed reports re-judge to themselves).
   again = claim.from_record({**record, "why": ev.why})
   assert again.why == ev.why and again.comparisons == ev.comparisons
