@@ -147,12 +147,15 @@ def compare(name: str, a: Sequence[float], b: Sequence[float], *, lower_is_bette
     p = float(sps.mannwhitneyu(sign * b, sign * a, alternative="greater").pvalue)
     q = float(sps.mannwhitneyu(sign * b, sign * a, alternative="less").pvalue)
     p_min = float(sps.mannwhitneyu(np.arange(b.size) + a.size, np.arange(a.size), alternative="greater").pvalue)
-    ci = sps.bootstrap((sign * b, sign * a), lambda x, y, axis=-1: x.mean(axis) - y.mean(axis),
-                       confidence_level=0.95, n_resamples=RESAMPLES, method="percentile",
-                       rng=np.random.default_rng(SEED)).confidence_interval
-    return Comparison(name, "one-sided Mann-Whitney U (unpaired)", int(a.size + b.size),
-                      float(sign * (b.mean() - a.mean())), "difference of means (favouring the claim)",
-                      (float(ci.low), float(ci.high)), p, q, outcome=_outcome(p, q, p_min))
+    effect = float(sign * (b.mean() - a.mean()))
+    low = high = effect  # one number on a side (or all equal): nothing to resample
+    if a.size > 1 and b.size > 1 and np.ptp(np.concatenate([a, b])) > 0:
+      ci = sps.bootstrap((sign * b, sign * a), lambda x, y, axis=-1: x.mean(axis) - y.mean(axis),
+                         confidence_level=0.95, n_resamples=RESAMPLES, method="percentile",
+                         rng=np.random.default_rng(SEED)).confidence_interval
+      low, high = float(ci.low), float(ci.high)
+    return Comparison(name, "one-sided Mann-Whitney U (unpaired)", int(a.size + b.size), effect,
+                      "difference of means (favouring the claim)", (low, high), p, q, outcome=_outcome(p, q, p_min))
   if a.shape != b.shape:
     raise ValueError(f"{name}: paired numbers of different lengths ({a.size} vs {b.size})")
   censored = int((~np.isfinite(a) | ~np.isfinite(b)).sum())

@@ -74,6 +74,10 @@ def test_unpaired_censored_times_take_the_log_rank_test_and_restricted_means():
   flipped = stats.compare("P", slow, fast, lower_is_better=True, paired=False)
   assert flipped.outcome == "opposite" and flipped.effect == pytest.approx(-c.effect)
   assert stats.compare("P", [inf] * 3, [inf] * 3, lower_is_better=True, paired=False).outcome == "undecided"
+  # One number a side (a smoke run's one target): no test can decide and no CI to resample, but no error.
+  for one, other in (([5.0], [7.0]), ([inf], [7.0]), ([5.0], [inf])):
+    c1 = stats.compare("P", one, other, lower_is_better=True, paired=False)
+    assert c1.outcome == "too few" and c1.ci95[0] == c1.ci95[1] == c1.effect
   with pytest.raises(ValueError, match="lower_is_better"):
     stats.compare("acc", [0.9, inf], [0.8, 0.7], lower_is_better=False, paired=False)
 
