@@ -171,8 +171,8 @@ class FZooSConfig:
       per client at the defaults) and the fit computes them only for the rows that are
       new to the window (about the 107 queries of a round at T = 10;
       rffm.fit_weights_cached), the clients one after another: the same weights up to
-      round-off (1e-14 relative in a round), about 1.9x faster per round at the Fig. 1
-      setting. 0: every eq. 6 fit computes its window's features and Gram afresh
+      round-off (1e-14 relative in a round), 1.6-1.8x faster per round at the Fig. 1
+      setting (BUILD.md). 0: every eq. 6 fit computes its window's features and Gram afresh
       (rffm.fit_weights, all clients vmapped; no cache in the state, for large N): the
       curves of fedsim before issue 37 and of every stored FZooS claim but Fig. 1's (both
       presets). FZooS amplifies round-off about 3x per round (its active queries are discrete
@@ -221,7 +221,7 @@ class FZooSConfig:
   rff_ridge: float = hparam(1e-8, help="FZooS RFF fit ridge sigma^2 (code: 0, min-norm)", low=0, finite=True)
   rff_cache: int = hparam(1, help="1 keeps each client's last RFF window's features and Gram (state N x "
                           "rff_window x (num_rff + rff_window) reals) so eq. 6 computes them only for new rows "
-                          "(~1.9x faster; same weights up to round-off, which FZooS amplifies after ~5 rounds); "
+                          "(1.6-1.8x faster; same weights up to round-off, which FZooS amplifies after ~5 rounds); "
                           "0 recomputes them every round (no state; fedsim's curves before issue 37)",
                           choices=(0, 1), source="implementation (issues 17, 37)")
   history_size: int = hparam(0, help="FZooS per-client history slots: 0 = the whole run (from rounds), "
@@ -411,10 +411,15 @@ def _nearest(dist, n):
   return neg, idx
 
 
+def _row_distances(X, valid, p):
+  """(k,) squared distances ||X_j - p||^2 of the rows X (k, d); inf where not ``valid``."""
+  return jnp.where(valid, jnp.sum((X - p) ** 2, axis=1), jnp.inf)
+
+
 @jax.named_scope("distances")
 def _distances(h: History, p):
   """(H,) squared distances ||X_j - p||^2 from p to every slot; inf at empty slots."""
-  return jnp.where(h.valid, jnp.sum((h.X - p) ** 2, axis=1), jnp.inf)
+  return _row_distances(h.X, h.valid, p)
 
 
 def _write_tracked(h: History, dist, p, X, y, do=True):
@@ -425,7 +430,7 @@ def _write_tracked(h: History, dist, p, X, y, do=True):
   curve is bit for bit the one of a full recomputation each step (issue 37)."""
   idx = (h.ptr + jnp.arange(X.shape[0])) % h.X.shape[0]
   h = _write(h, X, y, do)
-  return h, dist.at[idx].set(jnp.where(h.valid[idx], jnp.sum((h.X[idx] - p) ** 2, axis=1), jnp.inf))
+  return h, dist.at[idx].set(_row_distances(h.X[idx], h.valid[idx], p))
 
 
 def _window_slots(h: History, p, n, dist=None):
