@@ -26,6 +26,11 @@ times one round with ``os.cpu_count()`` BLAS threads for comparison.
 (``FZooSConfig.rff_cache = 0``, the default before issue 37), timed side by side with the
 default; ``speedup`` is the default's (paired median of off / default).
 
+``run_rounds`` (first config): after the other measurements, the default's run chained
+to the history's R = 50 rounds, each round timed (``mean_s``, ``last_s``): the windows read
+only the history slots written so far, so a round late in a run costs more than the first
+rounds timed above.
+
 ``profile`` (first config): the jitted pieces of one client's round timed
 alone on one client's shapes, with how many times a round calls each, so
 ``estimate_s`` = N sum(count x seconds) can be set against the measured round. It models
@@ -241,6 +246,19 @@ def run(settings: Settings, log: Callable[[str], None] = print,
             + ", ".join(f"{k} {rec['scope_profile']['ms'][k]:.0f} / "
                         f"{rec['rff_cache_off']['scope_profile']['ms'][k]:.0f}" for k in (*SCOPES, "other")))
         del run_c, alg_c
+        # The rest of a whole run: the default chained to the history's R rounds, each round timed (a round
+        # reads only the written history slots, fzoos._distances, so rounds late in a run cost more).
+        import time
+        R, first_round, late = alg.hparams.rounds, int(run.state().round), []
+        while int(run.state().round) < R:
+          t0 = time.perf_counter()
+          run()
+          late.append(time.perf_counter() - t0)
+        if late:
+          rec["run_rounds"] = {"first_round": first_round, "rounds": R, "seconds": late,
+                               "mean_s": sum(late) / len(late), "last_s": late[-1]}
+          log(f"[fzoos N={n} M={m}] rounds {first_round + 1}-{R} of a run: mean {rec['run_rounds']['mean_s']:.4g} "
+              f"s/round, last {late[-1]:.4g} s")
         prof = profile_pieces(alg.hparams, settings.fzoos_dim, settings.repeats, settings.seed)
         rec["profile"] = prof
         rec["profile_estimate_s"] = n * prof["estimate_per_client_s"]
@@ -273,6 +291,12 @@ def markdown(result: dict) -> str:
       rows.append(f"\nrff_cache = 0 (no cached RFF fit, the default before issue 37) at N = {r['num_clients']}, "
                   f"M = {r['num_rff']}: {c['seconds_per_round']:.4g} s/round against the default's "
                   f"{c['default_seconds_per_round']:.4g} s side by side (the default {c['speedup']:.2f}x faster)")
+  for r in result["records"]:
+    if "run_rounds" in r:
+      rr = r["run_rounds"]
+      rows.append(f"\nthe same run continued (N = {r['num_clients']}, M = {r['num_rff']}): rounds "
+                  f"{rr['first_round'] + 1}-{rr['rounds']} take {rr['mean_s']:.4g} s/round on average, the last "
+                  f"{rr['last_s']:.4g} s (a round reads only the history slots written so far)")
   for r in result["records"]:
     if "scope_profile" in r:
       on, off = r["scope_profile"], r["rff_cache_off"]["scope_profile"]

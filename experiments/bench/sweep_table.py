@@ -22,8 +22,8 @@ softmax with full participation (the vmap suite's task and hyperparameters,
   compiles (``prepare_batch``: ``vmap`` over the members of the engine's chunk,
   the algorithm built from each member's data and its lr as a traced scalar).
 * **sequential**: the same K configurations one after another in this process,
-  each the plain engine's chunk (``fedsim.core.engine.make_chunk``, state donated
-  off CPU) of the same length. The engine bakes the lr into the program, so one
+  each the plain engine's chunk (``fedsim.core.engine.make_chunk``, state donated)
+  of the same length. The engine bakes the lr into the program, so one
   program is compiled per lr value (and reused for every seed, whose data is an
   argument; the programs of an (algorithm, N) are shared by its K rows); the K
   chunks are dispatched back to back and blocked on once at the end (the

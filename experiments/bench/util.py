@@ -204,8 +204,8 @@ def compile_chunk(alg, task, length: int, seed: int = 0):
 
   Returns:
     (run, info). ``run()`` runs the compiled chunk once and blocks; successive
-    calls chain the state and the round index (off CPU, where the chunk
-    donates its state, from a copy of the initial state). ``run.state()``
+    calls chain the state and the round index (from a copy of the initial state:
+    the chunk donates its state). ``run.state()``
     is the current state, ``run.initial_state`` the initial one (for baselines
     that redo round 0) and ``run.rounds_key`` the run's rounds key. ``info`` has
     ``lower_s`` (tracing and lowering seconds), ``compile_s`` (XLA compile
@@ -230,8 +230,8 @@ def compile_chunk(alg, task, length: int, seed: int = 0):
     hlo_chars = len(lowered.as_text())
   except Exception:  # pylint: disable=broad-except
     hlo_chars = None
-  # The chunk donates its state off CPU: there it runs from a copy, so initial_state stays valid.
-  first = state if jax.default_backend() == "cpu" else jax.tree_util.tree_map(jnp.copy, state)
+  # The chunk donates its state: it runs from a copy, so initial_state stays valid.
+  first = jax.tree_util.tree_map(jnp.copy, state)
   box = {"state": first, "round": 0}
 
   def run():

@@ -25,15 +25,21 @@ Per round r, every client i (all N take part, as in the paper):
    the server averages them, w_r = (1/N) sum_i w_{r,T}^(i) (eq. 7).
 
 Speed (issues 17 and 37; mathematically the same rules): ``rff_cache = 1`` (the default since
-issue 37) keeps each client's last RFF window's features phi(x) and Gram, keyed by the queries'
-write stamps (History.stamp), so a fit computes them only for the ~107 rows new to its window
-(rffm.fit_weights_cached; w agrees with rffm.fit_weights to ~1e-15 relative on one window, tests
-pin 1e-9), each client's cache updated in place; ``rff_cache = 0`` is the earlier versions' fit
-(FZooSConfig.rff_cache says how the two curves compare). The nearest-point windows take float32
-top-k candidates and an exact float64 top_k on them, certified or redone in full
-(:func:`_nearest`, the same slots as ``lax.top_k``), and reuse the distances to a centre across
-the writes that follow it (:func:`_write_tracked`: one pass over the history per local step, not two);
-the last local step (t = T, which makes no active queries) computes none.
+issue 37) keeps, per client, the features phi(x) and Gram entries of the points of its recent RFF
+windows in fixed slots, keyed by the queries' write stamps (History.stamp), so a fit computes them
+only for the ~107 rows new to its window, written into free slots in place, and solves eq. 6 in
+slot order (rffm.fit_weights_cached; w agrees with rffm.fit_weights to round-off: ~1e-11 relative
+at the Fig. 1 setting, within the plain fit's own difference between row orders in the tests);
+``rff_cache = 0`` is the earlier versions' fit (FZooSConfig.rff_cache says how the two curves
+compare). The nearest-point windows read only the history slots written so far
+(:func:`_distances`, in blocks), take float32 top-k candidates and an exact float64 top_k on them,
+certified or redone in full (:func:`_nearest`, the same slots as ``lax.top_k``), and reuse the
+distances to a centre across the writes that follow it (:func:`_write_tracked`: one pass over the
+history per local step, not two); the last local step (t = T, which makes no active queries)
+computes none. A Cholesky factor is retried only where it is not finite
+(fedsim.estimators.cholesky), and the active queries' uncertainty reuses the GP fit's X X^T. The
+engine donates the state to each chunk, so the caches and histories are updated in place, not
+copied.
 
 gamma_t: the paper's 1/t runs over t = 1..T (first local step gamma = 1). The
 authors' code writes ``gamma_t = gamma / (t+1)`` (optimizers.py ``fzoos_opt.update``,
@@ -416,10 +422,31 @@ def _row_distances(X, valid, p):
   return jnp.where(valid, jnp.sum((X - p) ** 2, axis=1), jnp.inf)
 
 
+# Rows per block of :func:`_distances`'s loop over the written slots.
+DISTANCE_BLOCK = 512
+
+
 @jax.named_scope("distances")
 def _distances(h: History, p):
-  """(H,) squared distances ||X_j - p||^2 from p to every slot; inf at empty slots."""
-  return _row_distances(h.X, h.valid, p)
+  """(H,) squared distances ||X_j - p||^2 from p to every slot; inf at empty slots.
+
+  The written slots are the first min(written, H) (a ring fills from slot 0), so only those
+  are read, DISTANCE_BLOCK rows at a time: a round early in a run reads a few hundred of the
+  H slots instead of all. Each row by :func:`_row_distances`, so the values are the
+  whole-history pass's (tests/algorithms/test_fzoos.py)."""
+  H = h.X.shape[0]
+  if H <= DISTANCE_BLOCK:
+    return _row_distances(h.X, h.valid, p)
+  B = DISTANCE_BLOCK
+  blocks = (jnp.minimum(h.written, H) + B - 1) // B
+
+  def block(b, dist):
+    start = jnp.minimum(b * B, H - B)        # the last block may overlap the previous one
+    rows = _row_distances(jax.lax.dynamic_slice_in_dim(h.X, start, B),
+                          jax.lax.dynamic_slice_in_dim(h.valid, start, B), p)
+    return jax.lax.dynamic_update_slice_in_dim(dist, rows, start, 0)
+
+  return jax.lax.fori_loop(0, blocks, block, jnp.full((H,), jnp.inf, h.X.dtype))
 
 
 def _write_tracked(h: History, dist, p, X, y, do=True):
@@ -600,13 +627,16 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
 
   @jax.named_scope("rff_fit")
   def rff_fit(rff, window, cache):
-    """One client's RFF weights on its window (eq. 6; [code] weights scaled back by ymax - ymin)."""
+    """Every client's RFF weights on its window (eq. 6; [code] weights scaled back by ymax - ymin);
+    window: (X, y, mask, ids, span) with a leading client axis. Returns ((N, M) w, caches)."""
     Xw, yt, mw, ids, span = window
     if cfg.rff_cache:
+      # The clients one after another (the cached fit's loop runs to each client's own new rows), each
+      # client's cache updated in place in the state's (N, ...) arrays: no copy of a feature block.
       w, cache = rffm.fit_weights_cached(rff, Xw, yt, mw, ids, cache, cfg.rff_ridge, fit_chunk)  # eq. (6)
     else:
-      w = rffm.fit_weights(rff, Xw, yt, mw, cfg.rff_ridge)                                        # eq. (6)
-    return span * w, cache
+      w = jax.vmap(rffm.fit_weights, in_axes=(None, 0, 0, 0, None))(rff, Xw, yt, mw, cfg.rff_ridge)  # eq. (6)
+    return span[:, None] * w, cache
 
   def round_fn(state: FZooSState, key, data):
     _, k_clients, k_server = rng.round_subkeys(key)
@@ -623,18 +653,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       x_new = accept_if_improves(lambda z: F_true(z, clients), state.x, x_new)
     skeys = rng.client_keys(k_server, ids)
     hist, window = jax.vmap(server_side, in_axes=(None, 0, 0, 0, 0))(x_new, x_T, hist, clients, skeys)
-    if cfg.rff_cache:
-      # One client at a time (the cached fit's loop runs to each client's own new rows), each client's
-      # cache updated in place in the state's (N, ...) arrays: no stacked copy of N feature blocks.
-      def fit_client(i, carry):
-        w_all, caches = carry
-        w, cache = rff_fit(state.rff, jax.tree_util.tree_map(lambda a: a[i], window),
-                           jax.tree_util.tree_map(lambda a: a[i], caches))
-        return w_all.at[i].set(w), jax.tree_util.tree_map(lambda a, b: a.at[i].set(b), caches, cache)
-
-      w_loc, fit_cache = jax.lax.fori_loop(0, N, fit_client, (jnp.zeros_like(state.w_local), state.fit_cache))
-    else:
-      w_loc, fit_cache = jax.vmap(rff_fit, in_axes=(None, 0, 0))(state.rff, window, state.fit_cache)
+    w_loc, fit_cache = rff_fit(state.rff, window, state.fit_cache)
     w_glob = pairwise_sum(w_loc) / N                                      # eq. (7)
     q = N * queries_per_client_round(cfg) + N * cfg.init_queries * first.astype(jnp.int32)
     stats = make_stats(queries=q, bytes_up=N * (d + M) * BYTES_PER_REAL,

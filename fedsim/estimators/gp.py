@@ -35,6 +35,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedsim.estimators.cholesky import cholesky_retry
+
 KERNELS = ("se", "matern52")
 SQRT5 = 5.0 ** 0.5
 
@@ -96,6 +98,8 @@ class GPPosterior(NamedTuple):
     mask: (n,) bool, valid slots.
     chol: (n, n) lower Cholesky factor of K + (sigma^2 + jitter) I (masked).
     alpha: (n,) (K + sigma^2 I)^{-1} y (0 on invalid slots).
+    gram: (n, n) X X^T of the centred inputs (the fit's; reused by
+      :func:`posterior_grad_cov_trace`).
     lengthscale, variance: kernel hyperparameters (scalars).
   """
   X: jax.Array
@@ -105,29 +109,17 @@ class GPPosterior(NamedTuple):
   alpha: jax.Array
   lengthscale: jax.Array
   variance: jax.Array
+  gram: jax.Array
 
 
 def _masked_gram(kind, X, mask, lengthscale, variance, noise):
-  """Masked K + noise I with a unit diagonal on invalid slots; (n, n)."""
+  """(masked K + noise I with a unit diagonal on invalid slots (n, n), X X^T (n, n))."""
+  XX = X @ X.T
   sqn = jnp.sum(X * X, axis=1)
-  sq = jnp.maximum(sqn[:, None] + sqn[None, :] - 2.0 * X @ X.T, 0.0)
+  sq = jnp.maximum(sqn[:, None] + sqn[None, :] - 2.0 * XX, 0.0)
   m = mask.astype(X.dtype)
   K = kernel_from_sqdist(kind, sq, lengthscale, variance) * m[:, None] * m[None, :]
-  return K + jnp.diag(noise * m + (1.0 - m))
-
-
-def _cholesky_retry(A, jitter):
-  """Cholesky of A + jitter I, redone with 100 jitter where the first factor is not finite.
-
-  The second factorisation depends on the first (sequential on purpose: two
-  concurrent batched LAPACK Cholesky kernels can deadlock jaxlib's CPU thread
-  pool on a 2-core machine).
-  """
-  n = A.shape[0]
-  eye = jnp.eye(n, dtype=A.dtype)
-  L1 = jnp.linalg.cholesky(A + jitter * eye)
-  j2 = jnp.where(jnp.all(jnp.isfinite(L1)), jitter, 100.0 * jitter)
-  return jnp.linalg.cholesky(A + j2 * eye)
+  return K + jnp.diag(noise * m + (1.0 - m)), XX
 
 
 def fit(kind: str, X, y, mask, center, lengthscale=1.0, variance=1.0, noise=1e-6,
@@ -152,12 +144,12 @@ def fit(kind: str, X, y, mask, center, lengthscale=1.0, variance=1.0, noise=1e-6
   if jitter is None:
     jitter = (1e-10 if dtype == jnp.float64 else 1e-5) * variance
   Xc = X - center
-  A = _masked_gram(kind, Xc, mask, lengthscale, variance, noise)
-  L = _cholesky_retry(A, jitter)
+  A, XX = _masked_gram(kind, Xc, mask, lengthscale, variance, noise)
+  L = cholesky_retry(A, jitter, 100.0 * jitter)        # retried with 100 jitter where not finite
   yv = jnp.where(mask, y, 0.0).astype(dtype)
   alpha = jax.scipy.linalg.cho_solve((L, True), yv)
   return GPPosterior(X=Xc, center=center, mask=mask, chol=L, alpha=alpha,
-                     lengthscale=jnp.asarray(lengthscale, dtype), variance=jnp.asarray(variance, dtype))
+                     lengthscale=jnp.asarray(lengthscale, dtype), variance=jnp.asarray(variance, dtype), gram=XX)
 
 
 def _cross(kind, post: GPPosterior, x):
@@ -219,7 +211,7 @@ def posterior_grad_cov_trace(kind: str, post: GPPosterior, xs, ainv=None):
   n, d = post.X.shape
   if ainv is None:
     ainv = jax.scipy.linalg.cho_solve((post.chol, True), jnp.eye(n, dtype=post.X.dtype))
-  G = post.X @ post.X.T                                      # (n, n)
+  G = post.gram                                              # (n, n) X X^T
   gn = jnp.diagonal(G)
   xc = xs - post.center                                      # (c, d)
   cx = xc @ post.X.T                                         # (c, n)

@@ -23,6 +23,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedsim.estimators.cholesky import cholesky_retry
+
 # fold_in constant of the shared RFF key ("RFF" in ASCII).
 SHARED_FOLD = 0x524646
 
@@ -95,24 +97,19 @@ def fit_weights(rff: RFF, X, y, mask, ridge=1e-8):
   """
   m = mask.astype(rff.V.dtype)
   Phi = features(rff, X) * m[:, None]                          # (n, M)
-  return _weights_from_gram(Phi, Phi @ Phi.T, y, mask, ridge)
+  return Phi.T @ _gram_solve(Phi @ Phi.T, y, mask, ridge)
 
 
-def _weights_from_gram(Phi, G, y, mask, ridge):
-  """w = Phi^T (G + sigma^2 I)^{-1} y (eq. 6) from the masked features Phi (n, M) and
-  their Gram G = Phi Phi^T (n, n); invalid rows: phi = 0, unit diagonal, y = 0."""
-  m = mask.astype(Phi.dtype)
-  if Phi.dtype == jnp.float32:
+def _gram_solve(G, y, mask, ridge):
+  """beta = (G + sigma^2 I)^{-1} y (eq. 6, w = Phi^T beta) from the Gram G = Phi Phi^T (n, n) of the
+  masked features; invalid rows: G row 0, unit diagonal, y = 0, so beta = 0 there exactly."""
+  m = mask.astype(G.dtype)
+  if G.dtype == jnp.float32:
     ridge = ridge + float32_jitter(G, m)
   A = G + jnp.diag(ridge * m + (1.0 - m))                      # Khat + sigma^2 I (eq. 6)
-  # A is PD for ridge > 0; only where its factor is not finite (round-off), redo with
-  # extra jitter (sequential, see fedsim.estimators.gp._cholesky_retry).
-  eye = jnp.eye(A.shape[0], dtype=A.dtype)
-  L1 = jnp.linalg.cholesky(A)
-  extra = jnp.where(jnp.all(jnp.isfinite(L1)), 0.0, 1e-6 + 100.0 * ridge)
-  L = jnp.linalg.cholesky(A + extra * eye)
-  beta = jax.scipy.linalg.cho_solve((L, True), jnp.where(mask, y, 0.0).astype(A.dtype))
-  return Phi.T @ beta
+  # A is PD for ridge > 0; only where its factor is not finite (round-off), redo with extra jitter.
+  L = cholesky_retry(A, 0.0, 1e-6 + 100.0 * ridge)
+  return jax.scipy.linalg.cho_solve((L, True), jnp.where(mask, y, 0.0).astype(A.dtype))
 
 
 def float32_jitter(G, m):
@@ -134,13 +131,18 @@ def float32_jitter(G, m):
 
 
 class FitCache(NamedTuple):
-  """The features and Gram of the last window :func:`fit_weights_cached` fitted.
+  """The features and Gram of the points :func:`fit_weights_cached` fitted, in fixed slots.
+
+  Slot s holds the point of id ``ids[s]`` (-1: none), its features ``Phi[s]`` = phi(x) and
+  its Gram entries ``G[s, t]`` = Phi[s] . Phi[t] with every slot t, so G = Phi Phi^T over all
+  slots (rows of 0 for empty ones). A point keeps its slot while it stays in the windows
+  (rows never move), and stays cached after it leaves one until its slot is reused.
 
   Attributes:
-    ids: (n,) int32 identity of each row's point (the caller's unique id of a
-      query, e.g. its write index in a history); -1 for a masked row or none.
-    Phi: (n, M) features phi(x) of those rows (0 where ids = -1).
-    G: (n, n) their Gram Phi Phi^T (0 in rows / columns where ids = -1).
+    ids: (n,) int32 identity of each slot's point (the caller's unique id of a
+      query, e.g. its write index in a history); -1 for none.
+    Phi: (n, M) features phi(x) of those points (0 where never written).
+    G: (n, n) their Gram Phi Phi^T.
   """
   ids: jax.Array
   Phi: jax.Array
@@ -148,74 +150,98 @@ class FitCache(NamedTuple):
 
 
 def empty_cache(n: int, num_features: int, dtype=jnp.float32) -> FitCache:
-  """A :class:`FitCache` of n rows that matches nothing (every id -1)."""
+  """A :class:`FitCache` of n slots that holds nothing (every id -1)."""
   return FitCache(ids=jnp.full((n,), -1, jnp.int32), Phi=jnp.zeros((n, num_features), dtype),
                   G=jnp.zeros((n, n), dtype))
 
 
-def fit_weights_cached(rff: RFF, X, y, mask, ids, cache: FitCache, ridge=1e-8, chunk=None):
-  """:func:`fit_weights` (eq. 6) reusing the features and Gram of the rows it shares with the
-  previously fitted window: w = Phi^T (Phi Phi^T + sigma^2 I)^{-1} y.
+def _slots(ids, mask, cache_ids):
+  """The cache slot of each window row: (slot (n,) int32, n for a masked row; new (n,) bool, the rows
+  whose id no slot holds). A new row takes a slot that no window row holds: empty slots first, then
+  the others in slot order (the k-th new row in window order the k-th such slot)."""
+  n = ids.shape[0]
+  eq = (ids[:, None] == cache_ids[None, :]) & mask[:, None] & (ids[:, None] >= 0)  # (n, n')
+  hit = jnp.any(eq, axis=1)
+  new = mask & ~hit
+  kept = jnp.any(eq, axis=0)
+  # Slots by preference: unheld and empty (0), unheld and holding an old point (1), held (2).
+  free = jnp.argsort(2 * kept.astype(jnp.int32) + (cache_ids >= 0).astype(jnp.int32), stable=True)
+  rank = jnp.cumsum(new.astype(jnp.int32)) - 1
+  slot = jnp.where(hit, jnp.argmax(eq, axis=1), jnp.where(new, free[jnp.maximum(rank, 0)], n))
+  return slot.astype(jnp.int32), new
 
-  A row whose id is in ``cache.ids`` takes its phi(x) and its Gram entries with the
-  other cached rows from the cache; only the m new rows get features phi(x) (m d M)
-  and Gram rows against the whole window (m n M), in chunks of ``chunk`` rows (a
-  loop of ceil(m / chunk) steps). The ids must identify the points: equal ids, equal
-  x (a history's write index does; a slot index does not once a ring wraps).
-  Mathematically the same w as :func:`fit_weights` on (X, y, mask); the Gram entries
-  and features come from products of other shapes, so they may differ in the last
-  bits (tests/estimators/test_rff.py pins the agreement).
+
+def fit_weights_cached(rff: RFF, X, y, mask, ids, cache: FitCache, ridge=1e-8, chunk=None):
+  """:func:`fit_weights` (eq. 6) of a batch of windows, each reusing the features and Gram of
+  the points its client's cache holds: w = Phi^T (Phi Phi^T + sigma^2 I)^{-1} y.
+
+  Per client: a window row whose id a slot holds takes that slot's phi(x) and Gram
+  entries; only the m new rows get features phi(x) (m d M) and Gram rows against all n
+  slots (m n M), written into free slots of the client's cache in place, in chunks of
+  ``chunk`` rows (one loop for all clients, to the largest ceil(m / chunk)).
+  The system of eq. 6 is then solved in slot order (the window's rows permuted, which
+  does not change w mathematically). The ids must identify the points: equal ids,
+  equal x (a history's write index does; a slot index does not once a ring wraps); a
+  window's valid rows have distinct ids (one row per point).
+  The same w as :func:`fit_weights` on (X, y, mask) up to round-off: the Gram entries,
+  the factorisation's row order and the product Phi^T beta are summed in other orders
+  (tests/estimators/test_rff.py pins the agreement).
 
   Args:
     rff: the shared draw.
-    X: (n, d) inputs; y: (n,) targets; mask: (n,) bool valid rows.
-    ids: (n,) int32 ids of the rows (ignored where ``mask`` is False).
-    cache: the previous call's cache (:func:`empty_cache` at first), n' rows.
+    X: (N, n, d) inputs; y: (N, n) targets; mask: (N, n) bool valid rows.
+    ids: (N, n) int32 ids of the rows (ignored where ``mask`` is False).
+    cache: the previous call's caches (:func:`empty_cache` at first), leading axis N, n slots
+      (as many as window rows).
     ridge: sigma^2 (float32: plus :func:`float32_jitter`, as in :func:`fit_weights`).
     chunk: rows per step of the new-row loop (static); default n.
 
   Returns:
-    ((M,) weights, the :class:`FitCache` of this window). Cost O(m (d + n) M + n^3)
-    plus O(n M) copies. Not for ``vmap``: a batched loop bound runs every client to
-    the largest m and selects the (n, M) features at every step (use ``lax.map``).
+    ((N, M) weights, the updated caches). Cost per client O(m (d + n) M + n^3), and one
+    read of its (n, M) features for Phi^T beta; no copy of a feature block (the caches are
+    updated in place when the caller's arrays are loop-carried or donated).
   """
-  n = X.shape[0]
+  N, n = X.shape[:2]
   c = n if chunk is None else max(1, min(int(chunk), n))
   dt = rff.V.dtype
+  mask = mask.astype(bool)
   ids = jnp.where(mask, ids, -1).astype(jnp.int32)
-  eq = (ids[:, None] == cache.ids[None, :]) & (ids[:, None] >= 0)  # (n, n')
-  hit = jnp.any(eq, axis=1)
-  pos = jnp.argmax(eq, axis=1)
-  both = hit[:, None] & hit[None, :]
-  Phi = jnp.where(hit[:, None], cache.Phi[pos], 0.0).astype(dt)   # (n, M) cached phi(x)
-  G = jnp.where(both, cache.G[pos][:, pos], 0.0).astype(dt)       # cached Phi Phi^T entries
-  new = mask & ~hit
-  num_new = jnp.sum(new.astype(jnp.int32))
-  steps = (num_new + c - 1) // c
+  slot, new = jax.vmap(_slots)(ids, mask, cache.ids)           # (N, n) each
+  num_new = jnp.sum(new.astype(jnp.int32), axis=1)              # (N,)
   pad = (-n) % c
-  # The new rows first (stable), then the rest; padded to whole chunks with n (dropped).
-  order = jnp.concatenate([jnp.argsort(~new, stable=True).astype(jnp.int32),
-                           jnp.full((pad,), n, jnp.int32)])
+  # Per client: the new rows first (stable), then the rest; padded to whole chunks with n (dropped).
+  order = jnp.concatenate([jnp.argsort(~new, axis=1, stable=True).astype(jnp.int32),
+                           jnp.full((N, pad), n, jnp.int32)], axis=1)
 
   def rows(k):
-    r = jax.lax.dynamic_slice(order, (k * c,), (c,))
-    live = k * c + jnp.arange(c) < num_new
-    return jnp.minimum(r, n - 1), jnp.where(live, r, n)          # gather index, scatter index
+    """Chunk k's window rows (N, c) and their slots (N, c), n where past a client's new rows (dropped)."""
+    get = jnp.minimum(jax.lax.dynamic_slice_in_dim(order, k * c, c, axis=1), n - 1)
+    live = k * c + jnp.arange(c) < num_new[:, None]
+    return get, jnp.where(live, jnp.take_along_axis(slot, get, axis=1), n)
 
   def add_features(k, Phi):
     get, put = rows(k)
-    return Phi.at[put].set(features(rff, X[get]), mode="drop")  # phi(x) of the new rows
+    F = features(rff, jnp.take_along_axis(X, get[..., None], axis=1))   # (N, c, M) phi(x) of new rows
+    return jax.vmap(lambda P, p, f: P.at[p].set(f, mode="drop"))(Phi, put, F)
 
   def add_gram(Phi, k, G):
-    get, put = rows(k)
-    block = Phi[get] @ Phi.T                                     # (c, n) new rows of Phi Phi^T
-    return G.at[put].set(block, mode="drop").at[:, put].set(block.T, mode="drop")
+    _, put = rows(k)
+    new_rows = jax.vmap(lambda P, p: P[jnp.minimum(p, n - 1)])(Phi, put)
+    block = jnp.einsum("icm,inm->icn", new_rows, Phi)                  # (N, c, n) new rows of Phi Phi^T
+    return jax.vmap(lambda g, p, b: g.at[p].set(b, mode="drop").at[:, p].set(b.T, mode="drop"))(G, put, block)
 
-  Phi = jax.lax.fori_loop(0, steps, add_features, Phi)
-  G = jax.lax.fori_loop(0, steps, functools.partial(add_gram, Phi), G)
-  # Masked rows are exactly 0 in Phi and G already (never cached, never computed), as in fit_weights.
-  w = _weights_from_gram(Phi, G, y, mask, ridge)               # eq. (6)
-  return w, FitCache(ids=ids, Phi=Phi, G=G)
+  # One loop for all clients, to the largest client's chunk count: a client past its own new rows
+  # writes nothing (mode="drop"), so no client's block is copied or selected.
+  steps = jnp.max((num_new + c - 1) // c)
+  Phi = jax.lax.fori_loop(0, steps, add_features, cache.Phi)
+  G = jax.lax.fori_loop(0, steps, functools.partial(add_gram, Phi), cache.G)
+  y_slot = jax.vmap(lambda s, v: jnp.zeros((n,), dt).at[s].set(v, mode="drop"))(slot, jnp.where(mask, y, 0.0))
+  m_slot = jax.vmap(lambda s, v: jnp.zeros((n,), bool).at[s].set(v, mode="drop"))(slot, mask)
+  held = m_slot[:, :, None] & m_slot[:, None, :]
+  beta = jax.vmap(_gram_solve, in_axes=(0, 0, 0, None))(jnp.where(held, G, 0.0), y_slot, m_slot, ridge)  # eq. (6)
+  w = jnp.einsum("in,inm->im", beta, Phi)                              # Phi^T beta; beta = 0 off the window
+  ids_slot = jax.vmap(lambda s, v, old: old.at[s].set(v, mode="drop"))(slot, ids, cache.ids)
+  return w, FitCache(ids=ids_slot, Phi=Phi, G=G)
 
 
 def kernel_se(x, xp, lengthscale=1.0):

@@ -215,6 +215,34 @@ def test_nearest_is_top_k_exactly_on_both_of_its_paths():
     np.testing.assert_array_equal(got[1], jax.vmap(lambda d: jax.lax.top_k(-d, n))(batch)[1])
 
 
+def test_blocked_distances_read_every_written_slot_and_only_those():
+  """fzoos._distances reads the first min(written, H) slots in blocks of DISTANCE_BLOCK (the last block
+  overlapping the one before when H is not a multiple): every written slot gets its row distance
+  (to a few ulps: XLA may sum a block's rows in another order than the whole history's) and every
+  empty slot inf, with written 1, 511, 512, 513 (a block boundary), 1,100 and past a ring wrap
+  (H = 1,300: three blocks, the last overlapping), under jit and vmap as in a round. A block count
+  of floor instead of ceil fails it (written instead of min(written, H) would only redo blocks)."""
+  with jax.enable_x64(True):
+    H, d, B = 1300, 40, fzoos.DISTANCE_BLOCK
+    assert H > 2 * B and H % B
+    rs = np.random.default_rng(1)
+    h = fzoos.History(X=jnp.zeros((H, d)), y=jnp.zeros(H), valid=jnp.zeros(H, bool), ptr=jnp.int32(0),
+                      stamp=jnp.full((H,), -1, jnp.int32), written=jnp.int32(0))
+    hb = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), h)
+    pb = jnp.asarray(rs.uniform(0, 1, (2, d)))
+    write = jax.jit(jax.vmap(fzoos._write))
+    blocked = jax.jit(jax.vmap(fzoos._distances))
+    rows = jax.jit(jax.vmap(lambda h, p: fzoos._row_distances(h.X, h.valid, p)))
+    for k in (1, 510, 1, 1, 587, 400, 100):       # written: 1, 511, 512, 513, 1100, 1500 (wrapped), 1600
+      hb = write(hb, jnp.asarray(rs.normal(0, 1, (2, k, d))), jnp.asarray(rs.normal(size=(2, k))))
+      got, want = blocked(hb, pb), rows(hb, pb)
+      np.testing.assert_array_equal(np.isinf(got), ~np.asarray(hb.valid))
+      np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+      fin = np.isfinite(want)
+      np.testing.assert_allclose(np.asarray(got)[fin], np.asarray(want)[fin], rtol=4 * np.finfo(float).eps, atol=0)
+    assert int(hb.written[0]) > H and bool(hb.valid.all())
+
+
 def test_tracked_distances_equal_a_full_recomputation():
   """fzoos._write_tracked computes only the written slots' distances to p; they must be
   fzoos._distances of the new history to the last bit (XLA may sum a row of d squares in another
@@ -250,11 +278,12 @@ def test_tracked_distances_equal_a_full_recomputation():
 def test_cached_rff_fit_is_the_plain_fit_on_every_round_window_through_ring_wraps():
   """rff_cache=1 (fedsim.estimators.rff.fit_weights_cached): every round's w_local^(i) is
   span * fit_weights on the client's window of the round (the rff_window history points
-  nearest x_r, min-max normalised, eq. 6) within 1e-9 x max|w|, over 6 rounds of a 40-slot
+  nearest x_r, min-max normalised, eq. 6) within 5e-8 x max|w|, over 6 rounds of a 40-slot
   ring that wraps (19 queries a round), so slots are overwritten by new points while the
-  cache holds their old features (the write stamps tell them apart). 1e-9: the plain fit
-  agrees with itself on the same window in another row order to ~1e-11 at the Fig. 1
-  setting (BUILD.md, fzoos)."""
+  cache holds their old features (the write stamps tell them apart). 5e-8: the cached fit
+  solves eq. 6 in its slots' order, and at this setting (M = 300, n = 24, ridge 1e-8) the
+  plain fit itself differs by up to 1.2e-8 x max|w| between row orders of the same window
+  (5 random permutations a round; ~1e-11 at the Fig. 1 setting, BUILD.md, fzoos)."""
   with jax.enable_x64(True):
     task = make_task("quadratic", num_clients=2, dim=8, heterogeneity=5.0, seed=0)
     hp = dict(num_rff=300, history_size=40, gp_window=10, rff_window=24, local_steps=3,
@@ -278,7 +307,7 @@ def test_cached_rff_fit_is_the_plain_fit_on_every_round_window_through_ring_wrap
       prev = np.asarray(state.fit_cache.ids)
       state, _ = step(state, rng.round_key(rng.stream(ROOT, "rounds"), r), task.data)
       ref = plain(state)
-      np.testing.assert_allclose(state.w_local, ref, rtol=0, atol=1e-9 * float(jnp.max(jnp.abs(ref))))
+      np.testing.assert_allclose(state.w_local, ref, rtol=0, atol=5e-8 * float(jnp.max(jnp.abs(ref))))
       ids = np.asarray(state.fit_cache.ids)
       reused.append(min(np.isin(ids[i][ids[i] >= 0], prev[i]).sum() for i in range(2)))
     assert int(alg.metrics(state)["history_overwritten"]) > 40          # the ring wrapped

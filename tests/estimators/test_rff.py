@@ -168,42 +168,59 @@ def test_fit_weights_singular_window_retries_with_jitter_and_stays_finite():
 
 
 def test_cached_fit_equals_fit_weights_over_a_sequence_of_windows():
-  """fit_weights_cached (eq. 6 reusing the previous window's phi(x) and Gram) gives
-  fit_weights's w on the same window, over windows that share rows, reorder them, mask
-  some, and reuse a row position for a new point under a new id (a ring slot overwritten);
-  chunks of 16 < the new rows (60 at first, then 15-40), so the new-row loop takes several steps. Tolerance
-  1e-12 x max|w|: the two differ only in the round-off of products of other shapes."""
+  """fit_weights_cached (eq. 6 reusing the cached phi(x) and Gram of the points a client's slots
+  hold) gives fit_weights's w on the same window, for two clients at once, over windows that share
+  rows, reorder them, mask some, and reuse a row position for a new point under a new id (a ring
+  slot overwritten); chunks of 16 < the new rows (60 at first, then 15-40), so the new-row loop takes
+  several steps. Tolerance 1e-12 x max|w|: the two differ only in the round-off of products of
+  other shapes and of the slot order. After every fit each slot's features are phi of its point
+  and G = Phi Phi^T over all slots (the invariant that lets a point re-enter without recomputation)."""
   with jax.enable_x64(True):
     M, d, n, H = 2000, 12, 60, 150
     feats = rff.draw(jax.random.key(30), M, d, 1.0, jnp.float64)
     rs = np.random.default_rng(4)
-    HX, Hy, ids = rs.normal(size=(H, d)) * 0.3, rs.normal(size=H), np.arange(H)
-    cache = rff.empty_cache(n, M, jnp.float64)
+    HX, Hy = rs.normal(size=(2, H, d)) * 0.3, rs.normal(size=(2, H))
+    ids = np.stack([np.arange(H), np.arange(H)])
+    cache = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), rff.empty_cache(n, M, jnp.float64))
     cached = jax.jit(lambda X, y, m, i, c: rff.fit_weights_cached(feats, X, y, m, i, c, 1e-8, chunk=16))
-    plain = jax.jit(lambda X, y, m: rff.fit_weights(feats, X, y, m, 1e-8))
-    hits, rows = [], np.arange(n)
+    plain = jax.jit(jax.vmap(lambda X, y, m: rff.fit_weights(feats, X, y, m, 1e-8)))
+    hits, rows = [], np.stack([np.arange(n), np.arange(n)])
     for it in range(8):
-      new = rs.choice(H, 10, replace=False)          # overwritten points: new x, new y, new id
-      HX[new], Hy[new] = rs.normal(size=(10, d)) * 0.3, rs.normal(size=10)
-      ids[new] = ids.max() + 1 + np.arange(10)
-      if it % 3 == 0:                                # a shuffled window: 20 of its rows swapped
-        rows = rs.permutation(np.concatenate([rows[20:], rs.choice(np.setdiff1d(np.arange(H), rows), 20)]))
-      else:                                          # the nearest-first order of a drifting centre
-        rows = np.concatenate([rs.choice(np.setdiff1d(np.arange(H), rows), 15), rows[:n - 15]])
-      mask = np.arange(n) < (n - 3 * (it % 2))
+      for c in range(2):
+        new = rs.choice(H, 10, replace=False)          # overwritten points: new x, new y, new id
+        HX[c, new], Hy[c, new] = rs.normal(size=(10, d)) * 0.3, rs.normal(size=10)
+        ids[c, new] = ids[c].max() + 1 + np.arange(10)
+        if (it + c) % 3 == 0:                          # a shuffled window: 20 of its rows swapped
+          rows[c] = rs.permutation(np.concatenate([rows[c, 20:], rs.choice(np.setdiff1d(np.arange(H), rows[c]), 20,
+                                                                              replace=False)]))
+        else:                                          # the nearest-first order of a drifting centre
+          fresh = rs.choice(np.setdiff1d(np.arange(H), rows[c]), 15, replace=False)
+          rows[c] = np.concatenate([fresh, rows[c, :n - 15]])
+      mask = np.stack([np.arange(n) < (n - 3 * ((it + c) % 2)) for c in range(2)])
       prev = np.asarray(cache.ids)
-      w, cache = cached(HX[rows], Hy[rows], mask, ids[rows].astype(np.int32), cache)
-      hits.append(int(np.isin(np.where(mask, ids[rows], -2), prev).sum()))
-      ref = plain(HX[rows], Hy[rows], mask)
+      X = np.take_along_axis(HX, rows[..., None], 1)
+      y, wid = np.take_along_axis(Hy, rows, 1), np.take_along_axis(ids, rows, 1).astype(np.int32)
+      w, cache = cached(X, y, mask, wid, cache)
+      hits.append(min(int(np.isin(np.where(mask[c], wid[c], -2), prev[c]).sum()) for c in range(2)))
+      ref = plain(X, y, mask)
       np.testing.assert_allclose(w, ref, rtol=0, atol=1e-12 * float(jnp.max(jnp.abs(ref))))
-      np.testing.assert_array_equal(cache.ids, np.where(mask, ids[rows], -1))
+      for c in range(2):
+        held = np.asarray(cache.ids[c])
+        assert set(wid[c][mask[c]]) <= set(held[held >= 0])              # every window point has a slot
+        assert len(set(held[held >= 0])) == int((held >= 0).sum())        # no point in two slots
+        for s in np.flatnonzero(held >= 0):                               # each slot: phi of its point
+          (where,) = np.nonzero(ids[c] == held[s])
+          if where.size:
+            np.testing.assert_allclose(cache.Phi[c, s], rff.features(feats, HX[c, where[0]]), rtol=0, atol=1e-13)
+        P = np.asarray(cache.Phi[c])
+        np.testing.assert_allclose(cache.G[c], P @ P.T, rtol=0, atol=1e-12)
     assert hits[0] == 0 and min(hits[1:]) >= 20 and max(hits[1:]) < n   # rows reused and new rows
     # An id that stays but whose point changed is not detected (ids must identify points):
     # the cached fit then differs, which is what the test above would catch.
-    X2 = HX[rows].copy()
-    X2[0] += 1.0
-    w_stale, _ = cached(X2, Hy[rows], mask, ids[rows].astype(np.int32), cache)
-    assert float(jnp.max(jnp.abs(w_stale - plain(X2, Hy[rows], mask)))) > 1e-6
+    X2 = X.copy()
+    X2[0, 0] += 1.0
+    w_stale, _ = cached(X2, y, mask, wid, cache)
+    assert float(jnp.max(jnp.abs(w_stale - plain(X2, y, mask)))) > 1e-6
 
 
 @pytest.mark.parametrize("n, M, radius", [(60, 2000, 0.01), (60, 2000, 1.0)])
