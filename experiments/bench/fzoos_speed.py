@@ -291,7 +291,6 @@ def markdown(result: dict) -> str:
       rows.append(f"\nrff_cache = 0 (no cached RFF fit, the default before issue 37) at N = {r['num_clients']}, "
                   f"M = {r['num_rff']}: {c['seconds_per_round']:.4g} s/round against the default's "
                   f"{c['default_seconds_per_round']:.4g} s side by side (the default {c['speedup']:.2f}x faster)")
-  for r in result["records"]:
     if "run_rounds" in r:
       rr = r["run_rounds"]
       rows.append(f"\nthe same run continued (N = {r['num_clients']}, M = {r['num_rff']}): rounds "

@@ -172,14 +172,15 @@ class FZooSConfig:
     rff_window: points nearest to x_r in the RFF fit = 500 ([code]).
     rff_ridge: sigma^2 of the RFF fit (code: 0, min-norm; 1e-8 numerically); float32 fits
       add u tr(Phi Phi^T) (rffm.float32_jitter: the windows are near-singular), float64 none.
-    rff_cache: 1 (default since issue 37): each client keeps its last RFF window's
-      features and Gram (state: N x rff_window x (num_rff + rff_window) reals, 42 MB
-      per client at the defaults) and the fit computes them only for the rows that are
-      new to the window (about the 107 queries of a round at T = 10;
-      rffm.fit_weights_cached), the clients one after another: the same weights up to
-      round-off (1e-14 relative in a round), 1.6-1.8x faster per round at the Fig. 1
-      setting (BUILD.md). 0: every eq. 6 fit computes its window's features and Gram afresh
-      (rffm.fit_weights, all clients vmapped; no cache in the state, for large N): the
+    rff_cache: 1 (default since issue 37): each client keeps the features and Gram
+      entries of its recent RFF windows' points in rff_window fixed slots (state: N x
+      rff_window x (num_rff + rff_window) reals, 42 MB per client at the defaults) and
+      the fit computes them only for the rows that are new to the window (about the 107
+      queries of a round at T = 10), written into free slots in place
+      (rffm.fit_weights_cached): the same weights up to round-off (~1e-11 relative at the
+      Fig. 1 setting), 2.2x faster per round there (BUILD.md). 0: every eq. 6 fit computes
+      its window's features and Gram afresh (rffm.fit_weights, all clients vmapped; no
+      cache in the state, for large N): the
       curves of fedsim before issue 37 and of every stored FZooS claim but Fig. 1's (both
       presets). FZooS amplifies round-off about 3x per round (its active queries are discrete
       choices), so the two curves agree to ~1e-10 for 5 rounds and then part like two
@@ -225,9 +226,9 @@ class FZooSConfig:
   gp_window: int = hparam(150, help="FZooS local GP window (nearest history points)", low=1, source="[code]")
   rff_window: int = hparam(500, help="FZooS RFF fit window (points nearest x_r)", low=1, source="[code]")
   rff_ridge: float = hparam(1e-8, help="FZooS RFF fit ridge sigma^2 (code: 0, min-norm)", low=0, finite=True)
-  rff_cache: int = hparam(1, help="1 keeps each client's last RFF window's features and Gram (state N x "
+  rff_cache: int = hparam(1, help="1 keeps the features and Gram of each client's recent RFF window points (state N x "
                           "rff_window x (num_rff + rff_window) reals) so eq. 6 computes them only for new rows "
-                          "(1.6-1.8x faster; same weights up to round-off, which FZooS amplifies after ~5 rounds); "
+                          "(2.2x faster; same weights up to round-off, which FZooS amplifies after ~5 rounds); "
                           "0 recomputes them every round (no state; fedsim's curves before issue 37)",
                           choices=(0, 1), source="implementation (issues 17, 37)")
   history_size: int = hparam(0, help="FZooS per-client history slots: 0 = the whole run (from rounds), "

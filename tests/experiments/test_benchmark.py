@@ -302,6 +302,10 @@ def test_quick_fzoos_and_ffgb_suites():
   assert r["profile_estimate_s"] == pytest.approx(2 * prof["estimate_per_client_s"])
   assert _positive(r["rff_cache_off"]["seconds_per_round"]) and _positive(r["rff_cache_off"]["speedup"])
   assert "rff_cache = 0" in fzoos_speed.markdown(fz)
+  # The run continued to the history's 50 rounds, each timed.
+  rr = r["run_rounds"]
+  assert rr["rounds"] == 50 and len(rr["seconds"]) == 50 - rr["first_round"] and _positive(rr["mean_s"])
+  assert "the same run continued" in fzoos_speed.markdown(fz)
   # Every thunk of the traced round is charged to a scope; the default's fit and GP are found by name.
   for sp in (r["scope_profile"], r["rff_cache_off"]["scope_profile"]):
     assert set(sp["ms"]) == {*fzoos_speed.SCOPES, "other"} and sp["total_ms"] == pytest.approx(sum(sp["ms"].values()))
