@@ -144,7 +144,9 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       ``bytes_down``, ``participants``, ``empty_rounds``, ``wall_time_s``,
       every key of ``task.evaluate`` and of ``algorithm.metrics``.
     state, start_round, totals: resume from a saved state after ``start_round``
-      rounds with the given cumulative ledgers.
+      rounds with the given cumulative ledgers. The chunks donate their state, so a
+      state passed here is consumed (its arrays are deleted by the first chunk); pass a
+      copy to keep it.
     checkpoint_dir: where checkpoints go (orbax, ``fedsim.core.checkpoint``; the last 2 are kept).
     checkpoint_every: K > 0 saves the full state (algorithm state with its PRNG
       keys, round, ledger totals, elapsed time) at the first chunk end at or
