@@ -168,7 +168,11 @@ def test_a_kill_while_a_save_is_in_flight_resumes_bitwise_without_warnings(tmp_p
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   metrics, ckpts = out / "gd" / "metrics.jsonl", out / "gd" / "checkpoints"
   deadline = time.time() + 300
-  while time.time() < deadline and not (metrics.exists() and '"round": 6' in metrics.read_text()):
+
+  def in_flight():   # round 6 measured and round 4's temporary folder written (orbax makes it in a thread)
+    return (metrics.exists() and '"round": 6' in metrics.read_text() and ckpts.exists()
+            and any(p.name.startswith("4.") for p in ckpts.iterdir()))
+  while time.time() < deadline and not in_flight():
     time.sleep(0.05)
   proc.kill()
   proc.wait()
