@@ -109,6 +109,7 @@ from fedsim.algorithms.local import BYTES_PER_REAL, LOCAL_OPTIMIZERS, flat_probl
 from fedsim.config import hparam, validate
 from fedsim.core import rng
 from fedsim.core.reduce import pairwise_sum
+from fedsim.core.sharding import replicated_on
 from fedsim.core.types import FederatedAlgorithm, Task, make_stats
 from fedsim.estimators import gp as gpm
 from fedsim.estimators import rff as rffm
@@ -371,17 +372,31 @@ class FZooSState(NamedTuple):
   fit_cache: rffm.FitCache
 
 
+def _ring_rows(h: History, k: int):
+  """(first, idx): of k rows appended at the ring pointer, the rows that survive the write are
+  rows first..k-1 (first = max(k - H, 0): a write longer than the ring keeps its last H rows,
+  as k appends one by one would) and they land in the distinct slots ``idx``. Distinct slots
+  make the scatter well defined: XLA leaves the winner among duplicate scatter indices
+  unspecified (a 50-row server write into a ring of 16 slots has them)."""
+  H = h.X.shape[0]
+  first = max(k - H, 0)
+  return first, (h.ptr + first + jnp.arange(k - first)) % H
+
+
 def _write(h: History, X, y, do=True) -> History:
-  """Appends k rows at the ring pointer (masked off when ``do`` is False)."""
+  """Appends k rows at the ring pointer (masked off when ``do`` is False); when k > H only the
+  last H rows remain (:func:`_ring_rows`), with their own write stamps."""
   H = h.X.shape[0]
   k = X.shape[0]
-  idx = (h.ptr + jnp.arange(k)) % H
+  first, idx = _ring_rows(h, k)
+  X, y = X[first:], y[first:]
   do = jnp.asarray(do)
-  return History(X=h.X.at[idx].set(jnp.where(do, X, h.X[idx])),
-                 y=h.y.at[idx].set(jnp.where(do, y, h.y[idx])),
-                 valid=h.valid.at[idx].set(jnp.where(do, True, h.valid[idx])),
+  stamps = h.written + first + jnp.arange(k - first, dtype=jnp.int32)
+  return History(X=h.X.at[idx].set(jnp.where(do, X, h.X[idx]), unique_indices=True),
+                 y=h.y.at[idx].set(jnp.where(do, y, h.y[idx]), unique_indices=True),
+                 valid=h.valid.at[idx].set(jnp.where(do, True, h.valid[idx]), unique_indices=True),
                  ptr=(h.ptr + k * do.astype(jnp.int32)) % H,
-                 stamp=h.stamp.at[idx].set(jnp.where(do, h.written + jnp.arange(k, dtype=jnp.int32), h.stamp[idx])),
+                 stamp=h.stamp.at[idx].set(jnp.where(do, stamps, h.stamp[idx]), unique_indices=True),
                  written=h.written + k * do.astype(jnp.int32))
 
 
@@ -456,9 +471,9 @@ def _write_tracked(h: History, dist, p, X, y, do=True):
   row formula: a full recomputation's to a few ulps (XLA may order a row's sum differently for
   another batch shape) and the same windows (tests/algorithms/test_fzoos.py); the Fig. 1 round's
   curve is bit for bit the one of a full recomputation each step (issue 37)."""
-  idx = (h.ptr + jnp.arange(X.shape[0])) % h.X.shape[0]
+  _, idx = _ring_rows(h, X.shape[0])
   h = _write(h, X, y, do)
-  return h, dist.at[idx].set(_row_distances(h.X[idx], h.valid[idx], p))
+  return h, dist.at[idx].set(_row_distances(h.X[idx], h.valid[idx], p), unique_indices=True)
 
 
 def _window_slots(h: History, p, n, dist=None):
@@ -639,11 +654,19 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       w = jax.vmap(rffm.fit_weights, in_axes=(None, 0, 0, 0, None))(rff, Xw, yt, mw, cfg.rff_ridge)  # eq. (6)
     return span[:, None] * w, cache
 
+  # Placement (issue 46): on a mesh of several devices every device computes every client, as one
+  # device does. Splitting the client vmap over devices changes each device's batch and with it the
+  # last bit of XLA's GEMM / reduction results (measured: rad and the candidate scores of the server's
+  # active queries, round 1), which the discrete top-k choices and the near-singular fits amplify to
+  # 1e-2 after one round. A per-client loop that keeps the clients split is invariant too, but 2.1x
+  # slower a round at Fig. 1's size (the (M, d) features are read once per client instead of once).
+  replicate = replicated_on(task.data)
+
   def round_fn(state: FZooSState, key, data):
     _, k_clients, k_server = rng.round_subkeys(key)
     ids = jnp.arange(N, dtype=jnp.int32)
     keys = rng.client_keys(k_clients, ids)
-    clients = data["clients"]
+    state, clients = replicate((state, data["clients"]))
     first = state.round == 0
     has_corr = (state.round > 0).astype(state.x.dtype)                   # [code] none in round 1
     x_T, hist, cos = jax.vmap(client_round, in_axes=(None, 0, 0, None, None, 0, 0, None, None, None))(
@@ -661,7 +684,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
                        bytes_down=N * (d + M) * BYTES_PER_REAL, participants=N)
     new = FZooSState(x=x_new, round=state.round + 1, hist=hist, w_local=w_loc, w_global=w_glob,
                      rff=state.rff, cosine=jnp.mean(cos, axis=0), fit_cache=fit_cache)
-    return new, stats
+    return replicate(new), stats
 
   def metrics(state: FZooSState):
     # Queries written so far minus the slots: > 0 only once the ring wrapped (module docstring).

@@ -150,3 +150,19 @@ def mesh_of(tree) -> Mesh | AbstractMesh | None:
     if isinstance(s, NamedSharding):
       return s.mesh
   return None
+
+
+def replicated_on(tree):
+  """A function ``f(t)`` that constrains the pytree ``t`` (inside ``jit``) to be replicated over the
+  mesh of ``tree`` (:func:`mesh_of`): every device then computes the whole of what follows from it,
+  with the program a single device runs. The identity when ``tree`` is on no mesh or a 1-device one.
+
+  For an algorithm whose per-client arithmetic must not depend on the placement (FZooS, issue 46):
+  splitting a ``vmap`` over the devices changes the batch each device computes, and with it the
+  order XLA's CPU kernels (GEMM / GEMV, reductions) accumulate in, at the last bit of a result.
+  """
+  mesh = mesh_of(tree)
+  if mesh is None or mesh.devices.size == 1:
+    return lambda t: t
+  rep = NamedSharding(mesh, P())
+  return lambda t: jax.tree_util.tree_map(lambda a: jax.lax.with_sharding_constraint(a, rep), t)

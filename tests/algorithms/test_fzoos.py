@@ -330,3 +330,32 @@ def test_project_keeps_the_iterates_in_the_papers_domain(name, kw):
   if name == "fzoos":   # every queried local iterate too (the history's points of the local steps)
     h = boxed.hist
     assert bool(jnp.all(jnp.where(h.valid[..., None], (h.X >= -0.011) & (h.X <= 1.011), True)))
+
+
+def test_a_write_longer_than_the_ring_keeps_its_last_rows_in_distinct_slots():
+  """fzoos._write of k > H rows (the server's 50 active queries into a ring of 16) leaves exactly what
+  k one-row writes would: the last H rows, each in the slot its position in the ring gives it, with its
+  own write stamp, the pointer and the written count advanced by k; _write_tracked's distances follow
+  the same rows. The slots a write touches are distinct (_ring_rows), so no scatter has duplicate
+  indices, whose winner XLA leaves unspecified. Writing row j into slot (ptr + j) % H for every j, the
+  old form, agrees only where the backend applies duplicates in order; dropping the first k - H rows'
+  offset (ptr + arange(H)) puts the rows one ring turn off and fails here."""
+  H, d, k = 16, 3, 50
+  rs = np.random.default_rng(3)
+  h0 = fzoos.History(X=jnp.zeros((H, d)), y=jnp.zeros(H), valid=jnp.zeros(H, bool), ptr=jnp.int32(0),
+                     stamp=jnp.full((H,), -1, jnp.int32), written=jnp.int32(0))
+  h0 = fzoos._write(h0, jnp.asarray(rs.normal(size=(5, d))), jnp.asarray(rs.normal(size=5)))  # ptr 5
+  X, y = jnp.asarray(rs.normal(size=(k, d))), jnp.asarray(rs.normal(size=k))
+  got = jax.jit(fzoos._write)(h0, X, y)
+  one = h0
+  for j in range(k):
+    one = fzoos._write(one, X[j:j + 1], y[j:j + 1])
+  for a, b in zip(got, one):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  first, idx = fzoos._ring_rows(h0, k)
+  assert first == k - H and len(set(np.asarray(idx).tolist())) == H
+  np.testing.assert_array_equal(np.asarray(got.stamp)[np.asarray(idx)], 5 + np.arange(k - H, k))
+  assert int(got.ptr) == (5 + k) % H and int(got.written) == 5 + k
+  p = jnp.zeros(d)
+  hb, dist = jax.jit(fzoos._write_tracked)(h0, fzoos._distances(h0, p), p, X, y)
+  np.testing.assert_allclose(np.asarray(dist), np.asarray(fzoos._distances(hb, p)), rtol=1e-6)
