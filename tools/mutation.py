@@ -385,7 +385,9 @@ def load_map(path) -> dict:
 def package_modules(root: Path, package: str, cfg: dict) -> list[str]:
   exclude = cfg.get("exclude_modules", [])
   mods = []
-  for p in sorted((root / package).rglob("*.py")):
+  # A package may be a glob of files ("fedsim/*.py": the top-level modules without the subpackages).
+  paths = root.glob(package) if any(c in package for c in "*?[") else (root / package).rglob("*.py")
+  for p in sorted(paths):
     rel = p.relative_to(root).as_posix()
     if any(glob_match(rel, pat) for pat in exclude):
       continue
@@ -403,7 +405,7 @@ def tests_for(root: Path, module: str, cfg: dict) -> list[str]:
   patterns = cfg.get("tests", {}).get(module)
   if patterns is None:
     for pkg, pcfg in cfg.get("packages", {}).items():
-      if module.startswith(pkg.rstrip("/") + "/"):
+      if module.startswith(pkg.rstrip("/") + "/") or (glob_match(module, pkg) and module.count("/") == pkg.count("/")):
         patterns = pcfg.get("default_tests", [])
   files = set()
   for pat in patterns or []:

@@ -59,6 +59,11 @@ def test_stack_padded_pads_masked_sample_axis(tasks):
     np.testing.assert_array_equal(out["sizes"][k], d["sizes"])
   # Shapes that padding cannot reconcile (a different number of clients): None.
   assert stack_padded([datas[0], digits_task(5, seed=0).data]) is None
+  # Client data without a mask cannot mark padded samples as absent: sample counts that differ are
+  # not padded but refused (None), whether the clients are a dict without "mask" or not a dict.
+  no_mask = [{"clients": {"x": np.ones((2, n, 3))}, "sizes": np.ones(2)} for n in (4, 5)]
+  assert stack_padded(no_mask) is None
+  assert stack_padded([{"clients": np.ones((2, n)), "sizes": np.ones(2)} for n in (4, 5)]) is None
 
 
 @pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)

@@ -227,3 +227,26 @@ def test_zero_size_leaves_round_trip(tmp_path):
     np.testing.assert_array_equal(a, b)
   assert jax.dtypes.issubdtype(back["k"].dtype, jax.dtypes.prng_key)
   # FZooS's default (N, 0) fit cache through simulate: tests/core/test_cut_invariance.py.
+
+
+def test_a_checkpoint_of_another_shape_or_dtype_is_refused_each_alone(tmp_path):
+  """restore refuses a stored leaf whose shape differs (same dtype) and one whose dtype differs (same
+  shape): either mismatch alone is enough (issue 46 mutation sample: 'or' -> 'and' survived)."""
+  state = {"x": jax.numpy.arange(5.0), "n": jax.numpy.int32(4)}
+  with checkpoint.manager(str(tmp_path)) as m:
+    checkpoint.save(m, state, 2, {}, 0.0, "x")
+  for other in ({"x": jax.numpy.arange(6.0), "n": jax.numpy.int32(4)},            # shape only
+                {"x": jax.numpy.arange(5, dtype=jax.numpy.int32), "n": jax.numpy.int32(4)}):  # dtype only
+    with checkpoint.manager(str(tmp_path)) as m, pytest.raises(ValueError, match="does not match"):
+      checkpoint.restore(m, jax.eval_shape(lambda o=other: o), algorithm="x")
+
+
+def test_latest_round_of_no_folder_is_none(tmp_path):
+  """latest_round: None for no directory (None or ''), for a path that does not exist and for an empty
+  folder; the round for a folder with a checkpoint."""
+  assert checkpoint.latest_round(None) is None and checkpoint.latest_round("") is None
+  assert checkpoint.latest_round(str(tmp_path / "missing")) is None
+  assert checkpoint.latest_round(str(tmp_path)) is None
+  with checkpoint.manager(str(tmp_path / "c")) as m:
+    checkpoint.save(m, {"x": jax.numpy.ones(2)}, 6, {}, 0.0, "x")
+  assert checkpoint.latest_round(str(tmp_path / "c")) == 6

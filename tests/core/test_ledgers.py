@@ -138,3 +138,12 @@ def test_ffgb_bytes_beyond_int32_not_capped():
   assert stats.unit("bytes_down") == (n - 1) * m * k * p * 4 == 4_915_200_000
   assert stats.bytes_up.shape == stats.bytes_down.shape == ()
   assert stats.bytes_down.dtype == jnp.int32  # the count (1 when the learners are sent)
+
+
+def test_round_stats_without_units_count_in_units_of_one():
+  """RoundStats built directly (no make_stats) has unit 1 for every ledger: totals are the counts."""
+  from fedsim.core.types import LEDGERS, RoundStats
+  counts = {name: np.int32(i + 2) for i, name in enumerate(LEDGERS)}
+  stats = RoundStats(**counts)
+  assert stats.totals() == {name: int(c) for name, c in counts.items()}
+  assert all(stats.unit(name) == 1 for name in LEDGERS)

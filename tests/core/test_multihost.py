@@ -11,6 +11,9 @@ import sys
 import numpy as np
 import pytest
 
+from fedsim.core import checkpoint
+from tests.core import test_cut_invariance as ci
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ARGS = ["--algorithm=fedavg,fedzo", "--num_clients=10", "--clients_per_round=4", "--eval_every=2",
         "--lr=0.05"]
@@ -72,15 +75,16 @@ def test_two_processes_agree_with_one_and_resume(tmp_path):
         np.testing.assert_allclose(rm[k], v, rtol=1e-6, atol=1e-7, err_msg=f"{alg} {k}")
 
 
-# One process of a run of tests/core/test_cut_invariance.py's small cases over a 2-device mesh: with
-# argv [port, process_id] it is one of 2 jax.distributed processes (1 device each), with no argv one
-# process with 2 devices. Prints, as JSON, each case's final state leaves and records (process 0).
+# One process of a run of tests/core/test_cut_invariance.py's small cases over a 2-device mesh, saving
+# checkpoints under argv[1]: with argv [dir, port, process_id] it is one of 2 jax.distributed processes
+# (1 device each), with [dir] one process with 2 devices. Prints, as JSON, each case's final state leaves
+# and records (process 0).
 PLACEMENT_SCRIPT = """
 import hashlib, json, sys
 import numpy as np
 from fedsim.core import distributed
-if len(sys.argv) > 1:
-  distributed.initialize(f"localhost:{sys.argv[1]}", 2, int(sys.argv[2]))
+if len(sys.argv) > 2:
+  distributed.initialize(f"localhost:{sys.argv[2]}", 2, int(sys.argv[3]))
 import jax
 from fedsim import algorithms
 from fedsim.core import simulate
@@ -91,7 +95,8 @@ out = {}
 for label in ("fedavg", "fedzo", "fzoos"):
   name, hp, base = ci.make_case(label)
   task = shard_task(base, client_mesh(2))
-  state, records = simulate(algorithms.build(name, task, **hp), task, ci.T, 5, ci.KEY)
+  state, records = simulate(algorithms.build(name, task, **hp), task, ci.T, 5, ci.KEY,
+                            checkpoint_dir=f"{sys.argv[1]}/{label}", checkpoint_every=5)
   leaves = distributed.fetch([jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
                               else x for x in jax.tree_util.tree_leaves(state)])
   out[label] = {"state": [hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest() for a in leaves],
@@ -102,17 +107,18 @@ if distributed.is_main():
 
 
 @pytest.mark.slow
-def test_two_processes_give_the_bits_of_one_process_with_two_devices():
+def test_two_processes_give_the_bits_of_one_process_with_two_devices(tmp_path):
   """FedAvg, FedZO and FZooS (issue 46 item 4) on 2 jax.distributed processes with one CPU device each
-  against one process with 2 devices, the same 2-device mesh: the final states (every leaf's bytes) and
-  every record (but wall time) are identical."""
+  against one process with 2 devices, the same 2-device mesh, both checkpointing: the final states (every
+  leaf's bytes) and every record (but wall time) are identical, and the 2-process checkpoints restore."""
   port = _free_port()
-  procs = [subprocess.Popen([sys.executable, "-c", PLACEMENT_SCRIPT, str(port), str(i)], cwd=REPO, env=_env(1),
+  procs = [subprocess.Popen([sys.executable, "-c", PLACEMENT_SCRIPT, str(tmp_path / "multi"), str(port), str(i)],
+                            cwd=REPO, env=_env(1),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
   outs = [p.communicate(timeout=900) for p in procs]
   for p, (_, err) in zip(procs, outs):
     assert p.returncode == 0, err[-3000:]
-  single = subprocess.run([sys.executable, "-c", PLACEMENT_SCRIPT], cwd=REPO, env=_env(2),
+  single = subprocess.run([sys.executable, "-c", PLACEMENT_SCRIPT, str(tmp_path / "one")], cwd=REPO, env=_env(2),
                           capture_output=True, text=True, timeout=900)
   assert single.returncode == 0, single.stderr[-3000:]
   multi, one = (json.loads(o.strip().splitlines()[-1]) for o in (outs[0][0], single.stdout))
@@ -120,3 +126,4 @@ def test_two_processes_give_the_bits_of_one_process_with_two_devices():
   for label in one:
     assert multi[label]["records"] == one[label]["records"], label
     assert multi[label]["state"] == one[label]["state"], label
+    assert checkpoint.latest_round(str(tmp_path / "multi" / label)) == ci.T

@@ -85,3 +85,23 @@ def test_ten_clients_one_vs_eight_devices_padded_same_metrics():
           np.testing.assert_allclose(r8[k], v, rtol=1e-6, atol=1e-7, err_msg=f"{label} {k}")
         exact += r8[k] == v
   print(f"{exact} of {sum(len(r) * len(r[0]) for r in out['1'].values())} values bitwise equal")
+
+
+def test_shard_clients_splits_every_leaf_with_the_client_axis_and_replicates_the_rest():
+  """shard_clients: a leaf whose leading axis is N (1-D included) is split along ``clients`` when N is a
+  multiple of the device count; scalars and other leading sizes are replicated (one device here, so the
+  placement shows only in the sharding's spec)."""
+  mesh = client_mesh(1)
+  out = sharding.shard_clients({"sizes": np.ones(4), "x": np.ones((4, 3)), "s": np.float32(1.0),
+                                "other": np.ones(5)}, mesh, 4)
+  assert out["sizes"].sharding.spec == out["x"].sharding.spec == jax.sharding.PartitionSpec("clients")
+  assert out["s"].sharding.spec == out["other"].sharding.spec == jax.sharding.PartitionSpec()
+
+
+def test_replicated_on_is_the_identity_off_a_multi_device_mesh():
+  """replicated_on: the identity (the same objects) for a tree on no mesh and on a 1-device mesh; on
+  several devices it constrains to replicated (the FZooS rows of test_cut_invariance.py's device test)."""
+  tree = {"a": np.ones(3)}
+  assert sharding.replicated_on(tree)(tree) is tree
+  placed = sharding.shard_clients(tree, client_mesh(1), 3)
+  assert sharding.replicated_on(placed)(placed) is placed
