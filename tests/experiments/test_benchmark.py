@@ -421,3 +421,23 @@ def test_quick_fd_memory_suite_streamed_rounds_hold_less():
   assert rows[0]["max_rel_diff"] == 0 and 0 <= rows[4]["max_rel_diff"] < 0.05
   assert all(_positive(r["seconds_per_round"]) for r in rows.values())
   assert "| 16 | 0 | 1 |" in fd_memory.markdown(out) and "fd_memory" in util.DEFAULT_SUITES
+
+
+@pytest.mark.slow  # about 2 min on 2 CPU cores; .ci/run runs it (pytest -m slow)
+def test_gpu_all_script_quick_writes_every_step(tmp_path):
+  """Issue 49 item 3: experiments/bench/gpu_all.sh, the one script a lent GPU runs, at --quick sizes."""
+  out = tmp_path / "gpu"
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHON=sys.executable)
+  proc = subprocess.run(["bash", "experiments/bench/gpu_all.sh", str(out), "--quick"], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=1800)
+  assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+  for suite_name in ("gpu_table", "sweep_table"):
+    md = (out / suite_name / "benchmark.md").read_text()
+    assert f"## {suite_name}:" in md and (out / suite_name / "benchmark.json").stat().st_size > 0, suite_name
+  doc = json.loads((out / "sweep_table" / "benchmark.json").read_text())
+  assert doc["settings"]["sweep_table_configs"] == [1, 8]  # the script's K flag reaches the suite
+  traces = [p for p in (out / "profile").rglob("*") if p.is_file() and p.stat().st_size > 0]
+  assert any(p.name.endswith(".xplane.pb") for p in traces), traces
+  steps = [line.split()[0] for line in (out / "timings.txt").read_text().splitlines()]
+  assert steps == ["gpu_table", "sweep_table", "profile", "total"]
+  assert str(out / "gpu_table" / "benchmark.md") in proc.stdout and "total" in proc.stdout

@@ -463,3 +463,85 @@ def test_a_flagfile_edited_after_its_run_makes_the_run_start_again(tmp_path, mon
   os.utime(marker, (1, 1))  # edited after the run: the marker and the half-kept folder go
   ctx._plan("r", "experiments.run", "x.cfg", {"seed": 0})
   assert not os.path.exists(marker) and not os.path.exists(out)
+
+
+def test_from_evidence_with_only_rejudges_the_named_claims_and_keeps_every_other(tmp_path, monkeypatch):
+  """--only with --from_evidence: the claims not named keep their committed records, in order, and a
+  named claim that comes after them is still re-judged (the loop goes on past a kept claim)."""
+  import threading
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(C.Context, "_launch", _fake_launch_factory([0], [0], threading.Lock()))
+  seen = []
+
+  def judged(name):
+    def evaluate(ctx):
+      runs = ctx.runs([(f"{name}{s}", "toy.cfg", dict(seed=s)) for s in range(2)])
+      seen.append(name)
+      return C.Evidence("reproduced", name, numbers={"n": C.Stat.of([r["alg"][0]["objective"] for r in runs])})
+    return evaluate
+
+  monkeypatch.setitem(papers.PAPERS, "toy", [C.Claim("toy.first", "p", "Fig. 1", "rule", judged("a")),
+                                             C.Claim("toy.second", "q", "Fig. 2", "rule", judged("b"))])
+  monkeypatch.setitem(papers.TITLES, "toy", "Toy paper")
+  monkeypatch.setitem(papers.PENDING, "toy", [])
+  monkeypatch.setitem(papers.SUBSTITUTES, "toy", {})
+  made = C.DEFAULT_OUTPUT
+  main_mod.reproduce("toy", "paper", made)
+  assert seen == ["a", "b"]
+  monkeypatch.setattr(C.Context, "_launch", _real_launch)
+  main_mod.reproduce("toy", "paper", "rejudged", from_evidence=made, only={"toy.second"})
+  assert seen == ["a", "b", "b"]
+  committed = json.loads((tmp_path / made / "toy" / "claims.json").read_text())
+  again = json.loads((tmp_path / "rejudged" / "toy" / "claims.json").read_text())
+  assert [c["id"] for c in again["claims"]] == ["toy.first", "toy.second"]
+  assert again["claims"][0] == committed["claims"][0]
+
+
+def test_a_final_value_that_is_missing_or_not_finite_falls_back_to_the_last_finite_one():
+  """declare._value: the last record's metric when finite; else (NaN, inf, or the key missing) the last
+  finite value before it; None when there is none."""
+  from experiments.reproduce import declare
+  h = [{"f": 3.0}, {"f": 2.0}]
+  assert declare._value(h, "f") == 2.0
+  assert declare._value(h + [{"f": float("nan")}], "f") == 2.0
+  assert declare._value(h + [{"f": float("inf")}], "f") == 2.0
+  assert declare._value(h + [{"g": 1.0}], "f") == 2.0
+  assert declare._value([{"f": float("nan")}], "f") is None and declare._value([], "f") is None
+
+
+def test_the_summary_names_at_most_five_headline_claims():
+  """report.summary: the opening lists the first five headline paper claims and no more (its 8-line
+  budget), in the records' order; a claim that is not a headline is not listed."""
+  recs = [dict(id=f"toy.c{i}", kind="paper", headline=i != 2, verdict="reproduced", source="Fig. 1",
+               why=f"reason {i}.", scale="paper") for i in range(8)]
+  lines = report.summary(recs, [])
+  listed = [line for line in lines if line.startswith("- [toy.c")]
+  assert [line.split("]")[0] for line in listed] == ["- [toy.c0", "- [toy.c1", "- [toy.c3", "- [toy.c4", "- [toy.c5"]
+
+
+def test_a_criterion_that_differs_only_in_spacing_is_written_in_full():
+  """report._criterion_text: the same words as an earlier claim's criterion but other spacing is not an
+  edit of it (no empty "with" list); a criterion one word away from an earlier one is written as that
+  claim's, with the edit named."""
+  seen: dict[str, str] = {}
+  assert report._criterion_text({"id": "toy.a", "criterion": "F falls below the baseline"}, seen) == \
+      "F falls below the baseline"
+  assert report._criterion_text({"id": "toy.b", "criterion": "F  falls below the baseline"}, seen) == \
+      "F  falls below the baseline"
+  assert report._criterion_text({"id": "toy.c", "criterion": "F falls below the oracle"}, seen) == \
+      'as [toy.a](#toya), with "baseline" -> "oracle"'
+
+
+def _comparison(name, n):
+  return dict(name=name, n=n, outcome="holds", p=0.03, wins=n, losses=0, ties=0, censored=0,
+              ci95=(0.1, 0.5), effect=0.3, test="wilcoxon")
+
+
+def test_the_comparison_table_states_a_shared_n_once_and_a_mixed_n_per_row():
+  """report._comparison_table: when every comparison has the same n, the heading says "n = N each" and
+  the table has no n column; with different n, each row has its own n and the heading claims none."""
+  same = report._comparison_table([_comparison("C=5: F, a vs b", 5), _comparison("C=50: F, a vs b", 5)])
+  assert "n = 5 each" in same[0] and "| n |" not in same[2]
+  mixed = report._comparison_table([_comparison("C=5: F, a vs b", 5), _comparison("C=50: F, a vs b", 3)])
+  assert "n = " not in mixed[0] and "| n |" in mixed[2]
+  assert [row.split("|")[4].strip() for row in mixed[4:6]] == ["5", "3"]

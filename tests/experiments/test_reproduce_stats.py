@@ -254,3 +254,16 @@ def test_outperforms_pairs_each_setting_and_baseline():
   assert numbers["C=1 round to 90% of the initial gap c"] == ["never"] * 5
   assert all(c.outcome == "holds" for c in comps)
   assert declare.judged(comps)[0] == "reproduced"
+
+
+def test_an_unpaired_censored_comparison_where_nothing_happens_is_undecided_with_p_one():
+  """Both groups "never" (every time inf): no event to test, so p = 1 both ways and the outcome undecided."""
+  c = stats._censored_unpaired("never", np.full(4, np.inf), np.full(5, np.inf))
+  assert (c.p, c.p_opposite, c.outcome, c.n, c.censored) == (1.0, 1.0, "undecided", 9, 9)
+
+
+def test_in_band_a_ci_that_touches_the_band_from_above_is_undecided_not_opposite():
+  """in_band: "opposite" needs the CI wholly outside the band; a CI whose low end is exactly the band's
+  high end (here half of the resamples give exactly `high`) touches it: undecided."""
+  c = stats.in_band("touch", lambda idx: -0.2 + max(0.0, float(idx.mean()) - 4.5), 10, -0.8, -0.2)
+  assert c.ci95[0] == -0.2 < c.ci95[1] and c.outcome == "undecided"

@@ -9,6 +9,8 @@ import json
 import math
 import os
 
+import scipy.stats
+
 from experiments.reproduce import declare, stats
 from experiments.reproduce.claims import (
   FLAGFILES,
@@ -585,7 +587,7 @@ def fedzo_participation(ctx: Context) -> Evidence:
     fr = [participation_fraction(r[label], n) for r in runs]
     frac = sum(f * t for f, t in fr) / sum(t for _, t in fr)
     trials = n * sum(t for _, t in fr)
-    se = (p * (1 - p) / trials) ** 0.5
+    se = scipy.stats.binom.std(trials, p) / trials    # the binomial standard error of a fraction
     name = "paper channel CN(0,1)" if var == 1.0 else "authors'-code channel (E|h|^2 = 0.5)"
     numbers[f"participation fraction, {name}"] = Stat.of(f for f, _ in fr)
     numbers[f"exp(-h_min^2 / E|h|^2), {name}"] = p
