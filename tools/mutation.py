@@ -431,6 +431,8 @@ class Runner:
     self._baselines = {}
 
   def check_import(self, package: str):
+    if any(c in package for c in "*?["):   # a glob of modules ("fedsim/*.py"): check the folder's package
+      package = package.rsplit("/", 1)[0]
     out = subprocess.run([sys.executable, "-c", f"import {package.replace('/', '.')} as m; print(m.__file__)"],
                          cwd=self.root, env=self.env, capture_output=True, text=True)
     where = out.stdout.strip()

@@ -132,3 +132,18 @@ def test_load_libsvm_degenerate(tmp_path):
   p.write_text("1 1:1\n1 1:2\n1 1:3\n")
   with pytest.raises(DataError, match="only one distinct label"):
     load_libsvm(p)
+
+
+def test_load_libsvm_refuses_a_file_without_features(tmp_path):
+  path = tmp_path / "labels_only"
+  path.write_text("1\n0\n1\n0\n")
+  with pytest.raises(DataError, match="no features"):
+    load_libsvm(path)
+
+
+def test_integer_valued_labels_are_written_as_integers():
+  """config.json's label values: an integer-valued float as an int, any other as a float."""
+  from fedsim.data.libsvm import _json_number
+  assert _json_number(3.0) == 3 and isinstance(_json_number(3.0), int)
+  assert _json_number(np.float64(-1.0)) == -1 and isinstance(_json_number(np.float64(-1.0)), int)
+  assert _json_number(2.5) == 2.5 and isinstance(_json_number(2.5), float)

@@ -461,3 +461,25 @@ def test_dirichlet_small_alpha_few_labels_per_client():
     return np.mean(out)
   assert labels_per_client(0.01) < 2.0
   assert labels_per_client(100.0) == 10.0
+
+
+def test_dirichlet_redraws_exactly_max_attempts_times_before_refusing(monkeypatch):
+  """A draw that leaves a client empty is redrawn, MAX_DIRICHLET_ATTEMPTS = 100 times in all, then
+  refused naming dirichlet_alpha (proportions forced to put a one-class dataset on client 0 only)."""
+  calls = []
+
+  def all_on_first(gen, alpha, n):
+    calls.append(alpha)
+    return np.eye(n)[0]
+  monkeypatch.setattr(P, "_dirichlet_proportions", all_on_first)
+  with pytest.raises(ConfigError, match="dirichlet_alpha"):
+    P.dirichlet(np.zeros(10, int), 2, 0.5, 0)
+  assert len(calls) == 100 == P.MAX_DIRICHLET_ATTEMPTS
+
+
+def test_quantity_defaults_are_alpha_half_and_sigma_one():
+  """quantity's defaults (alpha = 0.5 for the Dirichlet law, sigma = 1 for the lognormal one) give the
+  partitions of those values passed explicitly."""
+  labels = np.arange(60) % 3
+  assert_same(P.quantity(labels, 5, 1, law="dirichlet"), P.quantity(labels, 5, 1, law="dirichlet", alpha=0.5))
+  assert_same(P.quantity(labels, 5, 1), P.quantity(labels, 5, 1, law="lognormal", sigma=1.0))

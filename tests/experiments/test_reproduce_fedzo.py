@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import pytest
@@ -505,3 +506,14 @@ def test_h_cap_criterion(tmp_path, shape, verdict, outcomes):
   assert ev.verdict == verdict
   assert ev.numbers["b2=20 (cap d/(b1 b2) = 5) min_t ||grad F||^2, H=25"][3] == pytest.approx(error(20, 25, 3))
   assert os.path.exists(tmp_path / ev.figures[0])
+
+
+@pytest.mark.parametrize("se_off,verdict", [(2.5, "reproduced"), (-2.5, "reproduced"), (3.5, "partly reproduced")])
+def test_participation_is_judged_within_three_binomial_standard_errors(tmp_path, se_off, verdict):
+  """The paper channel's fraction se_off binomial standard errors sqrt(p (1 - p) / trials) from
+  p = exp(-0.8^2) (trials = 50 clients x 100 rounds x 5 seeds): inside 3 of them it matches, at 3.5 it
+  does not (the code channel exact), so a wrong standard error moves the verdict."""
+  p, q = math.exp(-0.64), math.exp(-0.64 / 0.5)
+  frac = p + se_off * math.sqrt(p * (1 - p) / (50 * 100 * 5))
+  ev = F.fedzo_participation(Ctx(tmp_path, runs=_fig1c_runs({}, (frac, q))))
+  assert ev.verdict == verdict

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -455,3 +456,15 @@ def test_dim_free_censors_never_and_names_an_edge_lr(tmp_path):
   assert ev.comparisons[1].censored == 5
   assert ev.verdict == "partly reproduced"
   assert "best lr at the grid's edge: decomfl-lr=0.002, hiso-lr=0.002" in ev.why
+
+
+PAPER_TEXT = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "003_3c079f372bc62750.txt"
+
+
+@pytest.mark.skipif(not PAPER_TEXT.exists(), reason="the paper's text (../shared/seeds) is not beside the checkout")
+def test_table_kb_is_transcribed_from_table_2():
+  """TABLE_KB holds Table 2's twelve (rounds, KB) cells as the paper's text prints them ("550 1x 21.56 KB"),
+  so a mistyped cell fails here even when it stays inside the bytes criterion's 0.5%."""
+  import re
+  cells = re.findall(r"(\d+) [\d.]+×\\times× ([\d.]+) KB", PAPER_TEXT.read_text())
+  assert sorted((int(r), float(kb)) for r, kb in cells[:12]) == sorted(H.TABLE_KB)
