@@ -232,3 +232,37 @@ def test_readme_python_example_runs(tmp_path, monkeypatch, capsys):
     assert _jsonl(tmp_path / "runs" / "api_example" / label / "metrics.jsonl") == records
   assert (tmp_path / "runs" / "api_example" / "curves.png").exists()
   assert "[fedzo-local_steps=5] round 4/4" in capsys.readouterr().out
+
+
+def test_an_algorithms_clients_per_round_may_be_every_client():
+  """hparams' clients_per_round is accepted from 1 to num_clients inclusive (full participation), refused
+  beyond and below."""
+  for m in (1, 100):
+    fedsim.ExperimentConfig(algorithms=("fedzo",), hparams={"fedzo": {"clients_per_round": m}})
+  for m in (0, 101):
+    with pytest.raises(fedsim.ConfigError, match="must be (in|>= 1)"):
+      fedsim.ExperimentConfig(algorithms=("fedzo",), hparams={"fedzo": {"clients_per_round": m}})
+
+
+def test_a_single_process_run_stops_its_watchdog_on_an_error(monkeypatch):
+  """fedsim.run's watchdog guards the exit after an error only under jax.distributed (a dead peer can hang
+  the shutdown); in one process it is stopped, so it cannot end the caller's process later."""
+  from fedsim.core import watchdog
+  made = []
+  real = watchdog.Watchdog
+
+  def spy(*args, **kwargs):
+    made.append(kwargs)
+    return real(*args, **kwargs)
+  monkeypatch.setattr(watchdog, "Watchdog", spy)
+  cfg = fedsim.ExperimentConfig(algorithms="fedavg", num_clients=4, clients_per_round=2, rounds=0, progress=False)
+  fedsim.run(cfg)
+  assert made and made[0]["guard_error_exit"] is False
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_the_closing_wrote_line_follows_progress(tmp_path, capsys, progress):
+  """fedsim.run prints "wrote DIR/config.json, ..." at the end when progress is on, and nothing when off."""
+  cfg = fedsim.ExperimentConfig(algorithms="fedavg", num_clients=4, clients_per_round=2, rounds=0, progress=progress)
+  fedsim.run(cfg, output_dir=str(tmp_path))
+  assert (f"wrote {tmp_path}/config.json" in capsys.readouterr().out) is progress

@@ -123,3 +123,11 @@ def test_cli_rejects_a_value_no_algorithm_of_the_run_takes():
   assert got[1][0] == "fedzo_lr" and "fedzo is not an algorithm of the run" in got[1][1]
   assert got[2] is None
   assert got[3] == ["smoothing", "--smoothing: must be > 0 and finite; got -1.0"]
+
+
+def test_table_rows_mark_the_settings_without_a_flag():
+  """config.table_rows (HYPERPARAMETERS.md, experiments.hparams): a field declared cli=False is named
+  "NAME (no flag)", every other by its name alone."""
+  from fedsim.algorithms.fzoos import FZooSConfig
+  names = [row[0] for row in config.table_rows(FZooSConfig)]
+  assert "rounds (no flag)" in names and "lr" in names and "lr (no flag)" not in names

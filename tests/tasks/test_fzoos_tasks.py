@@ -128,3 +128,36 @@ def test_bad_flags_exit_2(args, flag, tmp_path):
   assert proc.returncode == 2, proc.stderr[-2000:]
   lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
   assert len(lines) == 1 and flag in lines[0], proc.stderr
+
+
+def test_the_attack_target_is_an_image_the_clean_ensemble_classifies_correctly(digits, tmp_path):
+  """The target z is drawn among the test images with a positive mean margin over the N classifiers
+  (§6.2: an attack starts from a correctly classified image), so at x = 1/2 (no perturbation) F > 0."""
+  for target in range(3):
+    task = attack.make_attack_task(digits, 2, seed=0, portion=1.0, model="mlp", box=0.3,
+                                   cache_dir=tmp_path, train_config=TINY, target=target)
+    ev = task.evaluate(jnp.full(64, 0.5), task.data)
+    assert float(ev["objective"]) > 0 and float(ev["success_rate"]) == 0.0
+
+
+def test_attack_cnn_is_two_5x5_convolutions_of_16_and_32_then_64_units():
+  """App. E.2's CNN: conv(16, 5x5) - pool 2 - conv(32, 5x5) - pool 2 - dense(64) - dense(C); on 28 x 28
+  MNIST images the first dense layer reads 7 x 7 x 32 features."""
+  params = attack.AttackCNN(num_classes=10).init(jax.random.key(0), jnp.zeros((1, 28, 28)))["params"]
+  shapes = {k: tuple(v["kernel"].shape) for k, v in params.items()}
+  assert shapes == {"Conv_0": (5, 5, 1, 16), "Conv_1": (5, 5, 16, 32), "Dense_0": (7 * 7 * 32, 64),
+                    "Dense_1": (64, 10)}
+
+
+def test_make_task_defaults_are_seed_zero_and_the_tasks_own_box(tmp_path):
+  """make_task without seed builds seed 0's task; without perturbation_box (0) the task's own default box
+  (metric_opt here, as --perturbation_box's default does)."""
+  from fedsim.tasks import make_task
+  a, b = make_task("quadratic", num_clients=3, dim=4), make_task("quadratic", num_clients=3, dim=4, seed=0)
+  for x, y in zip(jax.tree_util.tree_leaves(a.data), jax.tree_util.tree_leaves(b.data)):
+    np.testing.assert_array_equal(x, y)
+  c = make_task("quadratic", num_clients=3, dim=4, seed=1)
+  assert any(not np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(a.data),
+                                                       jax.tree_util.tree_leaves(c.data)))
+  task = make_task("metric_opt", num_clients=2, model_train_steps=30, cache_dir=str(tmp_path))
+  assert task.num_clients == 2
