@@ -52,6 +52,8 @@ def test_attack_margin_objective_on_a_hand_built_classifier(digits, tmp_path):
     ev = task.evaluate(jnp.asarray(x), data)
     np.testing.assert_allclose(float(ev["objective"]), np.mean(want), rtol=1e-5, atol=1e-5)
     assert float(ev["success_rate"]) == float(np.mean(want) < 0)
+    ensemble = np.mean([a @ W[i] + b[i] for i in range(2)], axis=0)       # mean logits over the clients
+    assert float(ev["ensemble_fooled"]) == float(np.argmax(ensemble) != y)
 
 
 @pytest.mark.slow  # long; .ci/run runs it (pytest -m slow)

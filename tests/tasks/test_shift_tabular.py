@@ -1,5 +1,6 @@
 """shift_tabular: the TV / W1 heterogeneity knob of FFGB.C / FFGB.L (seed 002; specs/ffgb.md §1.3)."""
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
@@ -45,3 +46,28 @@ def test_measured_shift_grows_with_the_knob_and_is_zero_without(kind, knobs):
     np.testing.assert_allclose(np.mean([tv_distance(dens.mean(0), di) for di in dens]), omega[-2],
                                rtol=1e-6)
     assert t.info["num_outputs"] == 3 and t.info["loss"] == "ce"
+
+
+def test_the_square_loss_objective_is_the_mean_over_every_clients_samples():
+  """cache_view (square loss): F = (1 / n) sum_i sum_j 0.5 ||f_ij - y_ij||^2 over the valid samples, n their
+  count (here 2 clients x 3 samples, one masked off: n = 5), computed by hand."""
+  from fedsim.tasks.functional import make_tabular_task
+  x = np.zeros((2, 3, 1))
+  y = np.arange(6, dtype=np.float64).reshape(2, 3, 1)
+  mask = np.array([[True, True, True], [True, True, False]])
+  task = make_tabular_task(x, y, mask=mask)
+  f = np.ones((2, 3, 1))
+  got = task.evaluate({"train": jnp.asarray(f, jnp.float32)}, task.data)["objective"]
+  want = sum(0.5 * (1.0 - y[i, j, 0]) ** 2 for i in range(2) for j in range(3) if mask[i, j]) / 5
+  np.testing.assert_allclose(float(got), want, rtol=1e-6)
+
+
+def test_the_mcshane_gradient_is_zero_at_a_data_point():
+  """mcshane_grad: L (x - x_j*) / ||x - x_j*|| is defined as 0 where x is the minimising point x_j* itself
+  (no 0 / 0), and has norm L elsewhere."""
+  from fedsim.tasks.functional import mcshane_grad
+  x_i = jnp.asarray([[0.0, 0.0], [1.0, 0.0]])
+  y_i = jnp.asarray([[0.0], [5.0]])
+  g = np.asarray(mcshane_grad(x_i, y_i, 2.0, jnp.asarray([[0.0, 0.0], [0.0, 3.0]])))
+  np.testing.assert_array_equal(g[0], 0.0)
+  np.testing.assert_allclose(np.linalg.norm(g[1], axis=-1), 2.0, rtol=1e-6)

@@ -75,3 +75,26 @@ def test_sample_batch_draws_only_real_samples(digits10):
   dists = ((got[:, None, :] - real[None]) ** 2).sum(-1).min(1)
   assert np.all(dists == 0)
   assert len({tuple(r) for r in got}) == len({tuple(r) for r in real}) or sizes[i] > 100
+
+
+def test_classification_tasks_report_accuracy_and_the_quadratic_does_not():
+  from fedsim.tasks import make_task
+  assert make_task("softmax", num_clients=3).has_accuracy is True
+  assert make_task("quadratic", num_clients=3, dim=4).has_accuracy is False
+
+
+def test_levy_equals_its_closed_form_and_vanishes_at_one():
+  """synthetic.levy: w = 1 + (u - 1) / 4, sin^2(pi w_1) + sum_{i<d} (w_i - 1)^2 (1 + 10 sin^2(pi w_i + 1))
+  + (w_d - 1)^2 (1 + sin^2(2 pi w_d)), computed by hand in numpy at a point with no w_i = 1; 0 at u = 1."""
+  import math
+
+  import jax.numpy as jnp
+
+  from fedsim.tasks.synthetic import levy
+  u = np.array([0.2, 0.4, -1.3, 0.9])
+  w = 1 + (u - 1) / 4
+  want = (math.sin(math.pi * w[0]) ** 2
+          + sum((w[i] - 1) ** 2 * (1 + 10 * math.sin(math.pi * w[i] + 1) ** 2) for i in range(1, 3))
+          + (w[3] - 1) ** 2 * (1 + math.sin(2 * math.pi * w[3]) ** 2))
+  np.testing.assert_allclose(float(levy(jnp.asarray(u, jnp.float32))), want, rtol=1e-5)
+  assert abs(float(levy(jnp.ones(4)))) < 1e-10
