@@ -149,17 +149,3 @@ def test_attack_cnn_is_two_5x5_convolutions_of_16_and_32_then_64_units():
   shapes = {k: tuple(v["kernel"].shape) for k, v in params.items()}
   assert shapes == {"Conv_0": (5, 5, 1, 16), "Conv_1": (5, 5, 16, 32), "Dense_0": (7 * 7 * 32, 64),
                     "Dense_1": (64, 10)}
-
-
-def test_make_task_defaults_are_seed_zero_and_the_tasks_own_box(tmp_path):
-  """make_task without seed builds seed 0's task; without perturbation_box (0) the task's own default box
-  (metric_opt here, as --perturbation_box's default does)."""
-  from fedsim.tasks import make_task
-  a, b = make_task("quadratic", num_clients=3, dim=4), make_task("quadratic", num_clients=3, dim=4, seed=0)
-  for x, y in zip(jax.tree_util.tree_leaves(a.data), jax.tree_util.tree_leaves(b.data)):
-    np.testing.assert_array_equal(x, y)
-  c = make_task("quadratic", num_clients=3, dim=4, seed=1)
-  assert any(not np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(a.data),
-                                                       jax.tree_util.tree_leaves(c.data)))
-  task = make_task("metric_opt", num_clients=2, model_train_steps=30, cache_dir=str(tmp_path))
-  assert task.num_clients == 2

@@ -78,7 +78,6 @@ def test_sample_batch_draws_only_real_samples(digits10):
 
 
 def test_classification_tasks_report_accuracy_and_the_quadratic_does_not():
-  from fedsim.tasks import make_task
   assert make_task("softmax", num_clients=3).has_accuracy is True
   assert make_task("quadratic", num_clients=3, dim=4).has_accuracy is False
 
@@ -88,8 +87,6 @@ def test_levy_equals_its_closed_form_and_vanishes_at_one():
   + (w_d - 1)^2 (1 + sin^2(2 pi w_d)), computed by hand in numpy at a point with no w_i = 1; 0 at u = 1."""
   import math
 
-  import jax.numpy as jnp
-
   from fedsim.tasks.synthetic import levy
   u = np.array([0.2, 0.4, -1.3, 0.9])
   w = 1 + (u - 1) / 4
@@ -98,3 +95,16 @@ def test_levy_equals_its_closed_form_and_vanishes_at_one():
           + (w[3] - 1) ** 2 * (1 + math.sin(2 * math.pi * w[3]) ** 2))
   np.testing.assert_allclose(float(levy(jnp.asarray(u, jnp.float32))), want, rtol=1e-5)
   assert abs(float(levy(jnp.ones(4)))) < 1e-10
+
+
+def test_make_task_defaults_are_seed_zero_and_the_tasks_own_box(tmp_path):
+  """make_task without seed builds seed 0's task; without perturbation_box (0) the task's own default box
+  (metric_opt here, as --perturbation_box's default does)."""
+  a, b = make_task("quadratic", num_clients=3, dim=4), make_task("quadratic", num_clients=3, dim=4, seed=0)
+  for x, y in zip(jax.tree_util.tree_leaves(a.data), jax.tree_util.tree_leaves(b.data)):
+    np.testing.assert_array_equal(x, y)
+  c = make_task("quadratic", num_clients=3, dim=4, seed=1)
+  assert any(not np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(a.data),
+                                                       jax.tree_util.tree_leaves(c.data)))
+  task = make_task("metric_opt", num_clients=2, model_train_steps=30, cache_dir=str(tmp_path))
+  assert task.num_clients == 2
