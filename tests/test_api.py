@@ -244,7 +244,7 @@ def test_an_algorithms_clients_per_round_may_be_every_client():
       fedsim.ExperimentConfig(algorithms=("fedzo",), hparams={"fedzo": {"clients_per_round": m}})
 
 
-def test_a_single_process_run_stops_its_watchdog_on_an_error(monkeypatch):
+def test_a_single_process_runs_watchdog_does_not_guard_the_exit(monkeypatch):
   """fedsim.run's watchdog guards the exit after an error only under jax.distributed (a dead peer can hang
   the shutdown); in one process it is stopped, so it cannot end the caller's process later."""
   from fedsim.core import watchdog
