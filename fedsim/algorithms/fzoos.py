@@ -659,7 +659,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
   # last bit of XLA's GEMM / reduction results (measured: rad and the candidate scores of the server's
   # active queries, round 1), which the discrete top-k choices and the near-singular fits amplify to
   # 1e-2 after one round. A per-client loop that keeps the clients split is invariant too, but 2.1x
-  # slower a round at Fig. 1's size (the (M, d) features are read once per client instead of once).
+  # slower a round at Fig. 1's size (the (M, d) features are read once per client per step instead of once per step).
   replicate = replicated_on(task.data)
 
   def round_fn(state: FZooSState, key, data):
