@@ -53,7 +53,7 @@ from absl import app, flags, logging
 
 from experiments import common
 from fedsim import results
-from fedsim.core.errors import ConfigError
+from fedsim.core.errors import ConfigError, Interrupted
 from fedsim.runner import ProgressWriter  # noqa: F401 (re-exported: the binary's writer)
 
 FLAGS = flags.FLAGS
@@ -81,6 +81,13 @@ def main(argv):
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  except Interrupted as e:  # SIGINT / SIGTERM at a chunk boundary: records (and a checkpoint) kept
+    print(e.message(flags=True), file=sys.stderr, flush=True)
+    sys.exit(e.exit_status)
+  except KeyboardInterrupt:  # a second Ctrl-C, or one before the run's rounds began
+    print("interrupted (SIGINT) before the end of a chunk; records written so far are kept", file=sys.stderr,
+          flush=True)
+    sys.exit(130)
   if gone := fedsim.api.diverged(histories):
     print(f"finished; stopped on a non-finite objective: {', '.join(gone)} (exit {results.EXIT_DIVERGED})",
           file=sys.stderr)

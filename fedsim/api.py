@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
-import math
 import numbers
 import os
 import sys
@@ -71,16 +69,6 @@ def _entry_error(name: str, message: str) -> FieldError:
 
 # How an error message names a setting that a user changes to get past it: from Python the
 # ExperimentConfig field (``overwrite=True``), on the command line its flag (``--overwrite``).
-_PYTHON_WORDS = {"overwrite": "overwrite=True", "resume": "resume=True", "output_dir": "output_dir"}
-_FLAG_WORDS = {"overwrite": "--overwrite", "resume": "--resume", "output_dir": "--output_dir"}
-
-
-def _setting_error(field: str, message: Callable[[dict], str]) -> FieldError:
-  """FieldError of ``field`` whose message speaks Python (``message(_PYTHON_WORDS)``) and whose
-  command-line text (``cli``) speaks flags (``message(_FLAG_WORDS)``)."""
-  return FieldError(field, message(_PYTHON_WORDS), cli=f"--{field}: {message(_FLAG_WORDS)}")
-
-
 class HparamError(ConfigError):
   """An algorithm's config rejects a hyperparameter value of an :class:`ExperimentConfig`.
 
@@ -533,238 +521,6 @@ class ExperimentConfig:
     return out
 
 
-# ExperimentConfig fields that do not change a run's records: a resume may change them
-# (``rounds``/``comm_budget`` extend or shorten it; a hyperparameter they set, FZooS's
-# ``rounds``, is compared with the algorithms'). ``hparams``/``algorithms`` are compared
-# as each label's resolved hyperparameters.
-RECORD_EXEMPT = ("rounds", "comm_budget", "checkpoint_every", "resume", "overwrite", "save_learners",
-                 "num_devices", "blas_threads", "compilation_cache", "xla_cpu_emitters", "watchdog_s", "profile_dir",
-                 "output_dir", "progress",
-                 "flags", "source_names", "hparams", "algorithms")
-_TASK_OPTIONS_EXEMPT = ("cache_dir",)
-
-
-def record_settings(experiment: Mapping, algorithms: Mapping) -> dict:
-  """The settings that decide a run's records, from config.json's ``experiment`` and
-  ``algorithms`` (or :meth:`ExperimentConfig.to_json` and the resolved hyperparameters):
-  every field but :data:`RECORD_EXEMPT`, ``task_options`` without ``cache_dir``, and
-  ``{label: {"algorithm": NAME, HP: VALUE}}``; JSON-normalised (non-finite floats as text)."""
-  from fedsim.files import strict_json
-  out = {k: v for k, v in experiment.items() if k not in RECORD_EXEMPT}
-  out["task_options"] = {k: v for k, v in dict(out.get("task_options") or {}).items()
-                         if k not in _TASK_OPTIONS_EXEMPT}
-  out["algorithms"] = {label: dict(hp) for label, hp in algorithms.items()}
-  return json.loads(json.dumps(strict_json(out), default=str))
-
-
-def settings_diff(stored: Mapping, given: Mapping, prefix: str = "") -> list[tuple[str, Any, Any]]:
-  """``[(name, stored value, given value)]`` for every key whose value differs; nested dicts
-  are compared key by key (named ``outer.inner``); a missing key's value is None."""
-  out = []
-  for k in list(dict.fromkeys([*stored, *given])):
-    a, b = stored.get(k), given.get(k)
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-      out += settings_diff(a, b, f"{prefix}{k}.")
-    elif a != b:
-      out.append((f"{prefix}{k}", a, b))
-  return out
-
-
-def describe_diff(diff: list[tuple[str, Any, Any]]) -> str:
-  """``"lr (fedzo): stored 0.01, given 0.5; ..."`` (``algorithms.LABEL.HP`` named ``HP (LABEL)``,
-  ``task_options.KEY`` named ``KEY``)."""
-  parts = []
-  for name, a, b in diff:
-    head, _, rest = name.partition(".")
-    if head == "algorithms" and "." in rest:
-      label, _, hp = rest.partition(".")
-      name = f"{hp} ({label})"
-    elif head == "algorithms" and rest:
-      name = f"algorithm {rest}"
-    elif head == "task_options" and rest:
-      name = rest
-    parts.append(f"{name}: stored {a!r}, given {b!r}")
-  return "; ".join(parts)
-
-
-def check_output_dir(path: str) -> None:
-  """Checks that run outputs can be written under ``path`` (created later if missing).
-
-  Raises:
-    ConfigError: (field ``output_dir``) ``path`` is a file, lies under a file, or
-      its nearest existing folder is not writable.
-  """
-  import tempfile
-  full = os.path.abspath(path)
-  if os.path.lexists(full) and not os.path.isdir(full):
-    raise FieldError("output_dir", f"{path} exists and is not a folder")
-  folder = full
-  while not os.path.lexists(folder):
-    folder = os.path.dirname(folder)
-  if not os.path.isdir(folder):
-    raise FieldError("output_dir", f"{path} is under {folder}, which is not a folder")
-  try:
-    with tempfile.TemporaryFile(dir=folder):
-      pass
-  except OSError as e:
-    where = "" if folder == full else f" (in {folder})"
-    raise FieldError("output_dir", f"{path} is not writable{where}: {e.strerror or e}") from None
-
-
-def _stored_run(out_dir: str):
-  """(config.json's dict or None, its path); a config.json that is not JSON is refused."""
-  path = os.path.join(out_dir, "config.json")
-  if not os.path.exists(path):
-    return None, path
-  try:
-    with open(path) as f:
-      stored = json.load(f)
-  except (OSError, ValueError) as e:
-    why = str(e)
-    raise _setting_error("output_dir", lambda w: f"{path} is not readable JSON ({why}); pass {w['overwrite']} to "
-                         f"replace the run, or use another {w['output_dir']}") from None
-  return (stored if isinstance(stored, dict) else {}), path
-
-
-def check_record(config: ExperimentConfig, out_dir: str, hps: Mapping[str, tuple[str, dict]]) -> list[str]:
-  """Checks that running ``config`` in ``out_dir`` keeps the directory a true record of one run.
-
-  A directory holding a run (``config.json``) with other record settings
-  (:func:`record_settings`), or, for a new run, another ``rounds`` / ``comm_budget``,
-  is refused unless ``overwrite``; ``resume`` is refused unless the record settings
-  are equal (it may change the rounds).
-
-  Returns:
-    The labels of the stored run (their folders are replaced unless resuming).
-
-  Raises:
-    ConfigError: ``resume`` or ``output_dir``, naming each differing setting with the
-      stored and the given value.
-  """
-  stored, path = _stored_run(out_dir)
-  if stored is None:
-    return []
-  old = record_settings(stored.get("experiment") or {}, stored.get("algorithms") or {})
-  new = record_settings(config.to_json(), {label: {"algorithm": name, **hp} for label, (name, hp) in hps.items()})
-  diff = settings_diff(old, new)
-  if not config.resume:  # a new run's length is part of the record (a resume may extend it)
-    experiment = stored.get("experiment") or {}
-    diff += settings_diff({k: experiment.get(k) for k in ("rounds", "comm_budget")},
-                          {"rounds": config.rounds, "comm_budget": config.comm_budget})
-  if diff and config.resume:
-    raise _setting_error("resume", lambda w: f"{out_dir} holds a run with other settings ({describe_diff(diff)}); "
-                         f"resume with its settings, or start anew with {w['overwrite']} or another "
-                         f"{w['output_dir']}")
-  if diff and not config.overwrite:
-    raise _setting_error("output_dir", lambda w: f"{out_dir} holds another run ({describe_diff(diff)}); pass "
-                         f"{w['overwrite']} to replace it, {w['resume']} with its settings to continue it, or "
-                         f"use another {w['output_dir']}")
-  return list((stored.get("algorithms") or {}).keys())
-
-
-def _say(config: ExperimentConfig, field: str, value: str = "True") -> str:
-  """How a message names setting ``field``: ``--field`` (``--field=value``) when the config came
-  from the command line (``config.flags``), else ``field=value`` (Python)."""
-  if config.flags is not None:
-    return f"--{field}" if value == "True" else f"--{field}={value}"
-  return f"{field}={value}"
-
-
-class _Stored(NamedTuple):
-  """One label of the run an output directory holds: its records, its rounds, its newest checkpoint."""
-
-  history: list
-  target: int
-  checkpoint: int | None
-
-  @property
-  def complete(self) -> bool:
-    """Its last record is at (or past) its rounds, or stopped it on a non-finite objective."""
-    last = self.history[-1] if self.history else None
-    return last is not None and (last["round"] >= self.target or not math.isfinite(last["objective"]))
-
-  @property
-  def progress(self) -> bool:
-    """It has records past round 0 (work a new run would redo)."""
-    return bool(self.history) and self.history[-1]["round"] > 0
-
-  def describe(self, label: str) -> str:
-    if self.complete:
-      return f"{label} complete"
-    if not self.history:
-      return f"{label} not started"
-    ckpt = f"checkpoint at round {self.checkpoint}" if self.checkpoint is not None else "no checkpoint"
-    return f"{label} at round {self.history[-1]['round']} of {self.target}, {ckpt}"
-
-
-def check_rerun(config: ExperimentConfig, out_dir: str, hps: Mapping[str, tuple[str, dict]]) -> dict[str, list]:
-  """What running ``config`` again in ``out_dir`` does, when that directory holds a run with the
-  same record settings (:func:`check_record` passed): a rerun never recomputes or drops records silently.
-
-  * A finished run (every label's ``metrics.jsonl`` reaches its rounds, or stopped on a
-    non-finite objective): its records are returned and nothing is run or written.
-  * An unfinished run is refused unless ``resume`` (it continues from each label's newest
-    checkpoint; finished labels are kept) or ``overwrite`` (it is recomputed); a run that
-    recorded nothing past round 0 starts anew.
-  * ``resume`` is refused when there is nothing to resume from: no run in ``out_dir``, or a
-    label with records past round 0 and no checkpoint, or no checkpoint and no finished label.
-
-  Returns:
-    {label: stored records} of the finished labels (all of them: the run is complete).
-
-  Raises:
-    ConfigError: (``output_dir``, or ``resume`` when resuming) one line naming each label's
-      state and the settings that would work (``resume``, ``overwrite``, ``checkpoint_every``).
-  """
-  from fedsim.core import checkpoint
-  from fedsim.results import read_metrics
-  if not os.path.exists(os.path.join(out_dir, "config.json")):
-    if config.resume:
-      raise ConfigError("resume", f"nothing to resume: {out_dir} holds no run; start it without "
-                        f"{_say(config, 'resume')}")
-    return {}
-  if config.overwrite:
-    return {}
-  runs = {}
-  for label, (name, hp) in hps.items():
-    path = os.path.join(out_dir, label, "metrics.jsonl")
-    try:
-      history = read_metrics(path) if os.path.exists(path) else []
-    except ValueError as e:
-      raise ConfigError("output_dir", f"{e}; {_say(config, 'overwrite')} to recompute the run") from None
-    runs[label] = _Stored(history, config.rounds_for(name, hp),
-                          checkpoint.latest_round(os.path.join(out_dir, label, "checkpoints")))
-  done = {label: r.history for label, r in runs.items() if r.complete}
-  if len(done) == len(runs):
-    return done
-  where = "; ".join(r.describe(label) for label, r in runs.items())
-  lost = [label for label, r in runs.items() if not r.complete and r.progress and r.checkpoint is None]
-  recompute = (f"{_say(config, 'overwrite')} recomputes it (add {_say(config, 'checkpoint_every', 'K')} so "
-               f"that {_say(config, 'resume')} can continue it after an interruption)")
-  if config.resume:
-    if lost or not (done or any(r.checkpoint is not None for r in runs.values())):
-      raise ConfigError("resume", f"no checkpoint to resume from in {out_dir} ({where}); {recompute}")
-    return done
-  if not any(r.progress for r in runs.values()):
-    return {}  # nothing past round 0 recorded: nothing to lose
-  if lost:
-    raise ConfigError("output_dir", f"{out_dir} holds this run unfinished, without checkpoints ({where}); "
-                      f"{recompute}")
-  raise ConfigError("output_dir", f"{out_dir} holds this run unfinished ({where}); {_say(config, 'resume')} "
-                    f"to continue it, or {_say(config, 'overwrite')} to recompute it")
-
-
-def complete_line(config: ExperimentConfig, out_dir: str, histories: Mapping[str, list]) -> str:
-  """``complete: 200 rounds in DIR; --overwrite to recompute`` (per label when their rounds differ;
-  labels stopped on a non-finite objective named)."""
-  last = {label: h[-1]["round"] for label, h in histories.items()}
-  rounds = (f"{next(iter(last.values()))}" if len(set(last.values())) == 1
-            else ", ".join(f"{label} {r}" for label, r in last.items()))
-  gone = diverged(dict(histories))
-  stopped = f" ({', '.join(gone)} stopped on a non-finite objective)" if gone else ""
-  return f"complete: {rounds} rounds in {out_dir}{stopped}; {_say(config, 'overwrite')} to recompute"
-
-
 def build_task(config: ExperimentConfig):
   """The task of ``config`` (loads and partitions data; may train cached models).
 
@@ -775,34 +531,62 @@ def build_task(config: ExperimentConfig):
   return make_task(config.task, **config.task_kwargs())
 
 
-def diverged(histories: dict[str, list[dict]]) -> list[str]:
-  """Labels of the algorithms whose last objective is NaN or inf (they stopped there)."""
-  return [label for label, h in histories.items() if h and not math.isfinite(h[-1]["objective"])]
 
 
-def _version():
-  from importlib import metadata
-  try:
-    return metadata.version("fedsim")
-  except metadata.PackageNotFoundError:
-    return "unknown"
+# The output folder's policy lives in fedsim.run_folder; these names stay importable from here.
+from fedsim.run_folder import (  # noqa: E402
+  Histories,
+  check_output_dir,
+  check_record,
+  describe_diff,
+  diverged,
+  record_settings,
+  settings_diff,
+)
+
+__all__ = ["ExperimentConfig", "Histories", "run", "build_task", "check_output_dir", "check_record", "describe_diff",
+           "diverged", "record_settings", "settings_diff"]
 
 
 def run(config: ExperimentConfig, output_dir: str | None = None,
-        callbacks: tuple[Callable[[str, dict], None], ...] = ()) -> dict[str, list[dict]]:
+        callbacks: tuple[Callable[[str, dict], None], ...] = ()) -> Histories:
   """Runs every algorithm of ``config`` on its task, one after the other.
 
-  Everything is checked (task built, each algorithm built once) before anything
-  is written or compiled. With an output directory, writes ``config.json``,
-  ``<label>/metrics.jsonl`` (as records arrive) and ``curves.png`` (after each
-  algorithm), like ``experiments.run``; only process 0 of a multi-host run
-  (``fedsim.core.distributed``) writes or prints. ``config.json``'s
-  ``hyperparameters`` holds, per label, each hyperparameter's value and source
-  (:meth:`ExperimentConfig.resolve`); with ``progress``, one start-up line per
-  algorithm lists its values that are not the config's defaults, with their
-  sources (:func:`fedsim.runner.provenance_line`). A NaN/inf objective stops that
-  algorithm (its records so far are kept, the last one non-finite; see
-  :func:`diverged`) and the run goes on with the next.
+  The story of a run: resolve the settings; claim the output folder; build the task and check
+  every algorithm; write ``config.json``; run each algorithm in compiled chunks; report.
+
+  Everything is checked (task built, each algorithm built once) before anything is written
+  or compiled. With an output directory, writes ``config.json`` (settings, each
+  hyperparameter's value and source (:meth:`ExperimentConfig.resolve`), and ``provenance``:
+  version, git commit and dirty flag, a fingerprint of the code, :mod:`fedsim.provenance`),
+  ``<label>/metrics.jsonl`` (as records arrive) and ``curves.png`` (after each algorithm),
+  like ``experiments.run``; only process 0 of a multi-host run (``fedsim.core.distributed``)
+  writes or prints. With ``progress``, one start-up line per algorithm lists its values that
+  are not the config's defaults, with their sources (:func:`fedsim.runner.provenance_line`).
+  A NaN/inf objective stops that algorithm (its records so far are kept, the last one
+  non-finite; see :func:`diverged`) and the run goes on with the next.
+
+  The output folder (:class:`fedsim.run_folder.RunFolder`) is checked before the task is
+  built: it must be writable; a folder holding a run with other settings is refused unless
+  ``overwrite`` (or ``resume`` with the same settings); the same run made by other code is
+  refused naming what changed; the same run finished is returned as stored (said through
+  :mod:`logging`, and ``Histories.stored``); unfinished, it is refused unless ``resume`` or
+  ``overwrite``. It is locked for the run's life: a second process is refused naming the
+  live one. A new run replaces the algorithm folders of the run it finds there. Every file
+  is written atomically or appended line by line (:mod:`fedsim.files`); ``metrics.jsonl`` is
+  strict JSON (a NaN/inf value is ``null``, listed under the record's ``nonfinite``).
+
+  SIGINT (Ctrl-C) and SIGTERM stop the run at the end of the current chunk
+  (:mod:`fedsim.interrupts`): every record is kept, a checkpoint is saved first when
+  ``checkpoint_every > 0``, and :class:`~fedsim.core.errors.Interrupted` is raised (its
+  message says where ``resume`` continues). A second signal acts at once.
+
+  With ``config.watchdog_s > 0`` the run is watched (:mod:`fedsim.core.watchdog`): no progress
+  (a set-up step, the start of an algorithm, an evaluation record) for that long prints one
+  line naming each thread's innermost frames to stderr and ends the process with status
+  :data:`fedsim.results.EXIT_HUNG` (4), from any process of a multi-host run; there an error
+  (a dead peer's collective fails) leaves it watching, so a process that cannot shut down
+  (the runtime waits for the dead peer) is ended too.
 
   Args:
     config: the experiment.
@@ -812,185 +596,185 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
       evaluation (all processes).
 
   Returns:
-    ``{label: [record, ...]}`` in ``config.algorithms`` order (a resumed run's
-    kept records first). When the output directory already holds this run
-    finished (same settings, every algorithm at its rounds), its stored
-    records, without running or writing anything (one line with ``progress``:
-    ``complete: N rounds in DIR; overwrite=True to recompute``).
-
-  The output directory is checked before the task is built
-  (:func:`check_output_dir`, :func:`check_record`): it must be writable, and a
-  directory that holds a run with other settings is refused unless ``overwrite``
-  (or ``resume`` with the same settings); with the same settings, a finished
-  run is returned as stored and an unfinished one is refused unless ``resume``
-  or ``overwrite`` (:func:`check_rerun`). A new run replaces the algorithm
-  folders of the run it finds there. Every file is written atomically or
-  appended line by line (:mod:`fedsim.files`); ``metrics.jsonl`` is strict JSON
-  (a NaN/inf value is ``null``, listed under the record's ``nonfinite``).
-
-  With ``config.watchdog_s > 0`` the run is watched (:mod:`fedsim.core.watchdog`): no progress
-  (a set-up step, the start of an algorithm, an evaluation record) for that long prints one
-  line naming each thread's innermost frames to stderr and ends the process with status
-  :data:`fedsim.results.EXIT_HUNG` (4), from any process of a multi-host run; there an error
-  (a dead peer's collective fails) leaves it watching, so a process that cannot shut down
-  (the runtime waits for the dead peer) is ended too.
+    :class:`~fedsim.run_folder.Histories`, a dict ``{label: [record, ...]}`` in
+    ``config.algorithms`` order (a resumed run's kept records first), with ``stored``
+    (True: the folder held this run finished, made by the same code; its records are
+    returned without running or writing anything), ``output_dir`` and ``provenance``.
 
   Raises:
     ConfigError: a bad setting (naming it), checkpointing without an output
-      directory, an unusable output directory or one holding another run (or
-      this run unfinished, or nothing to resume), or an algorithm that rejects
-      the task (field ``algorithm``).
+      directory, an unusable output directory, one holding another run (or this
+      run made by other code, or unfinished, or nothing to resume) or in use by
+      another process, or an algorithm that rejects the task (field ``algorithm``).
     OutputError: (a ConfigError, field ``output_dir``) an output file cannot be
       written (e.g. the disk is full); the records written so far are kept.
+    Interrupted: SIGINT or SIGTERM stopped the run (a ``KeyboardInterrupt``).
   """
   import jax
 
+  from fedsim.core import distributed
   from fedsim.core.watchdog import Watchdog
+  from fedsim.interrupts import GracefulStop
+  from fedsim.run_folder import RunFolder, stored_histories
 
-  out_dir = output_dir if output_dir is not None else config.output_dir
-  dump = None  # written when it fires, if the output directory exists by then
-  if config.watchdog_s > 0 and out_dir is not None:
-    dump = os.path.join(os.fspath(out_dir), f"watchdog-{jax.process_index()}.txt")
-  # Multi-process: an error (a dead peer's collective) is followed by a shutdown that waits for the
-  # peer forever, so the watchdog keeps guarding the exit.
-  with Watchdog(config.watchdog_s, dump_path=dump, guard_error_exit=jax.process_count() > 1) as watchdog:
-    return _run(config, out_dir, callbacks, watchdog)
-
-
-def _run(config: ExperimentConfig, out_dir, callbacks, watchdog) -> dict[str, list[dict]]:
-  """:func:`run`'s body; ``watchdog.beat`` marks each step of progress."""
-  import jax
-
-  from fedsim import algorithms
-  from fedsim.core import compile_options, distributed
-  from fedsim.core.engine import simulate
-  from fedsim.core.sharding import client_mesh, shard_task
-  from fedsim.runner import ProgressWriter, enable_compilation_cache, plot_curves, provenance_line, set_blas_threads
-
-  out_dir = os.fspath(out_dir) if out_dir is not None else None
+  where = output_dir if output_dir is not None else config.output_dir
+  out_dir = os.fspath(where) if where is not None else None
   if (config.checkpoint_every > 0 or config.resume or config.save_learners) and out_dir is None:
     raise FieldError("output_dir", "checkpoint_every, resume and save_learners need an output directory")
   if config.num_devices > jax.device_count():
     raise FieldError("num_devices", f"must be in [0, {jax.device_count()}]; got {config.num_devices}")
-  main = distributed.is_main()
-  echo = config.progress and main
+  main, echo = distributed.is_main(), config.progress and distributed.is_main()
   resolved = config.resolve()
-  hps = {label: (r.name, r.values) for label, r in resolved.items()}
-  stale: list[str] = []
-  done: dict[str, list] = {}
-  if out_dir is not None:  # before anything is built or written (another run, a finished one, a bad directory)
-    stale = check_record(config, out_dir, hps)
-    done = check_rerun(config, out_dir, hps)
-    if len(done) == len(hps):  # finished: its records, nothing run or written
-      if echo:
-        print(complete_line(config, out_dir, done), flush=True)
-      return {label: done[label] for label in hps}
-    check_output_dir(out_dir)
-  enable_compilation_cache(config.compilation_cache)  # before the first compilation (task models)
-  compile_options.set_cpu_emitters(config.xla_cpu_emitters)  # before the engine builds its programs
-  if echo and config.task in SLOW_TASKS:
-    print(f"building task {config.task} (trains or loads cached models) ...", flush=True)
-  watchdog.beat("set-up")
-  task = build_task(config)
-  watchdog.beat("task built")
-  for label, (name, hp) in hps.items():
-    try:  # builders check their own settings (shapes, laws) without compiling
-      algorithms.build(name, task, **hp)
-    except ValueError as e:
-      if isinstance(e, ConfigError):
-        raise
-      raise ConfigError("algorithm", f"{label}: {e}") from None
-
-  set_blas_threads(config.blas_threads)
-  mesh = client_mesh(config.num_devices or None)
-  task = shard_task(task, mesh)
-  watchdog.beat("algorithms checked, task sharded")
-  record = {**({"flags": dict(config.flags)} if config.flags is not None else {}),
-            "version": _version(), "jax_version": jax.__version__, "backend": jax.default_backend(),
-            "devices": mesh.devices.size, "processes": jax.process_count(),
-            "task": {"name": task.name, "dim": task.dim, **task.info},
-            "algorithms": {label: {"algorithm": name, **hp} for label, (name, hp) in hps.items()},
-            "hyperparameters": {label: {k: {"value": v, "source": r.sources[k]} for k, v in r.values.items()}
-                                for label, r in resolved.items()},
-            "experiment": config.to_json()}
-  if out_dir is not None:
-    try:
-      os.makedirs(out_dir, exist_ok=True)  # every process (checkpoints need it)
-      if main:
-        if not config.resume:  # a new run (or --overwrite): the old one's folders (and curves) go
-          if os.path.exists(os.path.join(out_dir, "curves.png")):
-            os.remove(os.path.join(out_dir, "curves.png"))
-          import shutil
-          for label in dict.fromkeys([*stale, *hps]):
-            if os.path.isdir(os.path.join(out_dir, label)):
-              shutil.rmtree(os.path.join(out_dir, label))
-        from fedsim.files import atomic_write, strict_json
-        atomic_write(os.path.join(out_dir, "config.json"),
-                     json.dumps(strict_json(record), indent=2, default=str, allow_nan=False) + "\n")
-    except OSError as e:
-      from fedsim.core.errors import OutputError
-      raise OutputError(f"cannot write {out_dir}: {e.strerror or e}") from None
-  if echo:
-    entries = [e if isinstance(e, str) else label for e, label in zip(config.algorithms, hps)]
-    print(f"task {task.name}: d = {task.dim}, N = {task.num_clients}; "
-          f"algorithms {', '.join(entries)}; output {out_dir}", flush=True)
-    for label, r in resolved.items():
-      print(provenance_line(label, r.values, r.sources), flush=True)
-
-  histories = {}
-  title = f"{task.name} on {task.info.get('dataset', task.name)}, N = {task.num_clients}"
-  for label, (name, hp) in hps.items():
-    if label in done:  # resuming: a finished algorithm keeps its records
-      histories[label] = done[label]
-      continue
-    # Built on the sharded task (cheap: builders only close over functions).
-    alg = algorithms.build(name, task, **hp)
-    alg_dir = os.path.join(out_dir, label) if out_dir is not None else None
-    if alg_dir is not None:
-      os.makedirs(alg_dir, exist_ok=True)
-    rounds, run_task = config.rounds_for(name, hp), task
-    if name in FFGB_FAMILY:  # scored on its value caches (fedsim.tasks.functional)
-      from fedsim.tasks.functional import cache_view
-      run_task = cache_view(task)
-      if config.save_learners:
-        from fedsim.algorithms import ffgb
-        assert alg_dir is not None  # save_learners needs an output directory (checked above)
-        alg = ffgb.attach_learner_writer(alg, os.path.join(alg_dir, "learners"), alg.hparams, name)
-    ckpt_dir = os.path.join(alg_dir, "checkpoints") if alg_dir is not None else None
-    resumed = None
-    if config.resume:
-      from fedsim.core import checkpoint
-      assert ckpt_dir is not None  # resume needs an output directory (checked above)
-      resumed = checkpoint.latest_round(ckpt_dir)
-    writer = ProgressWriter(label, os.path.join(alg_dir, "metrics.jsonl") if alg_dir else None,
-                            rounds, keep_until=resumed, write=main, echo=config.progress,
-                            callbacks=(*callbacks, lambda lab, rec: watchdog.beat(f"{lab} round {rec['round']}")))
-    if resumed is not None and echo:
-      print(f"[{label}] resuming from round {resumed} ({ckpt_dir})", flush=True)
-    watchdog.beat(f"{label} compiling")
-    try:
-      simulate(alg, run_task, rounds, config.eval_every, jax.random.key(config.seed), on_eval=writer,
-               checkpoint_dir=ckpt_dir, checkpoint_every=config.checkpoint_every, resume=config.resume,
-               profile_dir=os.path.join(config.profile_dir, label) if config.profile_dir else None)
-    except DivergenceError as e:
-      writer.close()
-      if echo:
-        print(f"[{label}] diverged: {e}", file=sys.stderr, flush=True)
-    finally:
-      writer.close()
-      histories[label] = writer.history
-    if main and out_dir is not None and _plottable(histories):
-      try:
-        plot_curves(histories, os.path.join(out_dir, "curves.png"), title=title)
-      except OSError as e:
-        from fedsim.core.errors import OutputError
-        raise OutputError(f"cannot write {out_dir}/curves.png: {e.strerror or e}; metrics are kept") from None
+  dump = os.path.join(out_dir, f"watchdog-{jax.process_index()}.txt") if config.watchdog_s > 0 and out_dir else None
+  # Multi-process: an error (a dead peer's collective) is followed by a shutdown that waits for the
+  # peer forever, so the watchdog keeps guarding the exit.
+  with Watchdog(config.watchdog_s, dump_path=dump, guard_error_exit=jax.process_count() > 1) as watchdog, \
+       RunFolder.claim(config, out_dir, {k: (r.name, r.values) for k, r in resolved.items()}, main) as folder:
+    if folder.finished is not None:  # this run, finished by this code: its records, nothing run or written
+      return stored_histories(config, folder, echo)
+    task = _build(config, resolved, watchdog)
+    folder.start(_config_record(config, task, resolved), config.resume, main)
+    if echo:
+      _announce(config, task, resolved, folder.path)
+    histories = Histories(output_dir=folder.path, provenance=folder.provenance)
+    with GracefulStop(enabled=jax.process_count() == 1, echo=echo) as stop:
+      for label, r in resolved.items():
+        histories[label] = folder.done.get(label) or _run_algorithm(config, task, label, r, folder, callbacks,
+                                                                   watchdog, stop, main)
+        _plot(histories, folder.path, task, main)
+        if stop() and label != next(reversed(resolved)):
+          from fedsim.core.errors import Interrupted
+          raise Interrupted(histories[label][-1]["round"] if histories[label] else 0, None, stop.requested,
+                            label, folder.path)
   if echo and out_dir is not None:
     curves = ", curves.png" if _plottable(histories) else " (no curves.png: no algorithm ran a round)"
     print(f"wrote {out_dir}/config.json, */metrics.jsonl{curves}", flush=True)
   return histories
 
 
-def _plottable(histories: dict[str, list[dict]]) -> bool:
+def _build(config: ExperimentConfig, resolved: Mapping[str, Resolved], watchdog):
+  """The task, built and sharded, after every algorithm has checked its settings against it.
+
+  Raises:
+    ConfigError: a bad task setting or data file; an algorithm that rejects the task (field
+      ``algorithm``).
+  """
+  from fedsim import algorithms
+  from fedsim.core import compile_options
+  from fedsim.core.sharding import client_mesh, shard_task
+  from fedsim.runner import enable_compilation_cache, set_blas_threads
+  enable_compilation_cache(config.compilation_cache)  # before the first compilation (task models)
+  compile_options.set_cpu_emitters(config.xla_cpu_emitters)  # before the engine builds its programs
+  if config.progress and config.task in SLOW_TASKS:
+    print(f"building task {config.task} (trains or loads cached models) ...", flush=True)
+  watchdog.beat("set-up")
+  task = build_task(config)
+  watchdog.beat("task built")
+  for label, r in resolved.items():
+    try:  # builders check their own settings (shapes, laws) without compiling
+      algorithms.build(r.name, task, **r.values)
+    except ValueError as e:
+      if isinstance(e, ConfigError):
+        raise
+      raise ConfigError("algorithm", f"{label}: {e}") from None
+  set_blas_threads(config.blas_threads)
+  task = shard_task(task, client_mesh(config.num_devices or None))
+  watchdog.beat("algorithms checked, task sharded")
+  return task
+
+
+def _config_record(config: ExperimentConfig, task, resolved: Mapping[str, Resolved]) -> dict:
+  """config.json's settings: flags, versions, backend, task, algorithms and hyperparameter sources."""
+  import jax
+
+  from fedsim.core.sharding import mesh_of
+  from fedsim.provenance import version
+  mesh = mesh_of(task.data)
+  return {**({"flags": dict(config.flags)} if config.flags is not None else {}),
+          "version": version(), "jax_version": jax.__version__, "backend": jax.default_backend(),
+          "devices": mesh.devices.size if mesh is not None else 1, "processes": jax.process_count(),
+          "task": {"name": task.name, "dim": task.dim, **task.info},
+          "algorithms": {label: {"algorithm": r.name, **r.values} for label, r in resolved.items()},
+          "hyperparameters": {label: {k: {"value": v, "source": r.sources[k]} for k, v in r.values.items()}
+                              for label, r in resolved.items()},
+          "experiment": config.to_json()}
+
+
+def _announce(config: ExperimentConfig, task, resolved: Mapping[str, Resolved], out_dir: str | None) -> None:
+  from fedsim.runner import provenance_line
+  entries = [e if isinstance(e, str) else label for e, label in zip(config.algorithms, resolved)]
+  print(f"task {task.name}: d = {task.dim}, N = {task.num_clients}; "
+        f"algorithms {', '.join(entries)}; output {out_dir}", flush=True)
+  for label, r in resolved.items():
+    print(provenance_line(label, r.values, r.sources), flush=True)
+
+
+def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, folder, callbacks, watchdog, stop,
+                   main: bool) -> list[dict]:
+  """One algorithm's run: its records (kept on divergence or interruption).
+
+  Raises:
+    Interrupted: ``stop`` was requested (label, folder and checkpoint round filled in).
+  """
+  import jax
+
+  from fedsim import algorithms
+  from fedsim.core import checkpoint
+  from fedsim.core.engine import simulate
+  from fedsim.core.errors import Interrupted
+  from fedsim.runner import ProgressWriter
+  alg = algorithms.build(r.name, task, **r.values)  # on the sharded task (cheap: builders close over functions)
+  alg_dir = folder.label_dir(label)
+  rounds, run_task = config.rounds_for(r.name, r.values), task
+  if r.name in FFGB_FAMILY:  # scored on its value caches (fedsim.tasks.functional)
+    from fedsim.tasks.functional import cache_view
+    run_task = cache_view(task)
+    if config.save_learners:
+      from fedsim.algorithms import ffgb
+      assert alg_dir is not None  # save_learners needs an output directory (checked in run)
+      alg = ffgb.attach_learner_writer(alg, os.path.join(alg_dir, "learners"), alg.hparams, r.name)
+  ckpt_dir = os.path.join(alg_dir, "checkpoints") if alg_dir is not None else None
+  resumed = checkpoint.latest_round(ckpt_dir) if config.resume and ckpt_dir is not None else None
+  writer = ProgressWriter(label, os.path.join(alg_dir, "metrics.jsonl") if alg_dir else None,
+                          rounds, keep_until=resumed, write=main, echo=config.progress,
+                          callbacks=(*callbacks, lambda lab, rec: watchdog.beat(f"{lab} round {rec['round']}")))
+  if resumed is not None and config.progress and main:
+    print(f"[{label}] resuming from round {resumed} ({ckpt_dir})", flush=True)
+  watchdog.beat(f"{label} compiling")
+  try:
+    simulate(alg, run_task, rounds, config.eval_every, jax.random.key(config.seed), on_eval=writer,
+             checkpoint_dir=ckpt_dir, checkpoint_every=config.checkpoint_every, resume=config.resume,
+             profile_dir=os.path.join(config.profile_dir, label) if config.profile_dir else None, stop=stop)
+  except DivergenceError as e:
+    if config.progress and main:
+      print(f"[{label}] diverged: {e}", file=sys.stderr, flush=True)
+  except Interrupted as e:
+    writer.close()
+    e.signum, e.label, e.output_dir = stop.requested, label, folder.path
+    e.checkpoint_round = checkpoint.latest_round(ckpt_dir) if ckpt_dir is not None else None
+    raise
+  finally:
+    writer.close()
+  return writer.history
+
+
+def _plot(histories: Mapping[str, list[dict]], out_dir: str | None, task, main: bool) -> None:
+  """Redraws ``curves.png`` (process 0, with an output folder and a curve to draw).
+
+  Raises:
+    OutputError: it cannot be written (the metrics are kept).
+  """
+  if not (main and out_dir is not None and _plottable(histories)):
+    return
+  from fedsim.runner import plot_curves
+  try:
+    plot_curves(dict(histories), os.path.join(out_dir, "curves.png"),
+                title=f"{task.name} on {task.info.get('dataset', task.name)}, N = {task.num_clients}")
+  except OSError as e:
+    from fedsim.core.errors import OutputError
+    raise OutputError(f"cannot write {out_dir}/curves.png: {e.strerror or e}; metrics are kept") from None
+
+
+def _plottable(histories: Mapping[str, list[dict]]) -> bool:
   """Whether curves.png has a curve to draw: some algorithm has records of two rounds (rounds=0 has one)."""
   return any(len(h) > 1 for h in histories.values())

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from fedsim.core import compile_options, rng
 from fedsim.core import sharding as sharding_lib
 from fedsim.core.distributed import fetch
-from fedsim.core.errors import DivergenceError
+from fedsim.core.errors import DivergenceError, Interrupted
 from fedsim.core.types import FederatedAlgorithm, Task
 
 
@@ -128,7 +128,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
              key: jax.Array, *, on_eval: Callable[[dict], None] | None = None,
              state=None, start_round: int = 0, totals: dict | None = None,
              checkpoint_dir: str | None = None, checkpoint_every: int = 0, resume: bool = False,
-             profile_dir: str | None = None):
+             profile_dir: str | None = None, stop: Callable[[], bool] | None = None):
   """Runs ``num_rounds`` communication rounds and evaluates every ``eval_every``.
 
   Args:
@@ -163,6 +163,9 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       their evaluations included; a run of one chunk is not traced. None
       (default): no trace. Open it with
       TensorBoard's profile plugin or ui.perfetto.dev (BUILD.md, "Profiling").
+    stop: polled at every chunk boundary (after the chunk's record and scheduled checkpoint);
+      True ends the run there: with ``checkpoint_every > 0`` the state is saved at that round
+      first, then :class:`~fedsim.core.errors.Interrupted` is raised (``fedsim.interrupts``).
 
   Returns:
     (final state, list of records).
@@ -170,6 +173,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
   Raises:
     DivergenceError: the objective became NaN or inf; the record of that
       evaluation has been passed to ``on_eval`` first.
+    Interrupted: ``stop()`` returned True (its ``round``: the last round run; records up to it
+      have been passed to ``on_eval``).
     ValueError: bad ``eval_every``/``checkpoint_every``, checkpointing without a
       directory, or a checkpoint that does not match this algorithm's state.
   """
@@ -187,6 +192,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     from fedsim.core import checkpoint
     mngr = checkpoint.manager(checkpoint_dir)
   init_keys = rng.init_keys(key)                  # (stream "init", stream "shared")
+  saved = None                                    # the round of the newest checkpoint
   if resume:
     assert mngr is not None  # resume needs checkpoint_dir (checked above)
     restored = checkpoint.restore(mngr, jax.eval_shape(algorithm.init, *init_keys),
@@ -194,6 +200,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     if restored is not None:
       state, meta = restored
       start_round, totals = meta["round"], meta["totals"]
+      saved = start_round
       t0 -= meta["wall_time_s"]
   if state is None:
     if mesh is not None and (multi or mesh.devices.size == 1):
@@ -238,6 +245,10 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     if r == 0:
       record(0)
     while r < num_rounds:
+      if stop is not None and stop():   # SIGINT / SIGTERM: a clean stop at this chunk boundary
+        if mngr is not None and checkpoint_every > 0 and saved != r:
+          checkpoint.save(mngr, state, r, totals, time.perf_counter() - t0, algorithm.name)
+        raise Interrupted(r, None)
       length = min(eval_every, num_rounds - r)   # rounds in this chunk (traced: one program for all)
       if profile_dir and not traced and r > start_round:   # the first chunk has compiled the program
         jax.profiler.start_trace(profile_dir)
@@ -255,7 +266,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       if next_save is not None and r >= next_save:  # first chunk end at or after a multiple of K
         assert mngr is not None  # checkpoint_every > 0 needs checkpoint_dir (checked above)
         checkpoint.save(mngr, state, r, totals, time.perf_counter() - t0, algorithm.name)
-        next_save = (r // checkpoint_every + 1) * checkpoint_every
+        saved, next_save = r, (r // checkpoint_every + 1) * checkpoint_every
   finally:
     if tracing:   # a run that ended (or stopped) before round 3
       jax.profiler.stop_trace()
