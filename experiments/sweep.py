@@ -60,7 +60,7 @@ import time
 from absl import app, flags, logging
 
 from experiments import common
-from fedsim import api
+from fedsim import api, run_folder
 from fedsim.config import did_you_mean
 from fedsim.core import compile_options
 from fedsim.core.errors import ConfigError
@@ -709,6 +709,9 @@ def main(argv):
     with common.cli_errors():  # the library's messages in flag form
       sweep = Sweep()  # validates the flags at every grid point
       api.check_output_dir(out_dir)
+      if os.path.exists(os.path.join(out_dir, run_folder.CONFIG_FILE)):
+        raise ConfigError("output_dir", f"{out_dir} holds a run ({run_folder.CONFIG_FILE}); use another --output_dir")
+      lock = run_folder.FolderLock(out_dir, "sweep")  # one writer per folder, for the sweep's whole life
     config = {k: v for k, v in sorted(FLAGS.flag_values_dict().items())
               if k in _own_flags() and k != "output_dir"}
     config = json.loads(json.dumps(config, default=str))
@@ -751,6 +754,7 @@ def main(argv):
     print(line, flush=True)
   print(f"wrote {out_dir}/results.csv ({len(ordered)} rows), summary.csv ({len(summary)} rows), summary.png, "
         "sweep_stats.json", flush=True)
+  lock.release()
 
 
 if __name__ == "__main__":

@@ -180,3 +180,23 @@ def read_config(run_dir: str | os.PathLike) -> dict[str, Any]:
       with open(path) as f:
         return json.load(f)
   raise FileNotFoundError(f"no {CONFIG_FILE} in {run_dir} or its parent")
+
+
+def provenance(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+  """The code that made a run (``config.json["provenance"]``, :mod:`fedsim.provenance`).
+
+  Args:
+    run_dir: the run's output folder, or one of its algorithm folders.
+
+  Returns:
+    ``{"version", "git": {"commit", "dirty"} or None, "fingerprint", "files", "external"}``, or
+    None for a run written before fedsim recorded its code.
+
+  Raises:
+    FileNotFoundError: no ``config.json`` (:func:`read_config`).
+
+  Example::
+
+    fedsim.results.provenance("runs/main")["git"]   # {"commit": "40caaac...", "dirty": False}
+  """
+  return read_config(run_dir).get("provenance")
