@@ -327,7 +327,7 @@ class FolderLock:
     ConfigError: (``output_dir``) another live process holds the folder.
   """
 
-  def __init__(self, folder: str, kind: str):
+  def __init__(self, folder: str, kind: str, record: bool = True):
     import fcntl
     os.makedirs(folder, exist_ok=True)
     self.path = os.path.join(folder, LOCK_FILE)
@@ -343,10 +343,19 @@ class FolderLock:
              f"started {holder.get('started', '?')}") if holder else "another process"
       raise refusal("output_dir", lambda w: f"{folder} is in use by a live {who}; wait for it to end, or use "
                     f"another {w['output_dir']}") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "kind": kind,
-                             "started": datetime.datetime.now().isoformat(timespec="seconds")}).encode())
     self._fd: int | None = fd
+    self.kind = kind
+    if record:
+      self.record()
+
+  def record(self) -> None:
+    """Writes the holder's process id, host, kind and start time into the lock file (what a
+    refused process names). Deferred while a run only checks its folder, so that a refused
+    or finished rerun leaves every file as it was."""
+    if self._fd is not None:
+      os.ftruncate(self._fd, 0)
+      os.pwrite(self._fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "kind": self.kind,
+                                      "started": datetime.datetime.now().isoformat(timespec="seconds")}).encode(), 0)
 
   def release(self) -> None:
     """Drops the lock (the file stays: removing it would race with a process that opened it)."""
@@ -405,18 +414,23 @@ class RunFolder:
     if path is None:
       return cls(None, code)
     path = os.fspath(path)
-    stale = check_record(config, path, hps)
-    check_code(config, path, code)
-    done = check_rerun(config, path, hps)
-    if len(done) == len(hps):
-      return cls(path, code, finished={label: done[label] for label in hps})
-    check_output_dir(path)
-    lock = FolderLock(path, "run") if main else None
-    try:  # checked again under the lock: the process that held it may have finished or moved on
-      check_record(config, path, hps)
+    # A live writer is named before anything else is said about the folder (its run is unfinished).
+    lock = FolderLock(path, "run", record=False) if main and os.path.isdir(path) and os.access(path, os.W_OK) \
+        else None
+    try:
+      stale = check_record(config, path, hps)
       check_code(config, path, code)
       done = check_rerun(config, path, hps)
-    except Exception:
+      if len(done) == len(hps):
+        if lock is not None:
+          lock.release()
+        return cls(path, code, finished={label: done[label] for label in hps})
+      check_output_dir(path)
+      if lock is None and main:
+        lock = FolderLock(path, "run")
+      elif lock is not None:
+        lock.record()
+    except BaseException:
       if lock is not None:
         lock.release()
       raise
