@@ -552,63 +552,34 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
         callbacks: tuple[Callable[[str, dict], None], ...] = ()) -> Histories:
   """Runs every algorithm of ``config`` on its task, one after the other.
 
-  The story of a run: resolve the settings; claim the output folder; build the task and check
-  every algorithm; write ``config.json``; run each algorithm in compiled chunks; report.
-
-  Everything is checked (task built, each algorithm built once) before anything is written
-  or compiled. With an output directory, writes ``config.json`` (settings, each
-  hyperparameter's value and source (:meth:`ExperimentConfig.resolve`), and ``provenance``:
-  version, git commit and dirty flag, a fingerprint of the code, :mod:`fedsim.provenance`),
-  ``<label>/metrics.jsonl`` (as records arrive) and ``curves.png`` (after each algorithm),
-  like ``experiments.run``; only process 0 of a multi-host run (``fedsim.core.distributed``)
-  writes or prints. With ``progress``, one start-up line per algorithm lists its values that
-  are not the config's defaults, with their sources (:func:`fedsim.runner.provenance_line`).
-  A NaN/inf objective stops that algorithm (its records so far are kept, the last one
-  non-finite; see :func:`diverged`) and the run goes on with the next.
-
-  The output folder (:class:`fedsim.run_folder.RunFolder`) is checked before the task is
-  built: it must be writable; a folder holding a run with other settings is refused unless
-  ``overwrite`` (or ``resume`` with the same settings); the same run made by other code is
-  refused naming what changed; the same run finished is returned as stored (said through
-  :mod:`logging`, and ``Histories.stored``); unfinished, it is refused unless ``resume`` or
-  ``overwrite``. It is locked for the run's life: a second process is refused naming the
-  live one. A new run replaces the algorithm folders of the run it finds there. Every file
-  is written atomically or appended line by line (:mod:`fedsim.files`); ``metrics.jsonl`` is
-  strict JSON (a NaN/inf value is ``null``, listed under the record's ``nonfinite``).
-
-  SIGINT (Ctrl-C) and SIGTERM stop the run at the end of the current chunk
-  (:mod:`fedsim.interrupts`): every record is kept, a checkpoint is saved first when
-  ``checkpoint_every > 0``, and :class:`~fedsim.core.errors.Interrupted` is raised (its
-  message says where ``resume`` continues). A second signal acts at once.
-
-  With ``config.watchdog_s > 0`` the run is watched (:mod:`fedsim.core.watchdog`): no progress
-  (a set-up step, the start of an algorithm, an evaluation record) for that long prints one
-  line naming each thread's innermost frames to stderr and ends the process with status
-  :data:`fedsim.results.EXIT_HUNG` (4), from any process of a multi-host run; there an error
-  (a dead peer's collective fails) leaves it watching, so a process that cannot shut down
-  (the runtime waits for the dead peer) is ended too.
+  The story: resolve the settings; claim the output folder (:class:`fedsim.run_folder.RunFolder`:
+  another run, other code, a live writer or an unfinished run is refused; this run finished is
+  returned as stored); build the task and check every algorithm before anything is written or
+  compiled; write ``config.json`` (settings, each hyperparameter's value and source, the code's
+  provenance, :mod:`fedsim.provenance`); run each algorithm in compiled chunks, appending
+  ``<label>/metrics.jsonl`` and redrawing ``curves.png``. Only process 0 of a multi-host run
+  writes or prints. A NaN/inf objective stops that algorithm (its records are kept; see
+  :func:`diverged`) and the run goes on. SIGINT and SIGTERM stop it at the end of the current
+  chunk (:mod:`fedsim.interrupts`). ``config.watchdog_s > 0`` ends a run that makes no progress
+  for that long (:mod:`fedsim.core.watchdog`, exit status 4).
 
   Args:
     config: the experiment.
-    output_dir: where the outputs go; None uses ``config.output_dir`` (None too:
-      nothing is written).
-    callbacks: each is called as ``callback(label, record)`` after every new
-      evaluation (all processes).
+    output_dir: where the outputs go; None uses ``config.output_dir`` (None too: nothing is written).
+    callbacks: each is called as ``callback(label, record)`` after every new evaluation (all processes).
 
   Returns:
-    :class:`~fedsim.run_folder.Histories`, a dict ``{label: [record, ...]}`` in
-    ``config.algorithms`` order (a resumed run's kept records first), with ``stored``
-    (True: the folder held this run finished, made by the same code; its records are
-    returned without running or writing anything), ``output_dir`` and ``provenance``.
+    :class:`~fedsim.run_folder.Histories`: ``{label: [record, ...]}`` in ``config.algorithms`` order
+    (a resumed run's kept records first), with ``stored`` (True: read from the folder, nothing run),
+    ``output_dir`` and ``provenance``.
 
   Raises:
-    ConfigError: a bad setting (naming it), checkpointing without an output
-      directory, an unusable output directory, one holding another run (or this
-      run made by other code, or unfinished, or nothing to resume) or in use by
-      another process, or an algorithm that rejects the task (field ``algorithm``).
-    OutputError: (a ConfigError, field ``output_dir``) an output file cannot be
-      written (e.g. the disk is full); the records written so far are kept.
-    Interrupted: SIGINT or SIGTERM stopped the run (a ``KeyboardInterrupt``).
+    ConfigError: a bad setting (naming it), an unusable or refused output folder
+      (:mod:`fedsim.run_folder`), or an algorithm that rejects the task (field ``algorithm``).
+    OutputError: (a ConfigError, field ``output_dir``) an output file cannot be written; the
+      records written so far are kept.
+    Interrupted: SIGINT or SIGTERM stopped the run (a ``KeyboardInterrupt``; its message says
+      where ``resume`` continues).
   """
   import jax
 

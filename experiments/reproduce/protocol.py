@@ -1,0 +1,347 @@
+"""The verdict protocol (VERDICTS.md) as one engine: forms pick the test, gates come first, Holm counts.
+
+A paper claim declares one **form** (section 2 of the protocol); :func:`judge` evaluates it per
+setting into :class:`Result` rows and :func:`aggregate` turns the rows into one verdict
+(section 5). No claim carries its own verdict logic: per-claim code computes measures (numbers per
+seed) and hands them here.
+
+Forms and their tests (one-sided level :data:`ALPHA`, in the claimed direction):
+
+* ``better``: paired by seed; the Wilcoxon signed-rank test (exact); the sign test when a
+  measure is censored ("never reached", ``inf``). ``opposite`` when the same test holds the
+  other way.
+* ``ordered``: Page's trend test over 3 or more levels, paired by seed.
+* ``equivalent``: TOST on the paired differences with the margin declared before the runs.
+* ``bound``: one-sided: per-seed rates at least as fast as the bound's (a steeper decay is
+  consistent); ``opposite`` when significantly slower.
+* ``contrast``: the claimed arm passes the form's test and the named contrast fails it
+  (section 3, negative control): a contrast that passes too makes the claim ``inconclusive
+  (does not discriminate)``.
+* ``value``: one-sample Wilcoxon against the stated value.
+
+Gates (section 3) are outcomes too: ``broken baseline``, ``saturated``, ``resolution``; a
+comparison that fails a gate is listed, not counted. An undecided comparison whose power
+(:func:`power`) is below :data:`POWER` is ``inconclusive (power)``, never ``not reproduced``.
+
+Example::
+
+  r = better("C=5", claimed=[30, 28, 31, 29, 27], baseline=[50, 48, 55, 47, 52], lower_is_better=True,
+             unit="rounds")
+  r.outcome                    # "holds" (all 5 seeds agree: p = 1/32)
+  aggregate([r]).verdict       # "reproduced"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.05          # one-sided level of every test
+POWER = 0.8           # below it an undecided comparison is inconclusive (power)
+POWER_DRAWS = 2000    # simulated replications of a power computation (fixed generator)
+POWER_SEED = 0
+FORMS = ("better", "ordered", "equivalent", "bound", "contrast", "value")
+COUNTED = ("holds", "opposite", "undecided")
+GATES = ("broken baseline", "saturated", "resolution", "does not discriminate", "too few seeds")
+VERDICTS = ("reproduced", "partly reproduced", "mixed", "not reproduced", "inconclusive")
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """One comparison of one claim at one setting.
+
+  Attributes:
+    setting: where it ran ("C=5"); form: its form (:data:`FORMS`).
+    outcome: ``holds``, ``opposite``, ``undecided`` or a gate (:data:`GATES`).
+    p: the one-sided p-value in the claimed direction (NaN for a gate); p_holm: after Holm's
+      correction over the claim's counted comparisons (:func:`aggregate` fills it).
+    effect: the headline effect in ``unit`` (median paired difference, median rate, ...);
+      interval: an exact interval for it (sign-test order statistics) or (NaN, NaN).
+    ratio: claimed / baseline median where natural (else NaN).
+    per_seed: the per-seed values the test used (differences, rates, ...).
+    power: the test's power at the declared smallest effect of interest, or None.
+    note: a short reason (the gate's numbers, the test's name).
+  """
+
+  setting: str
+  form: str
+  outcome: str
+  p: float
+  effect: float
+  unit: str
+  interval: tuple[float, float] = (math.nan, math.nan)
+  ratio: float = math.nan
+  per_seed: tuple[float, ...] = ()
+  power: float | None = None
+  note: str = ""
+  p_holm: float = math.nan
+
+
+def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+  """Exact distribution-free interval for a median: the order statistics x_(k) and x_(n+1-k)
+  with the largest k whose binomial(n, 1/2) coverage 1 - 2 P(B <= k-1) is at least ``level``.
+
+  When no k reaches ``level`` (n <= 5 at 95%), the range (min, max) is returned: its coverage is
+  1 - 2^(1-n) (93.75% at n = 5). (NaN, NaN) for no values."""
+  x = np.sort(np.asarray(values, dtype=float))
+  n = len(x)
+  if n == 0:
+    return math.nan, math.nan
+  k = 1
+  while k + 1 <= (n + 1) // 2 and 1 - 2 * stats.binom.cdf(k, n, 0.5) >= level:
+    k += 1
+  return float(x[k - 1]), float(x[n - k])
+
+
+def _signed_test(d: np.ndarray, censored: bool) -> tuple[float, float]:
+  """One-sided p-values (greater, less) of the paired differences ``d`` (exact)."""
+  d = d[d != 0]
+  if len(d) == 0:
+    return 1.0, 1.0
+  if censored or not np.all(np.isfinite(d)):
+    pos = int(np.sum(d > 0))
+    return (stats.binomtest(pos, len(d), 0.5, alternative="greater").pvalue,
+            stats.binomtest(pos, len(d), 0.5, alternative="less").pvalue)
+  greater = stats.wilcoxon(d, alternative="greater", method="exact" if len(d) <= 50 else "auto").pvalue
+  less = stats.wilcoxon(d, alternative="less", method="exact" if len(d) <= 50 else "auto").pvalue
+  return float(greater), float(less)
+
+
+def _outcome(p: float, p_other: float, n: int | None = None) -> str:
+  """holds / opposite / undecided; ``too few seeds`` when n seeds cannot reach ALPHA at all
+  (an exact signed test's smallest p is 2^-n: n >= 5 is needed at 0.05)."""
+  if n is not None and 0.5 ** n >= ALPHA:
+    return "too few seeds"
+  return "holds" if p < ALPHA else "opposite" if p_other < ALPHA else "undecided"
+
+
+def power(test, n: int, effect: float, sd: float) -> float:
+  """The fraction of :data:`POWER_DRAWS` simulated experiments (paired differences
+  N(``effect``, ``sd``), n seeds, a fixed generator) in which the test holds; ``test`` maps a
+  (draws, n) array to one boolean per draw."""
+  if sd <= 0 or n < 1:
+    return math.nan
+  rng = np.random.default_rng(POWER_SEED)
+  return float(np.mean(test(rng.normal(effect, sd, size=(POWER_DRAWS, n)))))
+
+
+def better_test(rows: np.ndarray) -> np.ndarray:
+  """The ``better`` form's test (one-sided exact Wilcoxon signed-rank) on rows of paired differences."""
+  return stats.wilcoxon(rows, axis=1, alternative="greater", method="exact").pvalue < ALPHA
+
+
+def plan_seeds(test, effect: float, sd: float, *, target: float = POWER, max_n: int = 50) -> int | None:
+  """The fewest seeds (5..``max_n``) at which ``test`` reaches ``target`` power (:func:`power`),
+  or None. Declared before the runs (section 4)."""
+  for n in range(5, max_n + 1):
+    if power(test, n, effect, sd) >= target:
+      return n
+  return None
+
+
+def tost(d: np.ndarray, margin: float) -> np.ndarray:
+  """TOST p-value(s) of paired differences ``d`` (last axis: seeds) against ±``margin``: the
+  larger of the two one-sided one-sample t-tests (Schuirmann 1987)."""
+  lower = stats.ttest_1samp(d, -margin, axis=-1, alternative="greater").pvalue
+  upper = stats.ttest_1samp(d, margin, axis=-1, alternative="less").pvalue
+  return np.maximum(lower, upper)
+
+
+def equivalence_test(margin: float):
+  """The ``equivalent`` form's test on rows of paired differences, for :func:`power` and :func:`plan_seeds`."""
+  def test(rows: np.ndarray) -> np.ndarray:
+    return tost(rows, margin) < ALPHA
+  return test
+
+
+def better(setting: str, claimed: Sequence[float], baseline: Sequence[float], *, lower_is_better: bool,
+           unit: str, smallest_effect: float | None = None, censored: bool = False) -> Result:
+  """``better`` form: the claimed arm beats the baseline, paired by seed.
+
+  Args:
+    claimed, baseline: the measure per seed (same seed order); ``inf`` means never reached
+      (then the sign test is used).
+    lower_is_better: True for rounds, queries, loss; False for accuracy.
+    unit: the measure's unit ("rounds", "F", "pp").
+    smallest_effect: the smallest improvement of interest, in ``unit`` (for :func:`power`).
+  """
+  a, b = np.asarray(claimed, dtype=float), np.asarray(baseline, dtype=float)
+  if a.shape != b.shape:
+    raise ValueError(f"{setting}: claimed and baseline need the same seeds; got {a.shape} and {b.shape}")
+  with np.errstate(invalid="ignore"):
+    d = (b - a) if lower_is_better else (a - b)    # > 0: the claimed arm is better
+  d = np.where(np.isnan(d), 0.0, d)                # both censored: a tie
+  greater, less = _signed_test(d, censored)
+  finite = d[np.isfinite(d)]
+  effect = float(np.median(d)) if len(d) else math.nan
+  ratio = float(np.median(a) / np.median(b)) if np.median(b) not in (0, math.inf) else math.nan
+  pw = None
+  if smallest_effect is not None and len(finite) > 1:
+    pw = power(better_test, len(d), smallest_effect, float(np.std(finite, ddof=1)) or abs(smallest_effect))
+  return Result(setting, "better", _outcome(greater, less, len(d)), float(greater), effect, unit,
+                median_interval(d), ratio, tuple(float(v) for v in d), pw,
+                "sign test (censored)" if censored else "Wilcoxon signed-rank")
+
+
+def ordered(setting: str, table: Sequence[Sequence[float]], *, increasing: bool, unit: str) -> Result:
+  """``ordered`` form: rows are seeds, columns the levels in the claimed order; the measure
+  rises (``increasing``) or falls along them. Page's trend test (exact for small tables)."""
+  x = np.asarray(table, dtype=float)
+  if x.ndim != 2 or x.shape[1] < 3:
+    raise ValueError(f"{setting}: ordered needs seeds x 3 or more levels; got shape {x.shape}")
+  ranks = list(range(1, x.shape[1] + 1))
+  up, down = (ranks, ranks[::-1]) if increasing else (ranks[::-1], ranks)
+  p = float(stats.page_trend_test(x, predicted_ranks=up).pvalue)
+  p_other = float(stats.page_trend_test(x, predicted_ranks=down).pvalue)
+  steps = np.diff(x, axis=1) * (1 if increasing else -1)
+  return Result(setting, "ordered", _outcome(p, p_other), p, float(np.median(x[:, -1] - x[:, 0])), unit,
+                median_interval(x[:, -1] - x[:, 0]), per_seed=tuple(float(v) for v in x[:, -1] - x[:, 0]),
+                note=f"Page's L; adjacent steps in the claimed direction: {int(np.sum(steps > 0))} of {steps.size}")
+
+
+def equivalent(setting: str, a: Sequence[float], b: Sequence[float], *, margin: float, unit: str) -> Result:
+  """``equivalent`` form: TOST on the paired differences a - b with margin ±``margin`` declared
+  before the runs; holds when the 90% interval lies inside; ``opposite`` when it lies outside."""
+  x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+  d = x - y
+  if margin <= 0:
+    raise ValueError(f"{setting}: an equivalence margin must be > 0; got {margin}")
+  if np.allclose(d, d[0]):  # no spread: the interval is the point
+    p = 0.0 if abs(d[0]) < margin else 1.0
+    lo = hi = float(d[0])
+  else:
+    p = float(tost(d, margin))
+    half = stats.t.ppf(1 - ALPHA, len(d) - 1) * np.std(d, ddof=1) / math.sqrt(len(d))
+    lo, hi = float(np.mean(d) - half), float(np.mean(d) + half)
+  outcome = "holds" if p < ALPHA else "opposite" if (lo > margin or hi < -margin) else "undecided"
+  return Result(setting, "equivalent", outcome, p, float(np.mean(d)), unit, (lo, hi), per_seed=tuple(map(float, d)),
+                note=f"TOST, margin ±{margin:g} {unit}, 90% interval")
+
+
+def bound(setting: str, rates: Sequence[float], bound_rate: float, *, unit: str = "decades per decade") -> Result:
+  """``bound`` form: per-seed decay rates (log-log slopes, negative = decaying) at least as fast
+  as the bound's ``bound_rate``. Holds when significantly at or below it (a steeper decay is
+  consistent); ``opposite`` when significantly shallower."""
+  r = np.asarray(rates, dtype=float)
+  d = bound_rate - r        # > 0: steeper than the bound
+  greater, less = _signed_test(d, False)
+  return Result(setting, "bound", _outcome(greater, less, len(d)), float(greater), float(np.median(r)), unit,
+                median_interval(r), per_seed=tuple(float(v) for v in r), note=f"bound rate {bound_rate:g}")
+
+
+def contrast(claimed: Result, control: Result) -> Result:
+  """``contrast`` form: the claimed arm's result and the named control's, by the same test.
+  Holds when the claimed holds and the control does not; a control that holds too makes it
+  ``does not discriminate``."""
+  if claimed.outcome == "holds" and control.outcome == "holds":
+    outcome, note = "does not discriminate", f"the control passes the same test (p = {control.p:.3g})"
+  else:
+    outcome, note = claimed.outcome, f"control: {control.outcome} (p = {control.p:.3g})"
+  return dataclasses.replace(claimed, form="contrast", outcome=outcome, note=note)
+
+
+def value(setting: str, values: Sequence[float], target: float, *, greater_is_better: bool, unit: str) -> Result:
+  """``value`` form: the measure reaches ``target`` (one-sample signed-rank test)."""
+  x = np.asarray(values, dtype=float)
+  d = (x - target) if greater_is_better else (target - x)
+  greater, less = _signed_test(d, False)
+  return Result(setting, "value", _outcome(greater, less, len(d)), float(greater), float(np.median(x)), unit,
+                median_interval(x), per_seed=tuple(float(v) for v in x), note=f"against {target:g} {unit}")
+
+
+# --- gates ----------------------------------------------------------------------------------
+
+def gap_closed(start: float, final: Sequence[float], floor: float) -> np.ndarray:
+  """Fraction of the initial gap ``start - floor`` each seed closed (1 = reached the floor)."""
+  return (start - np.asarray(final, dtype=float)) / (start - floor)
+
+
+def working(start: float, final: Sequence[float], floor: float, *, fraction: float = 0.5) -> bool:
+  """Working-baseline gate: the method closed at least ``fraction`` of its initial gap on most seeds."""
+  closed = gap_closed(start, final, floor)
+  return bool(np.sum(closed >= fraction) > len(closed) / 2)
+
+
+def gated(result: Result, *, baseline_works: bool = True, claimed_diverges: bool = False,
+          saturated: bool = False, tied_fraction: float = 0.0) -> Result:
+  """``result`` after the gates of section 3, in order: the claimed method diverging where the
+  baseline works is ``opposite``; a broken baseline, a saturated pair or a measure too coarse to
+  separate the arms (most pairs tie) replaces the outcome with the gate's name."""
+  if claimed_diverges and baseline_works:
+    return dataclasses.replace(result, outcome="opposite", note="the claimed method diverges where the baseline works")
+  if not baseline_works:
+    return dataclasses.replace(result, outcome="broken baseline")
+  if saturated:
+    return dataclasses.replace(result, outcome="saturated")
+  if tied_fraction > 0.5:
+    return dataclasses.replace(result, outcome="resolution", note=f"{tied_fraction:.0%} of the pairs tie")
+  return result
+
+
+# --- from comparisons to a verdict ----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  """A claim's verdict (section 5): ``verdict`` (:data:`VERDICTS`), ``reason`` (where it holds,
+  or the inconclusive reason), and the comparisons with Holm-corrected p-values."""
+
+  verdict: str
+  reason: str
+  results: tuple[Result, ...]
+
+  @property
+  def label(self) -> str:
+    return f"{self.verdict} ({self.reason})" if self.reason else self.verdict
+
+
+def holm(results: Sequence[Result]) -> list[Result]:
+  """The counted comparisons' p-values after Holm's step-down correction; each outcome then
+  uses the corrected p (a hold needs p_holm < ALPHA). Gated comparisons are returned as they are."""
+  from statsmodels.stats.multitest import multipletests
+  idx = [i for i, r in enumerate(results) if r.outcome in COUNTED and not math.isnan(r.p)]
+  out = list(results)
+  if not idx:
+    return out
+  corrected = multipletests([results[i].p for i in idx], alpha=ALPHA, method="holm")[1]
+  for i, p in zip(idx, corrected):
+    r = results[i]
+    outcome = "undecided" if r.outcome == "holds" and p >= ALPHA else r.outcome
+    out[i] = dataclasses.replace(r, p_holm=float(p), outcome=outcome)
+  return out
+
+
+def aggregate(results: Sequence[Result]) -> Verdict:
+  """One verdict from a claim's comparisons (section 5), holds counted after :func:`holm`.
+
+  * reproduced: every counted comparison holds;
+  * partly reproduced: at least half hold and none is opposite (the reason names where);
+  * mixed: some hold and some are opposite (the reason names both);
+  * not reproduced: none holds and some are opposite, or all undecided with power >= 0.8;
+  * inconclusive (reason): anything else: a gate, ``power``, or ``too few seeds``.
+  """
+  rs = holm(results)
+  counted = [r for r in rs if r.outcome in COUNTED]
+  holds = [r.setting for r in counted if r.outcome == "holds"]
+  opposite = [r.setting for r in counted if r.outcome == "opposite"]
+  undecided = [r for r in counted if r.outcome == "undecided"]
+  if counted and len(holds) == len(counted):
+    return Verdict("reproduced", "", tuple(rs))
+  if holds and opposite:
+    return Verdict("mixed", f"holds at {', '.join(holds)}; opposite at {', '.join(opposite)}", tuple(rs))
+  if holds and 2 * len(holds) >= len(counted):
+    return Verdict("partly reproduced", f"holds at {', '.join(holds)}", tuple(rs))
+  if not holds and opposite:
+    return Verdict("not reproduced", f"opposite at {', '.join(opposite)}", tuple(rs))
+  if counted and not holds and all(r.power is not None and r.power >= POWER for r in undecided):
+    return Verdict("not reproduced", "no effect where the test had the power to find it", tuple(rs))
+  if not counted:
+    gates = [r.outcome for r in rs]
+    reason = max(dict.fromkeys(gates), key=gates.count) if gates else "no comparison"
+    return Verdict("inconclusive", reason, tuple(rs))
+  if holds:  # fewer than half hold, none opposite
+    return Verdict("inconclusive", f"holds at {', '.join(holds)} only; the rest undecided", tuple(rs))
+  return Verdict("inconclusive", "power", tuple(rs))
