@@ -520,6 +520,9 @@ class ExperimentConfig:
     m = values.get("clients_per_round")
     if m is not None and not 1 <= m <= self.num_clients:
       raise error("clients_per_round", f"must be in [1, num_clients={self.num_clients}]; got {m}")
+    kept = values.get("store_learners")
+    if self.save_learners and kept is not None and kept < self.eval_every:  # every evaluation's learners
+      raise error("store_learners", f"must be >= eval_every={self.eval_every} with save_learners; got {kept}")
 
   def _source_name(self, source: str, hp: str) -> str:
     names = self.source_names or {}

@@ -280,3 +280,15 @@ def test_a_folder_either_front_end_wrote_is_the_others_finished_run(tmp_path, mo
   got = fedsim.run(cfg, output_dir=str(tmp_path / "cli"))             # the CLI's folder: complete, as stored
   assert got == {"fedavg": read_metrics(str(tmp_path / "cli" / "fedavg" / "metrics.jsonl"))}
   assert [r["round"] for r in got["fedavg"]] == [r["round"] for r in histories["fedavg"]] == [0, 1, 2]
+
+
+def test_save_learners_needs_every_evaluations_learners_kept():
+  # experiments.run checked it (--save_learners needs --store_learners >= eval_every); Python did not.
+  with pytest.raises(fedsim.api.HparamError) as info:
+    fedsim.ExperimentConfig(task="shift_tabular", algorithms="ffgb", save_learners=True, eval_every=10,
+                            hparams={"ffgb": {"store_learners": 2}})
+  assert str(info.value) == ("hparams: ffgb store_learners (from hparams[ffgb]): must be >= eval_every=10 with "
+                             "save_learners; got 2")
+  fedsim.ExperimentConfig(task="shift_tabular", algorithms="ffgb", save_learners=True, eval_every=10,
+                          hparams={"ffgb": {"store_learners": 10}})
+  fedsim.ExperimentConfig(task="shift_tabular", algorithms="ffgb", eval_every=10)   # not saving: any

@@ -24,7 +24,6 @@ from fedsim.algorithms.ffgb import FFGB_CODE, FFGBConfig, make_ffgb
 from fedsim.algorithms.hiso import DECOMFL_CODE, HISO_CODE, DeComFLConfig, HiSoConfig, make_decomfl, make_hiso
 from fedsim.algorithms.zone_s import ZONESConfig, make_zone_s
 from fedsim.config import did_you_mean
-from fedsim.core.errors import ConfigError
 from fedsim.core.types import FederatedAlgorithm
 
 # name -> (config_class, default_overrides, builder(task, cfg, name=...)).
@@ -151,7 +150,8 @@ def make_config(name: str, **hparams):
       range (:mod:`fedsim.config`). Nothing is built or compiled.
   """
   if name not in REGISTRY:
-    raise ConfigError("algorithm", f"unknown {name!r}{did_you_mean(name, REGISTRY)}; accepted: {', '.join(REGISTRY)}")
+    raise config.FieldError("algorithm", f"unknown {name!r}{did_you_mean(name, REGISTRY)}; "
+                                         f"accepted: {', '.join(REGISTRY)}")
   cls = REGISTRY[name][0]
   config.check_keys(cls, hparams, owner=name)
   return cls(**{**default_config(name), **hparams})
@@ -169,8 +169,8 @@ def build(name: str, task, **hparams):
   cfg = make_config(name, **hparams)
   if task.info.get("function_space") and not isinstance(cfg, FFGBConfig):
     family = [n for n, (cls, _, _) in REGISTRY.items() if cls is FFGBConfig]
-    raise ConfigError("task", f"{task.name} is a function-space task (value caches, no parameter vector): it runs "
-                              f"the FFGB family ({', '.join(family)}), not {name}")
+    raise config.FieldError("task", f"{task.name} is a function-space task (value caches, no parameter vector): "
+                                    f"it runs the FFGB family ({', '.join(family)}), not {name}")
   return REGISTRY[name][2](task, cfg, name=name)
 
 
