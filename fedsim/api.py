@@ -20,8 +20,7 @@ config is checked or run.
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import numbers
+import functools
 import os
 import sys
 import types
@@ -29,7 +28,16 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from fedsim.config import FieldError, check_value, did_you_mean, field_type, hparam, hparam_fields
+from fedsim.config import (
+  FieldError,
+  FieldTypeError,
+  check_type,
+  check_value,
+  did_you_mean,
+  field_type,
+  hparam,
+  hparam_fields,
+)
 from fedsim.core.errors import ConfigError, DivergenceError
 
 # fedsim's run defaults where the paper's value does not suit the embedded digits
@@ -43,13 +51,6 @@ FFGB_FAMILY = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l", "ffgb_code", "ffgb_nore
 
 # Tasks that train or load cached models while being built (a progress line says so).
 SLOW_TASKS = ("attack", "attack_cw", "metric_opt", "finetune")
-
-# task_options defaults where make_task has none (experiments.run's flag defaults: --rank=8 is
-# server_samples; seed 004 App. A).
-TASK_OPTION_DEFAULTS = {
-    "logistic_soft": {"samples_per_client": 40, "num_features": 2, "server_samples": 8, "max_rank": 32},
-    "ridge": {"samples_per_client": 40, "num_features": 2, "server_samples": 8, "max_rank": 32},
-}
 
 # make_task arguments that are ExperimentConfig fields (not task_options).
 _TASK_FIELDS = ("num_clients", "seed", "dataset", "data_dir", "partition", "dirichlet_alpha",
@@ -67,8 +68,6 @@ def _entry_error(name: str, message: str) -> FieldError:
   return FieldError("algorithms", f"{name}: {message}", cli=f"--algorithm {name}: {message}")
 
 
-# How an error message names a setting that a user changes to get past it: from Python the
-# ExperimentConfig field (``overwrite=True``), on the command line its flag (``--overwrite``).
 class HparamError(ConfigError):
   """An algorithm's config rejects a hyperparameter value of an :class:`ExperimentConfig`.
 
@@ -197,17 +196,6 @@ def comm_rounds(name: str, hp: dict, num_clients: int, budget: int) -> int:
   return max(0, -(-(budget - 2) // cost))
 
 
-def _task_option_names() -> tuple[str, ...]:
-  """The keys ``ExperimentConfig.task_options`` accepts (``make_task``'s other arguments)."""
-  from fedsim.tasks import make_task
-  from fedsim.tasks.logistic_soft import make_smooth_erm_task
-  own = [p.name for p in inspect.signature(make_task).parameters.values()
-         if p.kind is p.KEYWORD_ONLY and p.name not in _TASK_FIELDS]
-  smooth = [p.name for p in inspect.signature(make_smooth_erm_task).parameters.values()
-            if p.kind is p.KEYWORD_ONLY and p.name not in ("num_clients", "seed", "heterogeneity")]
-  return tuple(own + ["data_heterogeneity"] + [n for n in smooth if n not in own])
-
-
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
   """One experiment: a task, algorithms run side by side on it, and how to run them.
@@ -227,8 +215,11 @@ class ExperimentConfig:
       ``homo_ratio`` are its settings (``fedsim.data.partition``).
     task_options: further keyword arguments of ``fedsim.tasks.make_task``
       (``hidden_width``, ``dim``, ``heterogeneity``, ``classifier``,
-      ``samples_per_client``, ``server_samples``, ...; over
-      :data:`TASK_OPTION_DEFAULTS`); unknown keys raise.
+      ``samples_per_client``, ``server_samples``, ...), each declared with its
+      default, help and accepted values by ``fedsim.tasks.TaskOptions``; unknown
+      keys and bad values raise when the config is made. The run (and config.json)
+      uses every option, the ones not given at their defaults
+      (:meth:`resolved_task_options`), as ``experiments.run`` does.
     algorithms: like ``--algorithm``: a comma-separated string
       (``"fedavg,fedzo:lr=0.1"``) or a sequence of entries ``"NAME"``,
       ``"NAME:HP=VALUE[:HP=VALUE]"`` or ``(NAME, {HP: VALUE})``, NAME in
@@ -291,9 +282,15 @@ class ExperimentConfig:
 
   Raises:
     ConfigError: (at construction; a :class:`fedsim.config.FieldError` worded for
-      Python, ``"FIELD: MESSAGE"``) naming the field, the accepted values and the
-      value given; unknown names or keys come with a "did you mean" suggestion; an
-      ``algorithms`` entry's error names the entry's algorithm and hyperparameter.
+      Python, ``"FIELD: MESSAGE"``, never ``--FIELD``) naming the field, the accepted
+      values and the value given; unknown names or keys come with a "did you mean"
+      suggestion; an ``algorithms`` entry's error names the entry's algorithm and
+      hyperparameter; a task option's names the option (``hidden_width: must be >= 1;
+      got -3``); an algorithm that cannot run on the task (``fedsim.algorithms.TASK_NEEDS``,
+      function-space tasks) names ``task`` (or the task option, or ``algorithms``).
+    FieldTypeError: (a FieldError and a TypeError) a value of the wrong type
+      (``rounds: expected int, got str: '10' is not an integer``) or an unknown
+      keyword argument (with a "did you mean" suggestion).
   """
 
   # Each run setting's help and accepted range (fedsim.config.hparam metadata): checked when the config is
@@ -364,6 +361,8 @@ class ExperimentConfig:
     entries = tuple(part.strip() if isinstance(e, str) else e
                     for e in given for part in (e.split(",") if isinstance(e, str) else [e]))
     object.__setattr__(self, "algorithms", tuple(e for e in entries if e != ""))
+    if not isinstance(self.task_options, Mapping):
+      raise FieldTypeError("task_options", f"expected a dict of task options, got {type(self.task_options).__name__}")
     object.__setattr__(self, "task_options", dict(self.task_options))
     if not isinstance(self.hparams, Mapping) or not all(
         isinstance(v, Mapping) for v in self.hparams.values()):
@@ -377,27 +376,15 @@ class ExperimentConfig:
     self._check_types()
     self._check_ranges()
     self._check_names()
-    self.resolve()  # every algorithm entry, hparams key and hyperparameter value
+    resolved = self.resolve()  # every algorithm entry, hparams key and hyperparameter value
+    self._check_task_needs(resolved)
 
   def _check_types(self):
     hints = typing.get_type_hints(type(self))
     for f in dataclasses.fields(self):
-      v, hint = getattr(self, f.name), hints[f.name]
-      if hint is bool:
-        ok = isinstance(v, (bool, numbers.Integral)) and v in (0, 1)
-      elif hint is int:
-        ok = isinstance(v, numbers.Integral) and not isinstance(v, bool)
-      elif hint is float:
-        ok = isinstance(v, numbers.Real) and not isinstance(v, bool)
-      elif hint is str:
-        ok = isinstance(v, str)
-      elif hint == (str | None):
-        ok = v is None or isinstance(v, (str, os.PathLike))
-      else:
-        continue
-      if not ok:
-        kind = {bool: "a bool", int: "an integer", float: "a number"}.get(hint, "a string")
-        raise FieldError(f.name, f"must be {kind}; got {v!r}")
+      hint = hints[f.name]
+      if hint in (bool, int, float, str) or hint == (str | None):
+        check_type(f.name, getattr(self, f.name), field_type(type(self), f.name), optional=hint == (str | None))
 
   def _check_ranges(self):
     """Each field's declared range (its ``hparam`` metadata), then the rules between fields."""
@@ -423,10 +410,36 @@ class ExperimentConfig:
                            ("quantity_law", QUANTITY_LAWS), ("xla_cpu_emitters", EMITTERS)):
       if getattr(self, name) not in accepted:
         raise _unknown(name, name, getattr(self, name), accepted)
-    accepted = _task_option_names()
-    for key in self.task_options:
-      if key not in accepted:
-        raise _unknown("task_options", "task option", key, accepted)
+    from fedsim.tasks import check_options
+    check_options(self.task, self.task_options, self.dataset)
+
+  def _check_task_needs(self, resolved: dict[str, Resolved]):
+    """Raises FieldError when an algorithm cannot run on the task (``fedsim.algorithms.unmet_need``)."""
+    from fedsim import algorithms
+    from fedsim.tasks import OPTION_FLAGS, option_error
+    options = self.resolved_task_options()
+    for r in resolved.values():
+      unmet = algorithms.unmet_need(r.name, r.values, self.task, options)
+      if unmet is None:
+        continue
+      need, key = unmet
+      if not need.tasks:  # a function-space task
+        family = [n for n, (cls, _, _) in algorithms.REGISTRY.items() if cls is algorithms.FFGBConfig]
+        raise _entry_error(r.name, f"task {self.task} is a function-space task (value caches, no parameter "
+                           f"vector): it runs the FFGB family ({', '.join(family)}), not {r.name}")
+      if key is not None:
+        raise option_error(key, f"must be {need.options[key]!r} for {r.name} (it needs {need.what}); "
+                                f"got {options[key]!r}")
+      cond = "".join(f" with {k}={v!r}" for k, v in need.when.items())
+      instead = f" (or {need.instead})" if need.instead else ""
+
+      def say(flags: bool, need=need, r=r, cond=cond, instead=instead) -> str:
+        opts = "".join(f" --{OPTION_FLAGS.get(k, k)}={v}" if flags else f" with task_options {k}={v!r}"
+                       for k, v in need.options.items())
+        tasks = (f"--task={need.tasks[0]}{opts}" if flags else f"task={need.tasks[0]!r}{opts}"
+                 ) if len(need.tasks) == 1 else f"one of {', '.join(need.tasks)}"
+        return f"{r.name}{cond} needs {need.what}: {tasks}{instead}; got {self.task!r}"
+      raise FieldError("task", say(False), cli=f"--task: {say(True)}")
 
   def resolve(self) -> dict[str, Resolved]:
     """Each algorithm entry's hyperparameters, with where each value came from.
@@ -493,6 +506,9 @@ class ExperimentConfig:
     m = values.get("clients_per_round")
     if m is not None and not 1 <= m <= self.num_clients:
       raise error("clients_per_round", f"must be in [1, num_clients={self.num_clients}]; got {m}")
+    kept = values.get("store_learners")
+    if self.save_learners and kept is not None and kept < self.eval_every:  # every evaluation's learners
+      raise error("store_learners", f"must be >= eval_every={self.eval_every} with save_learners; got {kept}")
 
   def _source_name(self, source: str, hp: str) -> str:
     names = self.source_names or {}
@@ -508,17 +524,70 @@ class ExperimentConfig:
       return comm_rounds(name, hp, self.num_clients, self.comm_budget)
     return self.rounds
 
+  def resolved_task_options(self) -> dict:
+    """Every task option (``fedsim.tasks.TaskOptions``) -> its value: ``task_options``'s, else the default."""
+    from fedsim.tasks import resolve_options
+    return resolve_options(self.task_options)
+
   def task_kwargs(self) -> dict:
-    """Keyword arguments of ``fedsim.tasks.make_task`` (besides the task's name)."""
-    return {**{k: getattr(self, k) for k in _TASK_FIELDS}, **TASK_OPTION_DEFAULTS.get(self.task, {}),
-            **self.task_options}
+    """Keyword arguments of ``fedsim.tasks.make_task`` (besides the task's name): the data settings and
+    every task option (:meth:`resolved_task_options`)."""
+    return {**{k: getattr(self, k) for k in _TASK_FIELDS}, **self.resolved_task_options()}
 
   def to_json(self) -> dict:
-    """A JSON-friendly dict of the fields (config.json's ``experiment``)."""
+    """A JSON-friendly dict of the fields (config.json's ``experiment``); ``task_options`` holds every
+    option (:meth:`resolved_task_options`), so a config that gives an option at its default and one
+    that leaves it out record the same (``experiments.run`` gives every option)."""
     out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
            if f.name not in ("flags", "source_names")}
+    out["task_options"] = self.resolved_task_options()
     out["algorithms"] = [e if isinstance(e, str) else [e[0], dict(e[1])] for e in self.algorithms]
     return out
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ExperimentConfig))
+
+
+def _checked_init(init):
+  """ExperimentConfig's ``__init__``, refusing an unknown keyword argument with a suggestion first."""
+  @functools.wraps(init)
+  def __init__(self, *args, **kwargs):
+    for key in kwargs:
+      if key not in _FIELD_NAMES:
+        raise FieldTypeError(key, f"unknown setting of ExperimentConfig{did_you_mean(key, _FIELD_NAMES)}; "
+                                  f"accepted: {', '.join(_FIELD_NAMES)}")
+    init(self, *args, **kwargs)
+  return __init__
+
+
+ExperimentConfig.__init__ = _checked_init(ExperimentConfig.__init__)  # type: ignore[method-assign]
+
+
+def check_run_arguments(config, output_dir, callbacks) -> tuple[ExperimentConfig, Any, tuple]:
+  """:func:`run`'s arguments, checked before any work: ``(config, output_dir, callbacks)`` with
+  ``callbacks`` a tuple (a single callable is one callback).
+
+  Raises:
+    FieldTypeError: (a ConfigError and a TypeError) ``config`` is not an ExperimentConfig (a dict:
+      make one with ``fedsim.ExperimentConfig(**settings)``), ``output_dir`` is not a path or None, or
+      a callback is not callable.
+  """
+  if not isinstance(config, ExperimentConfig):
+    hint = "; make one: fedsim.run(fedsim.ExperimentConfig(**settings))" if isinstance(config, Mapping) else ""
+    raise FieldTypeError("config", f"expected ExperimentConfig, got {type(config).__name__}{hint}")
+  if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
+    raise FieldTypeError("output_dir", f"expected a path (str) or None, got {type(output_dir).__name__}")
+  if callable(callbacks):
+    callbacks = (callbacks,)
+  if not isinstance(callbacks, Iterable) or isinstance(callbacks, (str, Mapping)):
+    raise FieldTypeError("callbacks", f"expected a sequence of callables callback(label, record), "
+                                      f"got {type(callbacks).__name__}")
+  callbacks = tuple(callbacks)
+  for i, cb in enumerate(callbacks):
+    if not callable(cb):
+      raise FieldTypeError("callbacks", f"item {i}: expected a callable callback(label, record), "
+                                        f"got {type(cb).__name__}: {cb!r}")
+  return config, output_dir, callbacks
 
 
 def build_task(config: ExperimentConfig):
@@ -581,6 +650,8 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
     Interrupted: SIGINT or SIGTERM stopped the run (a ``KeyboardInterrupt``; its message says
       where ``resume`` continues).
   """
+  config, output_dir, callbacks = check_run_arguments(config, output_dir, callbacks)
+  config, output_dir, callbacks = check_run_arguments(config, output_dir, callbacks)
   import jax
 
   from fedsim.core import distributed
@@ -647,7 +718,7 @@ def _build(config: ExperimentConfig, resolved: Mapping[str, Resolved], watchdog)
     except ValueError as e:
       if isinstance(e, ConfigError):
         raise
-      raise ConfigError("algorithm", f"{label}: {e}") from None
+      raise _entry_error(r.name, str(e)) from None
   set_blas_threads(config.blas_threads)
   task = shard_task(task, client_mesh(config.num_devices or None))
   watchdog.beat("algorithms checked, task sharded")

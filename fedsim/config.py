@@ -30,6 +30,7 @@ import difflib
 import functools
 import math
 import numbers
+import os
 import sys
 import typing
 from collections.abc import Iterable
@@ -54,6 +55,15 @@ class FieldError(ConfigError):
     self.field = field
     self.message = message
     self.cli = cli
+
+
+class FieldTypeError(FieldError, TypeError):
+  """A setting given a value of the wrong type, or a setting that does not exist (a FieldError and a
+  ``TypeError``, as Python's own for a bad argument).
+
+  ``str(err)`` is ``"FIELD: expected TYPE, got TYPE: ..."`` (:func:`check_type`) or ``"KEY: unknown
+  setting of OWNER; ..."`` (:func:`check_keys`).
+  """
 
 
 class DataFieldError(FieldError, DataError):
@@ -149,6 +159,34 @@ def did_you_mean(key: Any, accepted: Iterable) -> str:
   return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+_TYPE_WORDS = {bool: "a bool", int: "an integer", float: "a number", str: "a string"}
+
+
+def check_type(name: str, value: Any, typ: type, optional: bool = False) -> None:
+  """Checks that ``value`` is of the scalar type ``typ`` of setting ``name``.
+
+  ``bool`` accepts True/False (and 0/1), ``int`` integers but bools, ``float`` real numbers but
+  bools, ``str`` strings (and ``os.PathLike`` paths where ``optional``); None passes where
+  ``optional``. Other types are not checked.
+
+  Raises:
+    FieldTypeError: ``"NAME: expected int, got str: '5' is not an integer"``.
+  """
+  if typ not in _TYPE_WORDS or (value is None and optional):
+    return
+  if typ is bool:
+    ok = isinstance(value, (bool, numbers.Integral)) and value in (0, 1)
+  elif typ is int:
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+  elif typ is float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+  else:
+    ok = isinstance(value, (str, os.PathLike) if optional else str)
+  if not ok:
+    got = "None" if value is None else f"{type(value).__name__}: {value!r} is not {_TYPE_WORDS[typ]}"
+    raise FieldTypeError(name, f"expected {typ.__name__}{' or None' if optional else ''}, got {got}")
+
+
 def check_value(name: str, value: Any, meta, typ: type | None = None, optional: bool = False) -> None:
   """Checks one value against a field's metadata.
 
@@ -223,8 +261,8 @@ def check_keys(config_cls, keys: Iterable[str], owner: str | None = None) -> Non
     owner: what the keys configure, for the message (default: the class name).
 
   Raises:
-    FieldError: naming the unknown key, with a "did you mean X?" suggestion
-      (difflib) when a field name is close, else the accepted names.
+    FieldTypeError: (a FieldError and a TypeError) naming the unknown key, with a "did
+      you mean X?" suggestion (difflib) when a field name is close, else the accepted names.
   """
   names = [f.name for f in dataclasses.fields(config_cls)]
   for key in keys:
@@ -233,7 +271,7 @@ def check_keys(config_cls, keys: Iterable[str], owner: str | None = None) -> Non
     owner = owner or config_cls.__name__
     close = difflib.get_close_matches(key, names, n=1)
     hint = f"did you mean {close[0]}?" if close else f"accepted: {', '.join(names)}"
-    raise FieldError(key, f"unknown setting of {owner}; {hint}")
+    raise FieldTypeError(key, f"unknown setting of {owner}; {hint}")
 
 
 # --- the hyperparameter table (HYPERPARAMETERS.md and ``python -m experiments.hparams NAME``) ---

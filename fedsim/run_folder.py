@@ -70,8 +70,10 @@ def record_settings(experiment: Mapping, algorithms: Mapping) -> dict:
   every field but :data:`RECORD_EXEMPT`, ``task_options`` without ``cache_dir``, and
   ``{label: {"algorithm": NAME, HP: VALUE}}``; JSON-normalised (non-finite floats as text)."""
   from fedsim.files import strict_json
+  from fedsim.tasks import resolve_options
   out = {k: v for k, v in experiment.items() if k not in RECORD_EXEMPT}
-  out["task_options"] = {k: v for k, v in dict(out.get("task_options") or {}).items()
+  # Every option against the task's own defaults, whichever front end (or fedsim version) wrote them.
+  out["task_options"] = {k: v for k, v in resolve_options(dict(out.get("task_options") or {})).items()
                          if k not in _TASK_OPTIONS_EXEMPT}
   out["algorithms"] = {label: dict(hp) for label, hp in algorithms.items()}
   return json.loads(json.dumps(strict_json(out), default=str))

@@ -7,6 +7,7 @@ CLI's documented ranges (not read back from the metadata under test).
 import dataclasses
 import math
 import os
+import pathlib
 
 import jax
 import pytest
@@ -131,3 +132,53 @@ def test_table_rows_mark_the_settings_without_a_flag():
   from fedsim.algorithms.fzoos import FZooSConfig
   names = [row[0] for row in config.table_rows(FZooSConfig)]
   assert "rounds (no flag)" in names and "lr" in names and "lr (no flag)" not in names
+
+
+@pytest.mark.parametrize("value, typ, optional, message", [
+    ("5", int, False, "n: expected int, got str: '5' is not an integer"),
+    (True, int, False, "n: expected int, got bool: True is not an integer"),
+    (None, float, False, "n: expected float, got None"),
+    (2, bool, False, "n: expected bool, got int: 2 is not a bool"),
+    (1.5, str, True, "n: expected str or None, got float: 1.5 is not a string"),
+])
+def test_check_type_names_the_expected_and_the_given_type(value, typ, optional, message):
+  with pytest.raises(config.FieldTypeError) as info:
+    config.check_type("n", value, typ, optional)
+  assert str(info.value) == message and isinstance(info.value, TypeError) and isinstance(info.value, ConfigError)
+
+
+def test_check_type_accepts_what_the_type_means():
+  import numpy as np
+  for value, typ in [(3, int), (np.int64(3), int), (3, float), (0.5, float), (1, bool), (False, bool), ("a", str)]:
+    config.check_type("n", value, typ)
+  config.check_type("n", None, int, optional=True)
+  config.check_type("n", pathlib.Path(REPO), str, optional=True)   # a path, where optional
+
+
+def test_task_options_are_declared_once_and_agree_with_make_task_and_the_cli():
+  """fedsim.tasks.TaskOptions is the declaration; make_task's own defaults, make_smooth_erm_task's and
+  experiments.run's flags must not drift from it (a CLI run and an API run record the same options)."""
+  import inspect
+
+  from experiments import common, run  # noqa: F401 (run defines the flags)
+  from fedsim.tasks import OPTION_FLAGS, TaskOptions, make_task, option_defaults
+  from fedsim.tasks.logistic_soft import make_smooth_erm_task
+  declared = option_defaults()
+  assert [f.name for f in dataclasses.fields(TaskOptions)] == list(declared)
+  own = {p.name: p.default for p in inspect.signature(make_task).parameters.values()
+         if p.kind is p.KEYWORD_ONLY and p.name in declared}
+  smooth = {{"heterogeneity": "data_heterogeneity"}.get(p.name, p.name): p.default
+            for p in inspect.signature(make_smooth_erm_task).parameters.values()
+            if p.kind is p.KEYWORD_ONLY and p.default is not p.empty and p.name not in ("seed",)}
+  assert own == {k: declared[k] for k in own} and smooth == {k: declared[k] for k in smooth}
+  # Every keyword of make_task that is not a data setting (an ExperimentConfig field) is declared.
+  fields = {f.name for f in dataclasses.fields(api.ExperimentConfig)}
+  keyword = {p.name for p in inspect.signature(make_task).parameters.values() if p.kind is p.KEYWORD_ONLY}
+  assert keyword - fields <= set(declared)
+  # The CLI: a flag per option (label_noise has none) with the declared default, named as OPTION_FLAGS says.
+  assert set(common.TASK_OPTION_FLAGS.values()) == set(declared) - {"label_noise"}
+  for flag, key in common.TASK_OPTION_FLAGS.items():
+    assert OPTION_FLAGS.get(key, key) == flag
+    assert common.FLAGS[flag].default == declared[key], flag
+  for f in dataclasses.fields(TaskOptions):
+    assert f.metadata["help"].strip() and "--" not in f.metadata["help"], f.name

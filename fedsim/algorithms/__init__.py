@@ -24,7 +24,6 @@ from fedsim.algorithms.ffgb import FFGB_CODE, FFGBConfig, make_ffgb
 from fedsim.algorithms.hiso import DECOMFL_CODE, HISO_CODE, DeComFLConfig, HiSoConfig, make_decomfl, make_hiso
 from fedsim.algorithms.zone_s import ZONESConfig, make_zone_s
 from fedsim.config import did_you_mean
-from fedsim.core.errors import ConfigError
 from fedsim.core.types import FederatedAlgorithm
 
 # name -> (config_class, default_overrides, builder(task, cfg, name=...)).
@@ -67,6 +66,68 @@ REGISTRY: dict[str, tuple[type[Any], dict[str, Any], Callable[..., FederatedAlgo
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskNeed:
+  """What an algorithm needs of its task, checked when a ``fedsim.ExperimentConfig`` is made (before any
+  task is built) by :func:`unmet_need`; the builders check the built task again.
+
+  Attributes:
+    tasks: the names of ``fedsim.tasks.TASKS`` that have it.
+    what: it, in words (``"a task with server data"``).
+    options: task options those tasks need (``{"tabular_loss": "square"}``).
+    when: the hyperparameter values under which the need holds (``{"step_size": None}``: only
+      while ``step_size`` is None); empty: always.
+    instead: the hyperparameter setting that lifts it (``"step_size=..."``), or "".
+  """
+
+  tasks: tuple[str, ...]
+  what: str
+  options: dict[str, Any] = dataclasses.field(default_factory=dict)
+  when: dict[str, Any] = dataclasses.field(default_factory=dict)
+  instead: str = ""
+
+
+_SAMPLES = TaskNeed(("softmax", "mlp", "cnn", "lenet", "finetune", "shift_tabular"),
+                    "a task whose clients hold labelled samples (x, y) with class labels or a square loss "
+                    "(seed 002)")
+_SMOOTH = ("logistic_soft", "ridge")  # seed 004 App. A: server data, mu, kappa, L1
+# Algorithm name -> what it needs of its task (fedsim/algorithms/ffgb.py make_ffgb, fedlrgd.py, fedave.py);
+# an algorithm not named runs on every task with a parameter vector (not fedsim.tasks.FUNCTION_SPACE,
+# which only algorithms with an FFGBConfig run).
+TASK_NEEDS: dict[str, TaskNeed] = {
+    **dict.fromkeys(("ffgb", "ffgb_nores", "ffgb_code", "ffgb_nores_code", "ffgb_c"), _SAMPLES),
+    "ffgb_l": TaskNeed(("shift_tabular",), "a square-loss task (problem (14))", {"tabular_loss": "square"}),
+    "fedlrgd": TaskNeed(_SMOOTH, "a task with server data"),
+    "fedave": TaskNeed(_SMOOTH, "a task that reports mu and kappa", when={"lr_schedule": "fedpaq"},
+                       instead="lr_schedule=constant"),
+    "gd": TaskNeed(_SMOOTH, "a task that reports L1", when={"step_size": None}, instead="a step_size"),
+}
+
+
+def unmet_need(name: str, hparams: dict, task: str, options: dict) -> tuple[TaskNeed, str | None] | None:
+  """What algorithm ``name`` (with hyperparameters ``hparams``) needs that task ``task`` (with every
+  task option, ``options``) lacks, without building either.
+
+  Returns:
+    None when it runs there; else ``(need, option)``: the unmet :class:`TaskNeed` and the task option
+    that differs from ``need.options`` (None: the task is not one of ``need.tasks``). An algorithm
+    without an FFGBConfig on a task of ``fedsim.tasks.FUNCTION_SPACE`` is ``(TaskNeed((), "a task with a
+    parameter vector"), None)``.
+  """
+  from fedsim.tasks import FUNCTION_SPACE
+  if task in FUNCTION_SPACE and REGISTRY[name][0] is not FFGBConfig:
+    return TaskNeed((), "a task with a parameter vector"), None
+  need = TASK_NEEDS.get(name)
+  if need is None or any(hparams.get(k) != v for k, v in need.when.items()):
+    return None
+  if task not in need.tasks:
+    return need, None
+  for key, value in need.options.items():
+    if options.get(key) != value:
+      return need, key
+  return None
+
+
 def config_fields(name: str) -> list[str]:
   """Hyperparameter names of algorithm ``name``."""
   return [f.name for f in dataclasses.fields(REGISTRY[name][0])]
@@ -89,7 +150,8 @@ def make_config(name: str, **hparams):
       range (:mod:`fedsim.config`). Nothing is built or compiled.
   """
   if name not in REGISTRY:
-    raise ConfigError("algorithm", f"unknown {name!r}{did_you_mean(name, REGISTRY)}; accepted: {', '.join(REGISTRY)}")
+    raise config.FieldError("algorithm", f"unknown {name!r}{did_you_mean(name, REGISTRY)}; "
+                                         f"accepted: {', '.join(REGISTRY)}")
   cls = REGISTRY[name][0]
   config.check_keys(cls, hparams, owner=name)
   return cls(**{**default_config(name), **hparams})
@@ -107,8 +169,8 @@ def build(name: str, task, **hparams):
   cfg = make_config(name, **hparams)
   if task.info.get("function_space") and not isinstance(cfg, FFGBConfig):
     family = [n for n, (cls, _, _) in REGISTRY.items() if cls is FFGBConfig]
-    raise ConfigError("task", f"{task.name} is a function-space task (value caches, no parameter vector): it runs "
-                              f"the FFGB family ({', '.join(family)}), not {name}")
+    raise config.FieldError("task", f"{task.name} is a function-space task (value caches, no parameter vector): "
+                                    f"it runs the FFGB family ({', '.join(family)}), not {name}")
   return REGISTRY[name][2](task, cfg, name=name)
 
 

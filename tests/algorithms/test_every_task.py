@@ -61,30 +61,31 @@ UNCLASSED = ("logistic_soft", "ridge", "metric_opt")       # (x, y) samples, but
 SQUARE_LOSS = ("shift_tabular",)
 PARAMETRIC = [a for a in algorithms.REGISTRY if a not in FFGB]
 
-# (algorithm, task) -> (ConfigError.flag, regex of its message): the pairs refused before compiling.
+# (algorithm, task) -> (ConfigError.flag, regex of its message): the pairs refused before compiling; those
+# of fedsim.algorithms.TASK_NEEDS (and function-space tasks) when the ExperimentConfig is made.
 REFUSED: dict[tuple[str, str], tuple[str, str]] = {
     # A function-space task has no parameter vector to optimise.
-    **{(a, t): ("task", rf"{t} is a function-space task .*FFGB family \(ffgb, .*\), not {a}")
+    **{(a, t): ("algorithms", rf"{t} is a function-space task .*FFGB family \(ffgb, .*\), not {a}")
        for a in PARAMETRIC for t in FUNCTION_SPACE},
     # FedLRGD interpolates from the server's samples: only the smooth-ERM tasks have them.
-    **{("fedlrgd", t): ("algorithm", r"fedlrgd needs a task with server data \(logistic_soft, ridge\)")
+    **{("fedlrgd", t): ("task", r"fedlrgd needs a task with server data: one of logistic_soft, ridge")
        for t in TASKS if t not in (*SERVER_DATA, *FUNCTION_SPACE)},
     # ridge has exact rank p + 1 = 3 < the default rank 8: every G^(i) is singular (test_default_refusals).
     ("fedlrgd", "ridge"): ("rank", r"must be <= p \+ 1 = 3 .*weights_solver=pinv"),
     # FedAve's default FedPAQ schedule needs the task's strong convexity mu and condition number kappa.
-    **{("fedave", t): ("algorithm", r"lr_schedule=fedpaq needs the task's mu and kappa.*lr_schedule=constant")
+    **{("fedave", t): ("task", r"fedave with lr_schedule='fedpaq' needs a task that reports mu and kappa.*"
+                               r"lr_schedule=constant")
        for t in TASKS if t not in (*SERVER_DATA, *FUNCTION_SPACE)},
     # Exact GD's default step 1 / L1 needs the task's smoothness constant.
-    **{("gd", t): ("algorithm", r"reports no L1; give step_size")
+    **{("gd", t): ("task", r"gd with step_size=None needs a task that reports L1.*a step_size")
        for t in TASKS if t not in (*SERVER_DATA, *FUNCTION_SPACE)},
-    # Functional boosting fits weak learners to labelled samples ...
-    **{(a, t): ("algorithm", rf"{a} needs a task whose clients hold labelled samples \(x, y\)")
-       for a in FFGB for t in UNLABELLED},
-    # ... under the cross-entropy of class labels or the square loss.
-    **{(a, t): ("algorithm", rf"{a} needs class labels .*or a square-loss task") for a in FFGB for t in UNCLASSED},
-    # FFGB.L solves the square-loss problem (14).
-    **{("ffgb_l", t): ("algorithm", r"ffgb_l needs a square-loss task .*tabular_loss=square")
-       for t in TASKS if t not in (*UNLABELLED, *UNCLASSED, *SQUARE_LOSS)},
+    # Functional boosting fits weak learners to labelled samples under the cross-entropy of class
+    # labels or the square loss ...
+    **{(a, t): ("task", rf"{a} needs a task whose clients hold labelled samples \(x, y\) with class labels")
+       for a in FFGB if a != "ffgb_l" for t in (*UNLABELLED, *UNCLASSED)},
+    # ... and FFGB.L solves the square-loss problem (14).
+    **{("ffgb_l", t): ("task", r"ffgb_l needs a square-loss task .*tabular_loss='square'")
+       for t in TASKS if t not in SQUARE_LOSS},
     # Q = 20 orthonormal directions need Q <= d (d = 2 on the smooth-ERM tasks).
     **{(a, t): ("fd_directions", r"fd_directions <= dim = 2 .*direction=sphere")
        for a in FD_BASELINES for t in SERVER_DATA},
@@ -140,7 +141,6 @@ def _run(name: str, task: str, x64: bool, tasks: dict, monkeypatch):
     return tasks[key]
 
   monkeypatch.setattr(api, "build_task", memo)
-  config = _config(name, task, tasks["cache_dir"])
   with jax.enable_x64(x64):
     if (name, task) in REFUSED:
       flag, message = REFUSED[name, task]
@@ -150,10 +150,10 @@ def _run(name: str, task: str, x64: bool, tasks: dict, monkeypatch):
 
       monkeypatch.setattr(engine, "simulate", compiled)
       with pytest.raises(ConfigError, match=message) as e:
-        fedsim.run(config)
+        fedsim.run(_config(name, task, tasks["cache_dir"]))
       assert e.value.flag == flag, str(e.value)
       return
-    histories = fedsim.run(config)
+    histories = fedsim.run(_config(name, task, tasks["cache_dir"]))
   (records,) = histories.values()
   where = f"{name} on {task} ({'x64' if x64 else 'float32'})"
   assert [r["round"] for r in records] == [0, ROUNDS], f"{where}: stopped early: {records[-1]}"

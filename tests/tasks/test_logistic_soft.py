@@ -135,5 +135,6 @@ def test_float32_without_x64_and_batches():
 def test_bad_values_name_the_flag(kw, flag):
   args = dict(samples_per_client=5, num_features=2, server_samples=3, max_rank=4, mu=0.1)
   args.update(kw)
-  with pytest.raises(ConfigError, match=flag):
+  with pytest.raises(ConfigError) as e:
     make_task("logistic_soft", num_clients=3, **args)
+  assert e.value.cli.startswith(f"{flag}: ") and "--" not in str(e.value)  # the CLI's words, Python's words
