@@ -712,7 +712,7 @@ def _build(config: ExperimentConfig, resolved: Mapping[str, Resolved], watchdog)
   watchdog.beat("set-up")
   task = build_task(config)
   watchdog.beat("task built")
-  for label, r in resolved.items():
+  for r in resolved.values():
     try:  # builders check their own settings (shapes, laws) without compiling
       algorithms.build(r.name, task, **r.values)
     except ValueError as e:
