@@ -971,7 +971,8 @@ def _run(config: ExperimentConfig, out_dir, callbacks, watchdog) -> dict[str, li
     try:
       simulate(alg, run_task, rounds, config.eval_every, jax.random.key(config.seed), on_eval=writer,
                checkpoint_dir=ckpt_dir, checkpoint_every=config.checkpoint_every, resume=config.resume,
-               profile_dir=os.path.join(config.profile_dir, label) if config.profile_dir else None)
+               profile_dir=os.path.join(config.profile_dir, label) if config.profile_dir else None,
+               on_compile=writer.compiled)
     except DivergenceError as e:
       writer.close()
       if echo:
