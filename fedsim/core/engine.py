@@ -94,7 +94,7 @@ class ChunkProgram:
                on_compile: Callable[[dict], None] | None = None, clock: Callable[[], float] = time.perf_counter):
     self.algorithm, self.capacity, self.on_compile, self.clock = algorithm, capacity, on_compile, clock
     self.jitted = make_chunk(algorithm)
-    self.compiled = None
+    self.compiled: jax.stages.Compiled | None = None
     self.abstract = None      # the state's (shape, dtype) leaves when compiled from an abstract state
     self.report: dict | None = None
 
@@ -119,7 +119,7 @@ class ChunkProgram:
       self.compiled = None   # the state differs from the abstract one compiled for (never expected)
     if self.compiled is None:
       self.compile(state, data, rounds_key, int(first_round))
-    assert self.report is not None
+    assert self.compiled is not None and self.report is not None
     if self.on_compile is not None and "round" not in self.report:
       self.report.update(round=int(first_round), wall_time_s=self.clock())
       self.on_compile(self.report)

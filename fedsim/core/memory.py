@@ -16,8 +16,8 @@ Example::
 
   compiled = engine.make_chunk(alg).lower(state, task.data, key, np.int32(0), 5, np.int32(5)).compile()
   est = memory.estimate(compiled, (state, task.data, key, np.int32(0), np.int32(5)))
-  print(est.line())   # memory: round chunk 1.2 GB (arguments ... ); 3.1 GB more needed, 20.4 GB available (host ...)
-  est.check(alg)      # ConfigError when 3.1 GB > 20.4 GB
+  print(est.line())   # memory: round chunk ... (MemoryEstimate.line)
+  est.check(alg)      # ConfigError when est.needed > est.available
 """
 
 from __future__ import annotations
@@ -73,15 +73,15 @@ def available_bytes(device: jax.Device | None = None) -> tuple[int, str]:
 
 
 def _gb(n: float) -> str:
-  """``n`` bytes in GB (1e9) with 3 significant digits, MB or kB below 1 GB.
+  """``n`` bytes in GB (1e9), MB or kB with 3 significant digits, or bytes below 1 kB.
 
-  >>> _gb(4.3e9), _gb(12_500_000), _gb(0)
-  ('4.3 GB', '12.5 MB', '0 kB')
+  >>> _gb(4.3e9), _gb(12_500_000), _gb(2_600), _gb(0)
+  ('4.3 GB', '12.5 MB', '2.6 kB', '0 B')
   """
-  for unit, size in (("GB", 1e9), ("MB", 1e6)):
+  for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
     if abs(n) >= size:
       return f"{n / size:.3g} {unit}"
-  return f"{n / 1e3:.3g} kB"
+  return f"{int(n)} B"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,9 +119,13 @@ class MemoryEstimate:
     return max(0, self.total - self.resident) * self.devices
 
   def line(self) -> str:
-    """One line: the program's memory and what is available, e.g. ``memory: round chunk 11.5 GB
-    (arguments 10.5 GB, outputs 10.5 GB of which 10.5 GB in donated arguments, temporaries 1.03 GB,
-    code 0 kB) per device; needs 1.03 GB beyond the 10.5 GB already in memory, 12.6 GB available (host MemAvailable)``."""
+    """One line: the program's memory and what is available. FZooS's defaults on the default task
+    (digits softmax, N = 100, 300 rounds; measured on the 2-core host)::
+
+      memory: round chunk 11.5 GB (arguments 10.5 GB, outputs 10.5 GB of which 10.5 GB in donated
+      arguments, temporaries 1.03 GB, code 0 B); needs 11.5 GB beyond the 1.17 MB already in memory,
+      22.4 GB available (host MemAvailable)
+    """
     per = " per device" if self.devices > 1 else ""
     return (f"memory: round chunk {_gb(self.total)} (arguments {_gb(self.argument)}, outputs {_gb(self.output)} "
             f"of which {_gb(self.alias)} in donated arguments, temporaries {_gb(self.temp)}, code {_gb(self.code)})"
@@ -168,7 +172,7 @@ def estimate(compiled, args) -> MemoryEstimate:
   """
   ma = compiled.memory_analysis()
   shardings = compiled.input_shardings[0]
-  resident, devices = [0], set()
+  resident, devices = [0], set[jax.Device]()
 
   def visit(s, a):
     if s is None:      # an argument the program does not use (pruned)
