@@ -7,7 +7,12 @@ alpha = 0.5, 10 clients per round, FedAvg and FedZO side by side, 300 rounds.
   python -m experiments.run --flagfile=experiments/flagfiles/mnist_softmax_shards.cfg
 
 Writes under --output_dir: config.json, <algorithm>/metrics.jsonl (one JSON
-object per evaluation) and curves.png. Bad flags exit with status 2 and one line
+object per evaluation) and curves.png; before an algorithm's first round it prints
+its round program's memory (XLA's estimate) against the memory available, and
+refuses (exit 2, one line naming the settings that shrink it) a program that does
+not fit (``fedsim.core.memory``); it ends with a table of each algorithm's final
+objective, task metric, queries, bytes uploaded and wall time, and the total time
+(``fedsim.runner.results_table``). Bad flags exit with status 2 and one line
 before anything compiles; a NaN/inf objective stops that algorithm (its metrics
 so far stay on disk), the others run on, and the binary exits with status 3
 (``fedsim.results.EXIT_DIVERGED``) at the end, after one line naming them. An lr
@@ -48,13 +53,14 @@ every value and source.
 from __future__ import annotations
 
 import sys
+import time
 
 from absl import app, flags, logging
 
 from experiments import common
 from fedsim import results
 from fedsim.core.errors import ConfigError, Interrupted
-from fedsim.runner import ProgressWriter  # noqa: F401 (re-exported: the binary's writer)
+from fedsim.runner import ProgressWriter, results_table  # noqa: F401 (ProgressWriter re-exported: the binary's writer)
 
 FLAGS = flags.FLAGS
 common.define_flags()
@@ -73,6 +79,7 @@ def main(argv):
   distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   import fedsim
 
+  start = time.perf_counter()
   try:  # the flags' ExperimentConfig, checked; config.json records each value's flag or flagfile
     config = common.experiment_config(
         flags={k: v for k, v in FLAGS.flag_values_dict().items() if k in _own_flags()})
@@ -88,6 +95,8 @@ def main(argv):
     print("interrupted (SIGINT) before the end of a chunk; records written so far are kept", file=sys.stderr,
           flush=True)
     sys.exit(130)
+  if config.progress and distributed.is_main():
+    print(results_table(histories, time.perf_counter() - start), flush=True)
   if gone := fedsim.api.diverged(histories):
     print(f"finished; stopped on a non-finite objective: {', '.join(gone)} (exit {results.EXIT_DIVERGED})",
           file=sys.stderr)

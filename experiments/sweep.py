@@ -34,11 +34,16 @@ algorithm, configuration and seed, rewritten atomically after every group in a
 fixed row order, so a killed sweep restarted with the same flags skips the
 rows it has and ends with the same file; ``vmapped_members`` is how many runs
 (seeds x traced values) shared the row's compiled program, ``group_wall_time_s``
-that program's wall time), ``summary.csv`` (one row per algorithm and grid
-point: n seeds, mean, std and 95% t-interval of the final metric over the seeds),
-``summary.png`` (final metric against the first swept heterogeneity parameter,
-one line per algorithm (and value of the other swept names), mean +- std over
-seeds), ``sweep_stats.json``. The log line of each group gives every vmapped value
+that program's wall time), ``curves.csv`` (every member's per-round curve: one row per
+algorithm, configuration, seed and evaluation with ``round``, ``queries``, ``bytes_up``,
+``objective`` and the sweep's metric, e.g. ``test_accuracy``; kept and rewritten like
+results.csv), ``curves.png`` (each metric against rounds: per algorithm and grid point
+the mean over seeds with its 95% t-interval band), ``summary.csv`` (one row per algorithm
+and grid point: n seeds, then mean, std and 95% t-interval of the final metric over the
+seeds in columns named after it, e.g. ``final_test_accuracy_mean``,
+``final_test_accuracy_ci95_low``), ``summary.png`` (final metric against the first swept
+heterogeneity parameter, one line per algorithm (and value of the other swept names),
+mean +- std over seeds), ``sweep_stats.json``. The log line of each group gives every vmapped value
 apart (mean +- std over its seeds); the end of the log, the best value of each
 swept hyperparameter per algorithm (and per value of the swept task settings)
 with its 95% CI over the seeds.
@@ -187,6 +192,15 @@ def _is_hp_flag(name: str) -> bool:
   from fedsim import algorithms
   return name in common.HPARAMS or any(
       name.startswith(a + "_") and name[len(a) + 1:] in common.HPARAMS for a in algorithms.REGISTRY)
+
+
+def curve_metrics(metric: str) -> list[str]:
+  """curves.csv's value columns: the round, the cumulative ledgers, the objective and ``metric``.
+
+  >>> curve_metrics("test_accuracy"), curve_metrics("objective")[-1]
+  (['round', 'queries', 'bytes_up', 'objective', 'test_accuracy'], 'objective')
+  """
+  return ["round", "queries", "bytes_up", "objective", *([metric] if metric != "objective" else [])]
 
 
 def _fmt(v) -> str:
@@ -362,6 +376,16 @@ class Sweep:
     return cols + ["rounds_to_target", "queries_to_target", "rounds", "queries", "diverged",
                    "vmapped_members", "group_wall_time_s"]
 
+  def curve_header(self):
+    """curves.csv's columns: the row key of results.csv, then one evaluation's values."""
+    return ["algorithm", *self.names, "seed", *curve_metrics(self.metric)]
+
+  def curve_rows(self, label, combo, seed, hist) -> list[list[str]]:
+    """curves.csv rows of one member: one per evaluation record (a metric a record lacks is empty)."""
+    key = list(self.row_key(label, combo, seed))
+    return [key + [str(rec[m]) if m in ("round", "queries", "bytes_up") else _num(rec.get(m))
+                   for m in curve_metrics(self.metric)] for rec in hist]
+
   def modes(self, label, task):
     """Swept names of algorithm ``label`` -> (mode, reason); modes: ``vmap`` (traced,
     batched with the seeds), ``per_value`` (one program per value), ``data`` (task
@@ -397,7 +421,18 @@ class Sweep:
     return seeds_ok, why, out
 
   # --- execution --------------------------------------------------------------
-  def run(self, out_dir: str, done: dict, stop_after: int | None):
+  def run(self, out_dir: str, done: dict, stop_after: int | None, curves: dict | None = None):
+    """Runs the groups not in ``done``; rewrites results.csv and curves.csv after each.
+
+    Args:
+      out_dir: the output folder.
+      done: results.csv rows kept from an earlier start, by row key.
+      stop_after: test hook: exit (like a kill) after this many groups.
+      curves: curves.csv rows kept from an earlier start, by row key (completed in place).
+
+    Returns:
+      results.csv rows by row key.
+    """
     import jax
 
     from fedsim import algorithms
@@ -408,6 +443,7 @@ class Sweep:
     cache, serial_runs, K = ProgramCache(), 0, FLAGS.seeds
     header, order = self.header(), self.order()
     rows = dict(done)
+    curves = curves if curves is not None else {}
     groups = []  # (tcombo, label, fixed values, [combos of the group])
     tcombos = self.task_combos()
     mode_cache = {}
@@ -476,6 +512,9 @@ class Sweep:
         for s in range(K):
           hist, diverged, bsize = results[(v, s)]
           rows[self.row_key(label, c, s)] = self.row(label, c, s, hist, diverged, bsize, wall)
+          curves[self.row_key(label, c, s)] = self.curve_rows(label, c, s, hist)
+      _write_csv(os.path.join(out_dir, "curves.csv"), self.curve_header(),
+                 [row for k in order if k in curves for row in curves[k]])
       _write_csv(os.path.join(out_dir, "results.csv"), header,
                  [rows[k] for k in order if k in rows])
       n_run += 1
@@ -551,6 +590,38 @@ def _mean_std(values) -> str:
 
 
 SUMMARY_HEADER = ("n_seeds", "n_finite", "mean", "std", "ci95_low", "ci95_high")
+# summary.csv names each statistic after its metric: mean -> final_test_accuracy_mean (issue 48).
+SUMMARY_STATS = ("mean", "std", "ci95_low", "ci95_high")
+
+
+def summary_columns(metric: str) -> list[str]:
+  """summary.csv's statistic columns for ``metric``, in :data:`SUMMARY_HEADER`'s order.
+
+  >>> summary_columns("test_accuracy")[:4]
+  ['n_seeds', 'n_finite', 'final_test_accuracy_mean', 'final_test_accuracy_std']
+  >>> summary_columns("objective")[4:]
+  ['final_objective_ci95_low', 'final_objective_ci95_high']
+  """
+  return [f"final_{metric}_{c}" if c in SUMMARY_STATS else c for c in SUMMARY_HEADER]
+
+
+def read_summary(path: str) -> list[dict]:
+  """summary.csv's rows as dicts with :func:`summarize`'s keys (``mean``, ``ci95_low``, ...), from
+  this version's files (``final_<metric>_mean``, ...) and from older ones (bare ``mean``, ...).
+  The metric is added under ``metric`` (None for an old file, which does not name it)."""
+  with open(path, newline="") as f:
+    table = list(csv.DictReader(f))
+  out = []
+  for row in table:
+    metric, entry = None, {}
+    for col, value in row.items():
+      stat = next((c for c in SUMMARY_STATS if col.startswith("final_") and col.endswith("_" + c)), None)
+      if stat is not None:
+        metric = col[len("final_"):-len(stat) - 1]
+        col = stat
+      entry[col] = value
+    out.append({**entry, "metric": metric})
+  return out
 
 
 def summarize(sweep: Sweep, rows: list[list[str]]) -> list[dict]:
@@ -619,8 +690,9 @@ def best_lines(sweep: Sweep, summary: list[dict]) -> list[str]:
 def write_summary(sweep: Sweep, summary: list[dict], path: str) -> None:
   """summary.csv: :func:`summarize`'s entries, one row per algorithm and grid point (atomically)."""
   cols = ["algorithm", *sweep.names, *SUMMARY_HEADER]
-  _write_csv(path, cols, [[e[c] if c in ("algorithm", *sweep.names) or c.startswith("n_") else _num(e[c])
-                           for c in cols] for e in summary])
+  _write_csv(path, ["algorithm", *sweep.names, *summary_columns(sweep.metric)],
+             [[e[c] if c in ("algorithm", *sweep.names) or c.startswith("n_") else _num(e[c])
+               for c in cols] for e in summary])
 
 
 def _fmt_combo(combo):
@@ -652,6 +724,94 @@ def _read_done(path, header, valid: set) -> dict:
     raise ConfigError("output_dir", f"{path} has other columns than this sweep; use a new --output_dir")
   n = header.index("seed") + 1
   return {tuple(r[:n]): r for r in table[1:] if tuple(r[:n]) in valid}
+
+
+def _read_curves(path, header, valid: set) -> dict:
+  """curves.csv rows of an earlier start, grouped by row key (this grid's keys only); none when the
+  file is missing or has other columns (a sweep begun before curves were kept: those members' curves
+  are missing, their results.csv rows are kept)."""
+  if not os.path.exists(path):
+    return {}
+  with open(path, newline="") as f:
+    table = list(csv.reader(f))
+  if not table or table[0] != header:
+    return {}
+  n = header.index("seed") + 1
+  out: dict[tuple, list] = {}
+  for r in table[1:]:
+    if tuple(r[:n]) in valid:
+      out.setdefault(tuple(r[:n]), []).append(r)
+  return out
+
+
+def curve_bands(header: list[str], rows: list[list[str]], metric: str) -> dict[str, dict[int, tuple]]:
+  """Mean and 95% t-interval over seeds of ``metric`` at each round, per algorithm and grid point.
+
+  Args:
+    header: curves.csv's columns (``algorithm``, the swept names, ``seed``, values).
+    rows: curves.csv rows.
+    metric: a value column (``objective``, ``test_accuracy``, ...).
+
+  Returns:
+    ``{"ALG[, NAME=VALUE...]": {round: (n finite, mean, low, high)}}`` in the rows' order, rounds
+    ascending. ``low``/``high``: ``scipy.stats.t.interval(0.95, n - 1, mean, std / sqrt(n))``
+    (sample std); both equal the mean for identical values, NaN for n < 2; a round with no
+    finite value is left out.
+  """
+  import numpy as np
+  from scipy import stats
+  seed_at, col = header.index("seed"), header.index(metric)
+  names = header[1:seed_at]
+  values: dict[str, dict[int, list[float]]] = {}
+  for r in rows:
+    label = r[0] + "".join(f", {n}={v}" for n, v in zip(names, r[1:seed_at]))
+    v = float(r[col]) if r[col] else float("nan")
+    values.setdefault(label, {}).setdefault(int(r[header.index("round")]), []).append(v)
+  out: dict[str, dict[int, tuple]] = {}
+  for label, by_round in values.items():
+    out[label] = {}
+    for rnd in sorted(by_round):
+      ok = np.array([v for v in by_round[rnd] if math.isfinite(v)])
+      n = len(ok)
+      if not n:
+        continue
+      mean = float(ok.mean())
+      lo = hi = float("nan")
+      if n > 1:
+        std = float(ok.std(ddof=1))
+        lo, hi = (mean, mean) if std == 0 else map(float, stats.t.interval(0.95, n - 1, loc=mean,
+                                                                             scale=std / math.sqrt(n)))
+      out[label][rnd] = (n, mean, lo, hi)
+  return out
+
+
+def plot_curves(header: list[str], rows: list[list[str]], metrics: list[str], path: str, seeds: int):
+  """curves.png: one panel per metric against rounds; per algorithm and grid point the mean over
+  seeds (:func:`curve_bands`) with its 95% t-interval as a band."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, axes = plt.subplots(1, len(metrics), figsize=(6 * len(metrics), 4), squeeze=False)
+  for ax, metric in zip(axes[0], metrics):
+    for i, (label, pts) in enumerate(curve_bands(header, rows, metric).items()):
+      xs = sorted(pts)
+      style = series_style(i, len(xs))
+      ax.plot(xs, [pts[x][1] for x in xs], label=label, **style)
+      band = [x for x in xs if math.isfinite(pts[x][2])]
+      if band:
+        ax.fill_between(band, [pts[x][2] for x in band], [pts[x][3] for x in band], color=style["color"],
+                        alpha=0.2, linewidth=0)
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"{metric.replace('_', ' ')} (mean, 95% t-interval over {seeds} seeds)")
+    if metric == "optimality_gap":
+      ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=8)
+  fig.tight_layout()
+  with atomic_open(path, "wb") as f:
+    fig.savefig(f, format="png", dpi=120)
+  plt.close(fig)
 
 
 def plot_summary(sweep: Sweep, rows: list[list[str]], path: str):
@@ -717,7 +877,7 @@ def main(argv):
     config = json.loads(json.dumps(config, default=str))
     cfg_path = os.path.join(out_dir, "sweep_config.json")
     if FLAGS.overwrite:  # a fresh sweep: the old table goes (the flags are recorded anew)
-      for name in ("sweep_config.json", "results.csv"):
+      for name in ("sweep_config.json", "results.csv", "curves.csv"):
         if os.path.exists(os.path.join(out_dir, name)):
           os.remove(os.path.join(out_dir, name))
     config.pop("overwrite", None)
@@ -735,6 +895,7 @@ def main(argv):
                         "use a new --output_dir")
     valid = set(sweep.order())
     done = _read_done(os.path.join(out_dir, "results.csv"), sweep.header(), valid)
+    curves = _read_curves(os.path.join(out_dir, "curves.csv"), sweep.curve_header(), valid)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
@@ -745,15 +906,18 @@ def main(argv):
   compile_options.set_cpu_emitters(sweep.base.xla_cpu_emitters)
   set_blas_threads(sweep.base.blas_threads)
   stop = os.environ.get("FEDSIM_SWEEP_STOP_AFTER")  # test hook: simulate a kill
-  rows = sweep.run(out_dir, done, int(stop) if stop else None)
+  rows = sweep.run(out_dir, done, int(stop) if stop else None, curves)
   ordered = [rows[k] for k in sweep.order() if k in rows]
+  curve_rows = [row for k in sweep.order() if k in curves for row in curves[k]]
+  plot_curves(sweep.curve_header(), curve_rows, curve_metrics(sweep.metric)[3:], os.path.join(out_dir, "curves.png"),
+              FLAGS.seeds)
   summary = summarize(sweep, ordered)
   write_summary(sweep, summary, os.path.join(out_dir, "summary.csv"))
   plot_summary(sweep, ordered, os.path.join(out_dir, "summary.png"))
   for line in best_lines(sweep, summary):
     print(line, flush=True)
-  print(f"wrote {out_dir}/results.csv ({len(ordered)} rows), summary.csv ({len(summary)} rows), summary.png, "
-        "sweep_stats.json", flush=True)
+  print(f"wrote {out_dir}/results.csv ({len(ordered)} rows), curves.csv ({len(curve_rows)} rows), curves.png, "
+        f"summary.csv ({len(summary)} rows), summary.png, sweep_stats.json", flush=True)
   lock.release()
 
 

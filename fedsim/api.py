@@ -786,7 +786,8 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
   try:
     simulate(alg, run_task, rounds, config.eval_every, jax.random.key(config.seed), on_eval=writer,
              checkpoint_dir=ckpt_dir, checkpoint_every=config.checkpoint_every, resume=config.resume,
-             profile_dir=os.path.join(config.profile_dir, label) if config.profile_dir else None, stop=stop)
+             profile_dir=os.path.join(config.profile_dir, label) if config.profile_dir else None,
+             on_compile=writer.compiled, stop=stop)
   except DivergenceError as e:
     if config.progress and main:
       print(f"[{label}] diverged: {e}", file=sys.stderr, flush=True)

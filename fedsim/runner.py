@@ -30,10 +30,22 @@ def progress_line(alg: str, rec: dict, total_rounds: int, since: tuple[int, floa
   r, el = rec["round"], rec["wall_time_s"]
   eta = "-"
   if since is not None and r > since[0]:
-    eta = f"{(el - since[1]) / (r - since[0]) * (total_rounds - r):.1f}s"
+    eta = duration((el - since[1]) / (r - since[0]) * (total_rounds - r))
   extra = "".join(f" {short} {rec[key]:.4g}" for key, short in HEADLINE if key in rec)
   return (f"[{alg}] round {r}/{total_rounds} objective {rec['objective']:.5g}{extra} "
           f"queries {rec['queries']:.3e} elapsed {el:.1f}s ETA {eta}")
+
+
+def duration(seconds: float) -> str:
+  """A time span for a person: seconds under a minute, then minutes and seconds, then hours and minutes.
+
+  >>> duration(8.04), duration(125), duration(7384)
+  ('8.0s', '2m05s', '2h03m')
+  """
+  if seconds < 60:
+    return f"{seconds:.1f}s"
+  s = int(round(seconds))
+  return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def provenance_line(label: str, values: dict, sources: dict) -> str:
@@ -51,8 +63,11 @@ class ProgressWriter:
   a NaN/inf value is ``null`` and listed under ``nonfinite``), each appended whole
   (:class:`fedsim.files.LineAppender`). Progress: where stderr is a terminal, one
   line on stderr redrawn in place (a bar, round, objective, ETA); otherwise one
-  line per evaluation on stdout. The ETA is measured from the first record after
-  the first compiled chunk (:func:`progress_line`).
+  line per evaluation on stdout. The ETA (:func:`progress_line`) is the rounds left
+  times the measured time per round of the chunks after compilation: after the
+  first chunk, that chunk's run time from the moment its program was compiled
+  (:meth:`compiled`, the engine's ``on_compile``; without it no ETA yet); from
+  the second chunk on, the time since the first record after the first chunk.
 
   Attributes:
     history: the records so far (kept ones from a resumed file first), with
@@ -89,6 +104,7 @@ class ProgressWriter:
                         if rec["round"] <= keep_until]
     self._start = keep_until or 0          # records after this round and one chunk: ETA reference
     self._since: tuple[int, float] | None = None
+    self._compiled: tuple[int, float] | None = None   # (round, wall_time_s) when the first chunk starts
     self.tty = bool(write and echo and sys.stderr.isatty())
     self._drawn = False
     self.f = None
@@ -112,7 +128,7 @@ class ProgressWriter:
         except OSError as e:
           raise self._error(e) from None
       if self.echo:
-        line = progress_line(self.alg, rec, self.total, self._since)
+        line = progress_line(self.alg, rec, self.total, self._since or self._compiled)
         if self.tty:
           done = min(1.0, rec["round"] / self.total) if self.total else 1.0
           bar = "#" * int(20 * done) + "." * (20 - int(20 * done))
@@ -127,12 +143,29 @@ class ProgressWriter:
     for callback in self.callbacks:
       callback(self.alg, rec)
 
-  def close(self):
-    """Closes the file; ends the terminal's progress line."""
+  def compiled(self, report: dict):
+    """The engine's ``on_compile`` (``fedsim.core.engine.simulate``): prints the round chunk's
+    memory against the memory available and its compile time (with progress on), and starts
+    the first chunk's ETA clock at ``report["wall_time_s"]``.
+
+    Args:
+      report: ``{"memory": fedsim.core.memory.MemoryEstimate, "compile_s": float,
+        "round": int, "wall_time_s": float}``.
+    """
+    self._compiled = (report["round"], report["wall_time_s"])
+    if self.write and self.echo:
+      self._end_line()
+      print(f"[{self.alg}] {report['memory'].line()}; compiled in {report['compile_s']:.1f}s", flush=True)
+
+  def _end_line(self):
     if self._drawn:
       sys.stderr.write("\n")
       sys.stderr.flush()
       self._drawn = False
+
+  def close(self):
+    """Closes the file; ends the terminal's progress line."""
+    self._end_line()
     if self.f is not None:
       self.f.close()
       self.f = None
@@ -290,3 +323,61 @@ def set_blas_threads(n: int) -> list:
   if n > 0:
     threadpool_limits(limits=n, user_api="blas")
   return [[i["filepath"], i["num_threads"]] for i in threadpool_info() if i.get("user_api") == "blas"]
+
+
+def results_table(histories: dict[str, list[dict]], total_s: float | None = None) -> str:
+  """The end-of-run table: one row per algorithm with its last record's round, objective, task
+  metrics (:data:`HEADLINE`: test accuracy, attack accuracy, optimality gap, where recorded),
+  cumulative queries and bytes uploaded, and wall time; then the total time.
+
+  Args:
+    histories: algorithm label -> its records (``fedsim.run``'s return value); an algorithm
+      with no record gets a row of ``-``.
+    total_s: the whole run's seconds (set-up and every algorithm); None: no total line.
+
+  Returns:
+    The table as aligned text lines (no trailing newline); ``python -m experiments.run --rounds=30
+    --eval_every=10`` (FedAvg and FedZO on the default task, measured on the 2-core host) ends with::
+
+      algorithm  rounds  objective  test_accuracy  queries  bytes_up  wall_time
+      fedavg         30    0.94634         0.8778   30,000    780 kB       1.3s
+      fedzo          30     2.0379         0.8472  787,500    780 kB       4.5s
+      total time 11.2s
+  """
+  metrics = [k for k, _ in HEADLINE if any(k in r for h in histories.values() for r in h)]
+  header = ["algorithm", "rounds", "objective", *metrics, "queries", "bytes_up", "wall_time"]
+  rows = []
+  for label, hist in histories.items():
+    if not hist:
+      rows.append([label] + ["-"] * (len(header) - 1))
+      continue
+    last = hist[-1]
+
+    def num(key, fmt, rec=last):
+      v = rec.get(key)
+      return "-" if v is None else format(v, fmt)
+    rows.append([label, str(last["round"]), num("objective", ".5g"), *(num(k, ".4g") for k in metrics),
+                 _count(last.get("queries")), _bytes(last.get("bytes_up")), duration(last.get("wall_time_s", 0.0))])
+  widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+  lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+           for r in [header, *rows]]
+  if total_s is not None:
+    lines.append(f"total time {duration(total_s)}")
+  return "\n".join(lines)
+
+
+def _count(n) -> str:
+  """A count with thousands separators (``1,800,000``); a non-integer in 4 significant digits; ``-`` for None."""
+  if n is None:
+    return "-"
+  return f"{int(n):,}" if float(n).is_integer() else f"{n:.4g}"
+
+
+def _bytes(n) -> str:
+  """Bytes with a decimal unit: ``_bytes(3_200_000) == '3.2 MB'``; ``-`` for None."""
+  if n is None:
+    return "-"
+  for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+    if n >= size:
+      return f"{n / size:.3g} {unit}"
+  return f"{int(n)} B"

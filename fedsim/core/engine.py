@@ -76,6 +76,75 @@ def make_chunk(algorithm: FederatedAlgorithm):
   return compile_options.jit(round_chunk(algorithm), static_argnums=4, donate_argnums=(0,))
 
 
+class ChunkProgram:
+  """:func:`make_chunk`'s program, compiled ahead of time once and checked for memory (issue 48).
+
+  ``compile(state, data, rounds_key)`` lowers and compiles the chunk
+  (``jax.jit(...).lower(...).compile()``: ``state`` may be abstract, ``jax.eval_shape`` of
+  ``init``, so the check runs before the state is allocated), measures its memory
+  (:func:`fedsim.core.memory.estimate`) and refuses it when it does not fit
+  (:meth:`~fedsim.core.memory.MemoryEstimate.check`). Calls run that executable; arguments
+  placed on other shardings than it was compiled for (a committed array elsewhere) go
+  through the jitted chunk instead, which compiles for them as a plain ``jax.jit`` call
+  would. The first call reports ``{"memory": MemoryEstimate, "compile_s": seconds,
+  "round": first round, "wall_time_s": clock()}`` to ``on_compile`` before it runs.
+  """
+
+  def __init__(self, algorithm: FederatedAlgorithm, capacity: int,
+               on_compile: Callable[[dict], None] | None = None, clock: Callable[[], float] = time.perf_counter):
+    self.algorithm, self.capacity, self.on_compile, self.clock = algorithm, capacity, on_compile, clock
+    self.jitted = make_chunk(algorithm)
+    self.compiled: jax.stages.Compiled | None = None
+    self.abstract = None      # the state's (shape, dtype) leaves when compiled from an abstract state
+    self.report: dict | None = None
+
+  def compile(self, state, data, rounds_key, first_round: int = 0) -> None:
+    """Compiles the chunk for these arguments and checks its memory.
+
+    Raises:
+      ConfigError: the program needs more memory than is available (names the settings that shrink it).
+    """
+    from fedsim.core import memory
+    t = time.perf_counter()
+    first, count = jnp.int32(first_round), jnp.int32(self.capacity)
+    compiled = self.jitted.lower(state, data, rounds_key, first, self.capacity, count).compile()
+    seconds = time.perf_counter() - t
+    est = memory.estimate(compiled, (state, data, rounds_key, first, count))
+    est.check(self.algorithm)
+    self.compiled, self.report = compiled, {"memory": est, "compile_s": seconds}
+    self.abstract = _avals(state)
+
+  def __call__(self, state, data, rounds_key, first_round, count):
+    if self.compiled is not None and self.abstract is not None and _avals(state) != self.abstract:
+      self.compiled = None   # the state differs from the abstract one compiled for (never expected)
+    if self.compiled is None:
+      self.compile(state, data, rounds_key, int(first_round))
+    assert self.compiled is not None and self.report is not None
+    if self.on_compile is not None and "round" not in self.report:
+      self.report.update(round=int(first_round), wall_time_s=self.clock())
+      self.on_compile(self.report)
+    args = (state, data, rounds_key, first_round, count)
+    if _takes(self.compiled, args):
+      return self.compiled(*args)
+    return self.jitted(state, data, rounds_key, first_round, self.capacity, count)
+
+
+def _avals(tree):
+  return jax.tree_util.tree_map(lambda a: (tuple(a.shape), str(a.dtype)), tree)
+
+
+def _takes(compiled, args) -> bool:
+  """Whether ``compiled`` accepts ``args`` as placed: JAX refuses a committed array whose sharding is
+  not the one compiled for (uncommitted ones it places itself; unused arguments have None)."""
+  ok = []
+
+  def check(s, a):
+    ok.append(s is None or not isinstance(a, jax.Array) or not a.committed
+              or a.sharding.is_equivalent_to(s, a.ndim))
+  jax.tree_util.tree_map(check, compiled.input_shardings[0], args, is_leaf=lambda x: x is None)
+  return all(ok)
+
+
 @functools.lru_cache(maxsize=32)
 def task_evaluator(evaluate: Callable) -> Callable:
   """``(params, data) -> metrics``, jitted once per task ``evaluate`` function.
@@ -128,7 +197,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
              key: jax.Array, *, on_eval: Callable[[dict], None] | None = None,
              state=None, start_round: int = 0, totals: dict | None = None,
              checkpoint_dir: str | None = None, checkpoint_every: int = 0, resume: bool = False,
-             profile_dir: str | None = None, stop: Callable[[], bool] | None = None):
+             profile_dir: str | None = None, on_compile: Callable[[dict], None] | None = None,
+             stop: Callable[[], bool] | None = None):
   """Runs ``num_rounds`` communication rounds and evaluates every ``eval_every``.
 
   Args:
@@ -163,6 +233,9 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       their evaluations included; a run of one chunk is not traced. None
       (default): no trace. Open it with
       TensorBoard's profile plugin or ui.perfetto.dev (BUILD.md, "Profiling").
+    on_compile: called once, just before the first chunk runs, with ``{"memory":
+      fedsim.core.memory.MemoryEstimate, "compile_s": seconds compiling the chunk, "round":
+      the first chunk's first round, "wall_time_s": the run's clock then}`` (:class:`ChunkProgram`).
     stop: polled at every chunk boundary (after the chunk's record and scheduled checkpoint);
       True ends the run there: with ``checkpoint_every > 0`` the state is saved at that round
       first, then :class:`~fedsim.core.errors.Interrupted` is raised (``fedsim.interrupts``).
@@ -177,6 +250,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       have been passed to ``on_eval``).
     ValueError: bad ``eval_every``/``checkpoint_every``, checkpointing without a
       directory, or a checkpoint that does not match this algorithm's state.
+    ConfigError: the compiled chunk needs more memory than is available
+      (:mod:`fedsim.core.memory`); raised before a fresh run allocates its state.
   """
   if eval_every < 1:
     raise ValueError(f"eval_every must be >= 1; got {eval_every}")
@@ -193,6 +268,10 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     mngr = checkpoint.manager(checkpoint_dir)
   init_keys = rng.init_keys(key)                  # (stream "init", stream "shared")
   saved = None                                    # the round of the newest checkpoint
+  rounds_key = rng.stream(key, "rounds")
+  capacity = max(1, min(eval_every, num_rounds))    # the chunk's static size: the same for every cut of this run
+  # Compiled once, ahead of time, with its memory checked (fedsim.core.memory).
+  program = ChunkProgram(algorithm, capacity, on_compile, clock=lambda: time.perf_counter() - t0)
   if resume:
     assert mngr is not None  # resume needs checkpoint_dir (checked above)
     restored = checkpoint.restore(mngr, jax.eval_shape(algorithm.init, *init_keys),
@@ -211,10 +290,9 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       init = compile_options.jit(algorithm.init, out_shardings=NamedSharding(mesh, PartitionSpec()))
     else:
       init = compile_options.jit(algorithm.init)
+    if start_round < num_rounds:   # refuse a program that does not fit before allocating its state
+      program.compile(jax.eval_shape(init, *init_keys), task.data, rounds_key, start_round)
     state = _apply_setup(algorithm, init(*init_keys))
-  rounds_key = rng.stream(key, "rounds")
-  chunk = make_chunk(algorithm)
-  capacity = max(1, min(eval_every, num_rounds))    # the chunk's static size: the same for every cut of this run
   evaluate_task = task_evaluator(task.evaluate)     # one program per task, not per algorithm
   # The algorithm's part: its solution and its own metrics, one small program.
   def solve(s):
@@ -253,7 +331,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       if profile_dir and not traced and r > start_round:   # the first chunk has compiled the program
         jax.profiler.start_trace(profile_dir)
         tracing = traced = True
-      state, stats = chunk(state, task.data, rounds_key, jnp.int32(r), capacity, jnp.int32(length))
+      state, stats = program(state, task.data, rounds_key, jnp.int32(r), jnp.int32(length))
       # Exact host-side accumulation: per-round int32 counts times static units
       # (RoundStats.units), summed as Python ints (RoundStats.totals).
       for name, value in fetch(stats).totals().items():

@@ -75,6 +75,15 @@ def test_outputs_and_determinism(tmp_path):
   assert cfg["flags"]["num_clients"] == 12 and cfg["algorithms"]["fedzo"]["lr"] == 0.05
   assert (tmp_path / "a" / "curves.png").stat().st_size > 1000
   assert "[fedzo] round 4/4" in a.stdout and "ETA" in a.stdout
+  # Issue 48: the chunk's memory before the first chunk runs; a results table and the total time at the end.
+  out = a.stdout.splitlines()
+  fz = [x for x in out if x.startswith(("[fedzo] round ", "[fedzo] memory: "))]
+  assert fz[0].startswith("[fedzo] round 0/4") and fz[2].startswith("[fedzo] round 2/4"), fz
+  assert fz[1].startswith("[fedzo] memory: round chunk ") and " available (host MemAvailable)" in fz[1], fz
+  assert out[-4].split() == ["algorithm", "rounds", "objective", "test_accuracy", "queries", "bytes_up", "wall_time"]
+  last = ma[-1]
+  assert out[-2].split()[:4] == ["fedzo", "4", f"{last['objective']:.5g}", f"{last['test_accuracy']:.4g}"]
+  assert out[-3].startswith("fedavg ") and out[-1].startswith("total time ")
 
 
 @pytest.mark.slow  # 25-50 s: the default suite's 15-minute budget

@@ -77,6 +77,17 @@ def test_alpha_sweep_three_programs_and_kill_resume(tmp_path):
   assert "1 already in results.csv" in resumed.stdout
   assert json.loads((part / "sweep_stats.json").read_text())["groups_run"] == 2
   assert (part / "results.csv").read_bytes() == (tmp_path / "full" / "results.csv").read_bytes()
+  # Per-round curves: every member's 3 evaluations (rounds 0, 1, 2), the same after the kill and restart.
+  with open(tmp_path / "full" / "curves.csv") as f:
+    curves = list(csv.DictReader(f))
+  assert list(curves[0]) == ["algorithm", "dirichlet_alpha", "seed", "round", "queries", "bytes_up",
+                             "objective"]   # --target's metric is the objective: no second metric column
+  assert [(c["dirichlet_alpha"], c["seed"], c["round"]) for c in curves] == [
+      (a, s, r) for a in ("0.1", "0.5", "1.0") for s in ("0", "1") for r in ("0", "1", "2")]
+  finals = {(r["dirichlet_alpha"], r["seed"]): r["final_objective"] for r in rows}
+  assert all(c["objective"] == finals[(c["dirichlet_alpha"], c["seed"])] for c in curves if c["round"] == "2")
+  assert (part / "curves.csv").read_bytes() == (tmp_path / "full" / "curves.csv").read_bytes()
+  assert (tmp_path / "full" / "curves.png").stat().st_size > 0
 
   # Different flags into the same directory: refused before compiling.
   other = _sweep(*args[:-1], "--target=objective:2.0", f"--output_dir={part}")
@@ -94,8 +105,11 @@ def _fake_sweep(names, metric="test_accuracy"):
   extra = [f"final_{metric}", f"best_{metric}"] if metric != "objective" else []
   header = ["algorithm", *names, "seed", "final_objective", "best_objective", *extra, "rounds_to_target",
             "queries_to_target", "rounds", "queries", "diverged", "vmapped_members", "group_wall_time_s"]
-  return sweep, SimpleNamespace(names=list(names), metric=metric, labels=["fedavg"], target=None,
-                                algs={"fedavg": "fedavg"}, header=lambda: header)
+  curve_header = ["algorithm", *names, "seed", *sweep.curve_metrics(metric)]
+  fake = SimpleNamespace(names=list(names), metric=metric, labels=["fedavg"], target=None,
+                         algs={"fedavg": "fedavg"}, header=lambda: header, curve_header=lambda: curve_header)
+  fake.row_key = lambda label, combo, seed: (label, *(sweep._fmt(combo[n]) for n in fake.names), str(seed))
+  return sweep, fake
 
 
 def _rows(fake, finals):
@@ -166,7 +180,87 @@ def test_lr_sweep_log_line_summary_csv_and_best_value(tmp_path):
   with open(tmp_path / "summary.csv") as f:
     summary = list(csv.DictReader(f))
   assert [(r["lr"], r["n_seeds"]) for r in summary] == [("0.01", "2"), ("0.1", "2"), ("0.3", "2")]
+  assert list(summary[0])[3:] == ["n_finite", "final_test_accuracy_mean", "final_test_accuracy_std",
+                                  "final_test_accuracy_ci95_low", "final_test_accuracy_ci95_high"]
   best = [line for line in proc.stdout.splitlines() if line.startswith("best lr=")]
   assert len(best) == 1 and "95% CI [" in best[0] and "n=2 seeds" in best[0], proc.stdout
-  top = max(summary, key=lambda r: float(r["mean"]))
+  top = max(summary, key=lambda r: float(r["final_test_accuracy_mean"]))
   assert best[0].startswith(f"best lr={top['lr']} for fedavg")
+
+
+# --- per-round curves and named summary columns (issue 48 item 5) ------------------------------
+
+def test_curves_rows_are_one_per_evaluation_and_name_the_metric():
+  sweep, fake = _fake_sweep(["lr"])
+  hist = [{"round": 0, "queries": 0, "bytes_up": 0, "objective": 2.5, "test_accuracy": 0.1, "wall_time_s": 1.0},
+          {"round": 5, "queries": 40, "bytes_up": 1040, "objective": float("nan")}]
+  rows = sweep.Sweep.curve_rows(fake, "fedavg", {"lr": 0.1}, 3, hist)
+  assert fake.curve_header() == ["algorithm", "lr", "seed", "round", "queries", "bytes_up", "objective",
+                                 "test_accuracy"]
+  assert rows == [["fedavg", "0.1", "3", "0", "0", "0", "2.5", "0.1"],
+                  ["fedavg", "0.1", "3", "5", "40", "1040", "nan", ""]]
+
+
+def _curves(fake, values):
+  """curves.csv rows from {(algorithm, *swept values): {round: [test_accuracy per seed]}}."""
+  out = []
+  for key, by_round in values.items():
+    for rnd, vals in by_round.items():
+      for seed, v in enumerate(vals):
+        out.append([*key, str(seed), str(rnd), "0", "0", "1.0", repr(v)])
+  return out
+
+
+def test_curve_bands_are_the_mean_and_a_t_interval_over_seeds_at_each_round():
+  from scipy import stats
+  sweep, fake = _fake_sweep(["lr", "dirichlet_alpha"])
+  values = {("fedavg", "0.1", "0.5"): {0: [0.25, 0.25, 0.25], 5: [0.5, 0.7, 0.6], 10: [0.8, float("nan"), 0.9]},
+            ("fedavg", "0.3", "0.5"): {0: [0.1, 0.1, 0.1], 5: [float("nan")] * 3}}
+  bands = sweep.curve_bands(fake.curve_header(), _curves(fake, values), "test_accuracy")
+  assert list(bands) == ["fedavg, lr=0.1, dirichlet_alpha=0.5", "fedavg, lr=0.3, dirichlet_alpha=0.5"]
+  first = bands["fedavg, lr=0.1, dirichlet_alpha=0.5"]
+  assert list(first) == [0, 5, 10]
+  assert first[0] == (3, 0.25, 0.25, 0.25)                    # identical values: a zero-width band
+  n, mean, lo, hi = first[5]
+  want = stats.t.interval(0.95, 2, loc=0.6, scale=0.1 / 3 ** 0.5)
+  assert n == 3 and abs(mean - 0.6) < 1e-12 and abs(lo - want[0]) < 1e-9 and abs(hi - want[1]) < 1e-9
+  n, mean, lo, hi = first[10]                                 # a diverged seed is left out
+  want = stats.t.interval(0.95, 1, loc=0.85, scale=(0.05 * 2 ** 0.5) / 2 ** 0.5)
+  assert n == 2 and abs(mean - 0.85) < 1e-12 and abs(lo - want[0]) < 1e-9
+  assert list(bands["fedavg, lr=0.3, dirichlet_alpha=0.5"]) == [0]   # no finite value at round 5: no point
+
+
+def test_curves_png_is_drawn_from_curves_csv(tmp_path):
+  sweep, fake = _fake_sweep(["lr"])
+  rows = _curves(fake, {("fedavg", "0.1"): {0: [0.1, 0.2], 5: [0.5, 0.7]}, ("fedavg", "1.0"): {0: [0.1], 5: [0.2]}})
+  sweep.plot_curves(fake.curve_header(), rows, ["objective", "test_accuracy"], str(tmp_path / "c.png"), 2)
+  from PIL import Image
+  assert Image.open(tmp_path / "c.png").size == (12 * 120, 4 * 120)
+
+
+def test_curves_csv_of_an_earlier_start_is_kept_and_an_old_sweeps_is_ignored(tmp_path):
+  sweep, fake = _fake_sweep(["lr"])
+  rows = _curves(fake, {("fedavg", "0.1"): {0: [0.1], 5: [0.5]}, ("fedavg", "0.3"): {0: [0.1]}})
+  path = tmp_path / "curves.csv"
+  path.write_text("\n".join(",".join(r) for r in [fake.curve_header(), *rows]) + "\n")
+  kept = sweep._read_curves(str(path), fake.curve_header(), {("fedavg", "0.1", "0")})
+  assert kept == {("fedavg", "0.1", "0"): rows[:2]}
+  assert sweep._read_curves(str(path), ["algorithm", "lr", "seed", "round"], {("fedavg", "0.1", "0")}) == {}
+  assert sweep._read_curves(str(tmp_path / "none.csv"), fake.curve_header(), set()) == {}
+
+
+def test_summary_csv_names_its_metric_and_old_summary_files_still_read(tmp_path):
+  sweep, fake = _fake_sweep(["lr"])
+  summary = sweep.summarize(fake, _rows(fake, {("fedavg", "0.1"): [0.8, 0.9], ("fedavg", "1.0"): [0.5]}))
+  sweep.write_summary(fake, summary, str(tmp_path / "summary.csv"))
+  header = (tmp_path / "summary.csv").read_text().splitlines()[0].split(",")
+  assert header == ["algorithm", "lr", "n_seeds", "n_finite", "final_test_accuracy_mean", "final_test_accuracy_std",
+                    "final_test_accuracy_ci95_low", "final_test_accuracy_ci95_high"]
+  new = sweep.read_summary(str(tmp_path / "summary.csv"))
+  assert new[0]["metric"] == "test_accuracy" and float(new[0]["mean"]) == summary[0]["mean"]
+  assert float(new[0]["ci95_high"]) == summary[0]["ci95_high"] and new[1]["std"] == "nan"
+  old = tmp_path / "old.csv"   # before issue 48: bare statistic names
+  old.write_text("algorithm,lr,n_seeds,n_finite,mean,std,ci95_low,ci95_high\nfedavg,0.1,2,2,0.85,0.07,0.2,1.5\n")
+  (row,) = sweep.read_summary(str(old))
+  assert row == {"algorithm": "fedavg", "lr": "0.1", "n_seeds": "2", "n_finite": "2", "mean": "0.85", "std": "0.07",
+                 "ci95_low": "0.2", "ci95_high": "1.5", "metric": None}
