@@ -173,7 +173,8 @@ class RangeDownloader:
   starting there is appended; any other reply restarts the file; ``416 Range
   Not Satisfiable`` means ``part`` is already whole. The finished ``part`` is
   moved to ``output_file`` for pooch to check its hash (a mismatch deletes it).
-  An error mid-way keeps ``part`` for the next try.
+  An error mid-way, or a body shorter than its Content-Length, keeps ``part``
+  for the next try (and raises an OSError).
   """
 
   def __init__(self, part: str | os.PathLike, timeout: float = 60.0):
@@ -193,7 +194,11 @@ class RangeDownloader:
       with response:
         resumed = response.status == 206 and response.headers.get("Content-Range", "").startswith(f"bytes {have}-")
         with open(self.part, "ab" if resumed else "wb") as f:
+          start = f.tell()
           shutil.copyfileobj(response, f, 1 << 20)
+          got, length = f.tell() - start, response.headers.get("Content-Length")
+        if length is not None and got < int(length):  # http.client returns a cut-off body without an error
+          raise ConnectionError(f"the connection closed after {got} of {length} bytes")
     os.replace(self.part, output_file)
 
 
