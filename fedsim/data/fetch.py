@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import http.client
 import os
 import shutil
 import urllib.error
@@ -246,27 +247,38 @@ def fetch(name: str, root: str | os.PathLike | None = None, registry: Mapping[st
   if is_cached(name, root, reg):
     return folder / entry.data_path
   folder.mkdir(parents=True, exist_ok=True)
-  for file in entry.files:
-    target = folder / file.name
-    processor = {"untar": pooch.Untar(extract_dir="."),
-                 "bunzip2": pooch.Decompress(method="bzip2", name=file.name.removesuffix(".bz2")),
-                 None: None}[file.unpack]
-    log(f"fetching {file.url} -> {target}")
-    try:
-      pooch.retrieve(file.url, known_hash=f"sha256:{file.sha256}" if file.sha256 else None, fname=file.name,
-                     path=folder, processor=processor,
-                     downloader=RangeDownloader(folder / (file.name + ".part")))
-    except ValueError as e:  # pooch: the SHA-256 differs (the download is deleted)
-      raise FetchError(str(target), f"{file.url}: {_one_line(e)}") from None
-    except OSError as e:  # no network, HTTP error, disk
-      part = folder / (file.name + ".part")
-      kept = f"; the {part.stat().st_size} bytes in {part.name} resume next time" if part.is_file() else ""
-      raise FetchError(str(target), f"cannot download {file.url}: {_one_line(e)}{kept}") from None
-    if file.sha256 is None and target.is_file():
-      log(f"  {file.name}: no published SHA-256 to check against; its SHA-256 is {_sha256(target)}")
-    if file.unpack and target.is_file():
-      target.unlink()
+  logger = pooch.get_logger()   # its "Downloading data from ..." repeats the line logged below
+  level = logger.level
+  logger.setLevel("WARNING")
+  try:
+    for file in entry.files:
+      _fetch_file(pooch, file, folder, log)
+  finally:
+    logger.setLevel(level)
   return folder / entry.data_path
+
+
+def _fetch_file(pooch, file: File, folder: Path, log) -> None:
+  """:func:`fetch` of one file of a dataset into ``folder``."""
+  target = folder / file.name
+  processor = {"untar": pooch.Untar(extract_dir="."),
+               "bunzip2": pooch.Decompress(method="bzip2", name=file.name.removesuffix(".bz2")),
+               None: None}[file.unpack]
+  log(f"fetching {file.url} -> {target}")
+  try:
+    pooch.retrieve(file.url, known_hash=f"sha256:{file.sha256}" if file.sha256 else None, fname=file.name,
+                   path=folder, processor=processor,
+                   downloader=RangeDownloader(folder / (file.name + ".part")))
+  except ValueError as e:  # pooch: the SHA-256 differs (the download is deleted)
+    raise FetchError(str(target), f"{file.url}: {_one_line(e)}") from None
+  except (OSError, http.client.HTTPException) as e:  # no network, HTTP error, disk
+    part = folder / (file.name + ".part")
+    kept = f"; the {part.stat().st_size} bytes in {part.name} resume next time" if part.is_file() else ""
+    raise FetchError(str(target), f"cannot download {file.url}: {_one_line(e)}{kept}") from None
+  if file.sha256 is None and target.is_file():
+    log(f"  {file.name}: no published SHA-256 to check against; its SHA-256 is {_sha256(target)}")
+  if file.unpack and target.is_file():
+    target.unlink()
 
 
 def listing(root: str | os.PathLike | None = None, registry: Mapping[str, Entry] | None = None) -> list[str]:
