@@ -297,7 +297,8 @@ class ExperimentConfig:
   # made (Python and CLI alike); experiments/common.py makes the flag of each from it.
   task: str = hparam("softmax", help="task (a name of fedsim.tasks.TASKS)")
   dataset: str = hparam("digits", help="dataset of the supervised tasks (a name of fedsim.data.DATASETS)")
-  data_dir: str | None = hparam(None, help="folder (or LIBSVM file) with the dataset's files; None = its default")
+  data_dir: str | None = hparam(None, help="folder (or LIBSVM file) with the dataset's files; None = its folder "
+                                "in the data cache, $FEDSIM_DATA (python -m fedsim.data fetch NAME)")
   num_clients: int = hparam(100, help="N, number of clients", low=1)
   partition: str = hparam("dirichlet", help="how the data is split over clients (a name of fedsim.data.METHODS)")
   dirichlet_alpha: float = hparam(0.5, help="Dirichlet concentration of the label (or quantity) skew", low=0,

@@ -45,12 +45,15 @@ def test_python_data_dir_errors_are_field_errors(tmp_path):
     assert err.cli == f"--data_dir {err.message}" and err.message.startswith(data_dir)
 
 
-def test_python_missing_data_dir_names_it():
+def test_python_missing_data_dir_names_it(tmp_path, monkeypatch):
+  monkeypatch.setenv("FEDSIM_DATA", str(tmp_path))   # an empty data cache
   with pytest.raises(FieldError) as e:
     fedsim.api.build_task(fedsim.ExperimentConfig(dataset="mnist"))
   assert e.value.field == "data_dir"
-  assert str(e.value) == "data_dir: dataset='mnist' needs data_dir (a folder with the MNIST IDX files)"
-  assert e.value.cli == "--data_dir: --dataset=mnist needs --data_dir (a folder with the MNIST IDX files)"
+  assert str(e.value) == (f"data_dir: dataset='mnist' is not in the data cache ({tmp_path / 'mnist'}); run "
+                          "`python -m fedsim.data fetch mnist` or give data_dir (a folder with the MNIST IDX files)")
+  assert e.value.cli == (f"--data_dir: --dataset=mnist is not in the data cache ({tmp_path / 'mnist'}); run "
+                         "`python -m fedsim.data fetch mnist` or give --data_dir (a folder with the MNIST IDX files)")
 
 
 def test_python_cache_dir_in_the_way(tmp_path):

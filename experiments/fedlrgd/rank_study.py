@@ -2,7 +2,7 @@ r"""The low-rank evidence of seed 004: App. C's rank histograms and Theorem 1's 
 
 **App. C** (specs/fedlrgd.md §3.1, §7 item 10): train a one-hidden-layer sigmoid
 MLP (784 -> K -> 10, softmax, cross-entropy; Adam, batch 200, 25 epochs) on
-MNIST (the 10,000-image split of ``../shared/data/mnist``: 8,000 train / 2,000
+MNIST (the data cache's ``mnist``, with the 10,000 t10k images only: 8,000 train / 2,000
 test) or digits, or (``--model=cnn``) App. C's CIFAR-10 CNN (:class:`AppCCNN`:
 conv 40 3x3 - conv 40 3x3 - maxpool 2 - dense 150 - 10, sigmoid; Adam, batch 200,
 15 epochs; p = 1,553,220 on CIFAR-10); take k random test samples x^(i) and k perturbations
@@ -68,7 +68,7 @@ class RankStudyConfig:
   ``activation = relu`` (i)."""
   study: str = "both"
   dataset: str = "mnist"
-  data_dir: str | None = "../shared/data/mnist"
+  data_dir: str | None = None   # None: the data cache (fedsim.data.fetch)
   model: str = "mlp"
   hidden: int = 784
   hidden_layers: int = 1
@@ -522,7 +522,7 @@ def _define_flags():
   flags.DEFINE_string("study", d.study, f"which study: {', '.join(STUDIES)}")
   flags.DEFINE_string("dataset", d.dataset, "App. C dataset: mnist (IDX files in --data_dir), digits, cifar10 "
                       "(the binary release in --data_dir)")
-  flags.DEFINE_string("data_dir", d.data_dir, "folder with the dataset's files")
+  flags.DEFINE_string("data_dir", d.data_dir, "folder with the dataset's files (default: the data cache)")
   flags.DEFINE_string("model", d.model, f"App. C network: {', '.join(MODELS)} (mlp: MNIST's 784 -> K -> 10; "
                       "cnn: CIFAR-10's conv 40 - conv 40 - pool - 150 - 10)")
   flags.DEFINE_integer("hidden", d.hidden, "K, hidden units per layer of --model=mlp (App. C: 784; Fig. 1: 500, 1000)")

@@ -2,10 +2,11 @@
 
 Where to get it: the "CIFAR-10 binary version (suitable for C programs)",
 ``cifar-10-binary.tar.gz`` from https://www.cs.toronto.edu/~kriz/cifar.html.
-fedsim never downloads; extract it yourself (``tar xzf cifar-10-binary.tar.gz``)
-and point ``--data_dir`` at the resulting ``cifar-10-batches-bin/`` folder or
-at its parent. The Python ("pickle") release is not read: fedsim never
-unpickles data files.
+``python -m fedsim.data fetch cifar10`` downloads and extracts it into the data
+cache (:mod:`fedsim.data.fetch`), which runs read when ``--data_dir`` is not
+given; or extract it yourself (``tar xzf cifar-10-binary.tar.gz``) and point
+``--data_dir`` at the resulting ``cifar-10-batches-bin/`` folder or at its parent.
+The Python ("pickle") release is not read: fedsim never unpickles data files.
 
 Binary format: ``data_batch_1.bin`` .. ``data_batch_5.bin`` (training) and
 ``test_batch.bin`` (test), each a plain sequence of 3073-byte records (10,000

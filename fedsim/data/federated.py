@@ -13,6 +13,7 @@ import numpy as np
 
 from fedsim.config import DataFieldError, FieldError, did_you_mean
 from fedsim.core.errors import ConfigError, DataError
+from fedsim.data import fetch
 from fedsim.data.cifar10 import load_cifar10
 from fedsim.data.dataset import Dataset
 from fedsim.data.digits import load_digits
@@ -75,6 +76,23 @@ def to_client_arrays(x: np.ndarray, y: np.ndarray,
   return {"x": out_x, "y": out_y, "mask": mask, "n": sizes}
 
 
+def _from_cache(name: str, what: str, loader, seed: int) -> Dataset:
+  """``loader`` on the cache's ``<cache>/<name>`` (:mod:`fedsim.data.fetch`); never downloads."""
+  folder = fetch.dataset_dir(name)
+  command = f"`python -m fedsim.data fetch {name}`"
+  if not folder.is_dir():
+    raise FieldError("data_dir", f"dataset={name!r} is not in the data cache ({folder}); run {command} "
+                     f"or give data_dir ({what})",
+                     cli=f"--data_dir: --dataset={name} is not in the data cache ({folder}); run {command} "
+                         f"or give --data_dir ({what})")
+  try:
+    return loader(folder, seed=seed)
+  except DataError as e:
+    message = str(e).removeprefix(f"{e.path}: ")
+    error = DataError(e.path, f"{message}; {command} fetches it into the data cache")
+    raise DataFieldError("data_dir", error) from None
+
+
 def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int = 0) -> Dataset:
   """Loads a dataset by its ``--dataset`` name.
 
@@ -85,7 +103,11 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int
       its parent; :func:`fedsim.data.cifar10.load_cifar10`) or ``libsvm``
       (``data_dir`` is a LIBSVM file or a folder with ``<name>`` and
       ``<name>.t``).
-    data_dir: the ``--data_dir`` flag.
+    data_dir: the ``--data_dir`` flag. None (or ``""``): ``mnist``, ``fashion_mnist`` and
+      ``cifar10`` are read from the data cache, ``<cache>/<name>``
+      (:func:`fedsim.data.fetch.cache_root`: ``$FEDSIM_DATA``, default
+      ``~/.cache/fedsim/data``), filled by ``python -m fedsim.data fetch <name>``;
+      nothing is downloaded here. ``libsvm`` has no default.
     seed: the split seed (see each loader).
 
   Returns:
@@ -93,19 +115,23 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int
 
   Raises:
     ConfigError: unknown ``dataset``.
-    FieldError: (field ``data_dir``) ``data_dir`` missing for a dataset other
-      than digits (none has an offline default).
+    FieldError: (field ``data_dir``) ``data_dir`` missing for ``libsvm``, or
+      missing and the cache has no ``<cache>/<name>`` folder (the message names
+      the folder and ``python -m fedsim.data fetch <name>``).
     DataFieldError: (a DataError and a FieldError, field ``data_dir``) ``data_dir``
-      is not what the dataset needs, or its files are missing or corrupt:
-      ``data_dir: PATH: MESSAGE``, on the command line ``--data_dir PATH: MESSAGE``.
+      (or the cache's folder) is not what the dataset needs, or its files are
+      missing or corrupt: ``data_dir: PATH: MESSAGE``, on the command line
+      ``--data_dir PATH: MESSAGE`` (for the cache, MESSAGE ends naming the fetch command).
   """
   if name == "digits":
     return load_digits(seed=seed)
   if name in _FROM_DIR:
     what, loader = _FROM_DIR[name]
     if data_dir is None or str(data_dir) == "":
-      raise FieldError("data_dir", f"dataset={name!r} needs data_dir ({what})",
-                       cli=f"--data_dir: --dataset={name} needs --data_dir ({what})")
+      if name not in fetch.REGISTRY:  # libsvm: which file is the user's to say
+        raise FieldError("data_dir", f"dataset={name!r} needs data_dir ({what})",
+                         cli=f"--data_dir: --dataset={name} needs --data_dir ({what})")
+      return _from_cache(name, what, loader, seed)
     try:
       return loader(data_dir, seed=seed)
     except DataError as e:

@@ -115,7 +115,7 @@ def load_mnist(data_dir: str | os.PathLike, seed: int = 0, *, variant: str = "mn
   ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``,
   ``t10k-labels-idx1-ubyte``, each optionally ``.gz``) the official
   60,000/10,000 split is used. If only the two ``t10k`` files are present (as
-  in ``shared/data/mnist``) the 10,000 test images are split 8,000/2,000
+  in CI's copy) the 10,000 test images are split 8,000/2,000
   (4/5 : 1/5), stratified by label with ``random_state=seed``; ``info["split"]``
   says so.
 
@@ -205,8 +205,9 @@ def load_fashion_mnist(data_dir: str | os.PathLike, seed: int = 0) -> Dataset:
   ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``, each optionally
   ``.gz``), 28x28 grey images and 10 classes, so this is
   ``load_mnist(data_dir, seed, variant="fashion_mnist")`` (same split rules,
-  same :class:`Dataset` layout, ``name`` ``fashion_mnist``). fedsim never
-  downloads: fetch the files from https://github.com/zalandoresearch/fashion-mnist
-  into a folder of their own (not the MNIST one: the names collide).
+  same :class:`Dataset` layout, ``name`` ``fashion_mnist``). Loading never
+  downloads: ``python -m fedsim.data fetch fashion_mnist`` puts the official
+  files (https://github.com/zalandoresearch/fashion-mnist) in the data cache's
+  ``fashion_mnist/`` (a folder of their own: the names collide with MNIST's).
   """
   return load_mnist(data_dir, seed, variant="fashion_mnist")

@@ -127,11 +127,13 @@ def test_load_cifar10_truncated_and_bad_label(tmp_path):
     read_cifar10_batch(tmp_path / "nope.bin")
 
 
-def test_load_dataset_cifar10_needs_data_dir():
-  with pytest.raises(ConfigError, match=r"^data_dir: dataset='cifar10' needs data_dir \(the cifar-10-batches-bin") as e:
+def test_load_dataset_cifar10_without_data_dir_reads_the_cache(tmp_path, monkeypatch):
+  monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "cache"))   # an empty data cache
+  with pytest.raises(ConfigError, match=r"^data_dir: dataset='cifar10' is not in the data cache .*"
+                     r"fetch cifar10` or give data_dir \(the cifar-10-batches-bin") as e:
     load_dataset("cifar10")
-  assert e.value.cli.startswith("--data_dir: --dataset=cifar10 needs --data_dir (the cifar-10-batches-bin")
-  with pytest.raises(ConfigError, match=r"^data_dir: dataset='fashion_mnist' needs data_dir"):
+  assert e.value.cli.startswith("--data_dir: --dataset=cifar10 is not in the data cache")
+  with pytest.raises(ConfigError, match=r"^data_dir: dataset='fashion_mnist' is not in the data cache"):
     load_dataset("fashion_mnist", "")
 
 

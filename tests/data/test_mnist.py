@@ -144,10 +144,11 @@ def test_load_mnist_label_count_mismatch(tmp_path):
     load_mnist(tmp_path)
 
 
-def test_load_dataset_flags(tmp_path):
-  with pytest.raises(ConfigError, match=r"^data_dir: dataset='mnist' needs data_dir") as e:
+def test_load_dataset_flags(tmp_path, monkeypatch):
+  monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "cache"))   # an empty data cache
+  with pytest.raises(ConfigError, match=r"^data_dir: dataset='mnist' is not in the data cache") as e:
     load_dataset("mnist")
-  assert e.value.cli.startswith("--data_dir: --dataset=mnist needs --data_dir")
+  assert e.value.cli.startswith("--data_dir: --dataset=mnist is not in the data cache")
   with pytest.raises(ConfigError, match=r"^data_dir: dataset='libsvm'"):
     load_dataset("libsvm", "")
   with pytest.raises(ConfigError) as e:

@@ -865,7 +865,7 @@ PENDING: list[str] = []
 # (Figs. 1-2) on CIFAR-10 (d = 3072), the softmax regression (Figs. 3-5) on Fashion-MNIST.
 # ``python -m experiments.reproduce --data_dir=DIR`` runs them on DIR's copies at paper scale.
 _ATTACK = Substitute("cifar10", "digits (the embedded 8x8 images, d = 64)")
-_SOFTMAX = Substitute("fashion_mnist", "MNIST-10k (../shared/data/mnist's 10,000 t10k images)")
+_SOFTMAX = Substitute("fashion_mnist", "MNIST-10k (MNIST's 10,000 t10k images)")
 SUBSTITUTES = {"fedzo_fig1a_attack_H.cfg": _ATTACK, "fedzo_fig1b_attack_M.cfg": _ATTACK,
                "fedzo_fig1c_attack_aircomp.cfg": _ATTACK, "fedzo_fig3_softmax_H.cfg": _SOFTMAX,
                "fedzo_fig4_softmax_M.cfg": _SOFTMAX, "fedzo_fig5_softmax_aircomp.cfg": _SOFTMAX}

@@ -5,7 +5,7 @@ See :mod:`experiments.reproduce.papers` for how claims are collected.
 Settings. Paper scale keeps App. E: federated quadratic d = 300, N = 5, T = 10,
 R = 50, M = 10,000, 5 seeds, C in {0.5, 5, 50}, evaluated every round (the
 query-budget comparison reads every record); Fig. 4 and Fig. 6 use their flagfiles;
-the attack runs 15 target images (MNIST if ``../shared/data/mnist`` holds it), the
+the attack runs 15 target images (MNIST if the data cache has ``mnist/``), the
 metric task 5 seeds on digits. Smoke scale (every FZooS variant costs about 12 CPU s
 of compilation whatever its size, so the smoke runs are few and small): d = 20 (Q = 20
 orthogonal FD directions need d >= 20),
@@ -47,6 +47,7 @@ from experiments.reproduce.claims import (
   values_of,
 )
 from experiments.reproduce.report import plot_curves
+from fedsim.data import fetch
 
 TITLE = "FZooS (seed 000): federated zeroth-order optimisation with trajectory-informed surrogates"
 
@@ -453,7 +454,7 @@ def _attack_runs(ctx: Context, **setting) -> tuple[list[dict[str, list[dict]]], 
   """The attack's runs, one per target image (paper: 15 MNIST targets; smoke: one digits target
   with MLP classifiers), and the dataset's name. ``setting`` (e.g. ``local_steps=5``) overrides the
   flagfile's P = 0.7, T = 10; the runs are then named after it (``attack_local_steps5_t0``)."""
-  mnist = os.path.isdir(os.path.join(REPO, "..", "shared", "data", "mnist"))
+  mnist = fetch.dataset_dir("mnist").is_dir()   # the data cache (fedsim.data.fetch; CI fills it from ../shared)
   data = {} if (mnist and ctx.scale == "paper") else {"dataset": "digits", "data_dir": ""}
   if ctx.scale == "smoke":
     data["classifier"] = "mlp"
