@@ -1,8 +1,8 @@
-r"""The benchmark suite (issue 8): throughput, scaling, roofline, compile time, FZooS and FFGB speed.
+r"""The benchmark suite: throughput, scaling, roofline, compile time, FZooS and FFGB speed.
 
   python -m experiments.benchmark                              # every suite but gpu_table, sweep_table
-  python -m experiments.benchmark --suite=gpu_table             # the accelerator table (issue 17)
-  python -m experiments.benchmark --suite=sweep_table           # K configurations in one program (issue 37)
+  python -m experiments.benchmark --suite=gpu_table             # the accelerator table
+  python -m experiments.benchmark --suite=sweep_table           # K configurations in one program
   python -m experiments.benchmark --suite=vmap --algorithm=fedavg,fedzo --num_clients=100,1000
   python -m experiments.benchmark --suite=scaling,compile --scaling_clients=100,1000,10000
   python -m experiments.benchmark --quick --output_dir=/tmp/bench   # smoke test of every suite
@@ -36,14 +36,14 @@ r"""The benchmark suite (issue 8): throughput, scaling, roofline, compile time, 
 7. ``checkpoint`` (``bench/checkpoint_cost.py``): the main job's FedAvg, 200
    rounds, with ``--checkpoint_every=20`` against without, side by side in one
    process (``simulate`` alone and the whole ``fedsim.run``): the ratio, which
-   issue 36 bounds at 1.25; ``--checkpoint_task=mlp --checkpoint_clients_per_round=100``
+   the target bounds at 1.25; ``--checkpoint_task=mlp --checkpoint_clients_per_round=100``
    times the same with longer rounds.
 8. ``fd_memory`` (``bench/fd_memory.py``): one FedZO round (digits softmax,
    paper defaults) at N in ``--fd_memory_clients`` (10^3, 10^5) with its
    directions materialised (``direction_block`` 0) or streamed in blocks
    (``--fd_memory_blocks``, default 0,1,4), one vmap over all clients
    (``--fd_memory_client_block``, default 0): compiled temporaries side by side;
-   at N <= 10^3 also seconds per round and the state difference (issue 37 item 2).
+   at N <= 10^3 also seconds per round and the state difference.
 9. ``gpu_table`` (``bench/gpu_table.py``; only when named): per algorithm
    (fedavg, fedzo, decomfl, hiso) and N in ``--gpu_table_clients`` (10^3..10^6):
    client steps per second, peak device memory, the fraction of the binding

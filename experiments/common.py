@@ -35,7 +35,7 @@ from fedsim.tasks import TASKS
 
 FLAGS = flags.FLAGS
 
-FFGB_FAMILY = api.FFGB_FAMILY  # the library's (seed 002)
+FFGB_FAMILY = api.FFGB_FAMILY  # the library's (Shen et al. 2022)
 
 # Hyperparameters settable for all algorithms (--NAME) or one (--ALG_NAME): derived from
 # the algorithms' config dataclasses (fedsim.config metadata), the single source of their
@@ -105,9 +105,9 @@ def define_flags():
   flags.DEFINE_integer("dim", 300, "d, dimension of the synthetic tasks")
   flags.DEFINE_integer("hidden_width", 64, "hidden units of --task=mlp")
   flags.DEFINE_integer("hidden_layers", 1, "hidden layers of --task=mlp (2 with --hidden_width=32 "
-                       "--activation=leaky_relu: FFGB's MLP weak learner, seed 002 App. B.1)")
+                       "--activation=leaky_relu: FFGB's MLP weak learner, Shen et al. 2022, App. B.1)")
   flags.DEFINE_string("activation", "relu", "hidden activation of --task=mlp: relu, leaky_relu (slope 0.01)")
-  # --task=shift_tabular (seed 002, FFGB.C / FFGB.L): N clients x --samples_per_client points in
+  # --task=shift_tabular (Shen et al. 2022, FFGB.C / FFGB.L): N clients x --samples_per_client points in
   # --num_features dimensions with a feature-shift knob.
   flags.DEFINE_string("shift_kind", "w1", "shift_tabular shift: tv (shared support, reweighted), "
                       "w1 (translated clouds)")
@@ -117,12 +117,12 @@ def define_flags():
   flags.DEFINE_float("attack_c", 1.0, "distortion weight c of the attack loss (FedZO eq. 21)")
   flags.DEFINE_string("classifier", "mlp", "attacked classifier (--task=attack_cw): mlp, softmax")
   flags.DEFINE_string("cache_dir", None, "where trained classifiers are cached (default ~/.cache/fedsim)")
-  flags.DEFINE_float("spectrum_sigma", 3 ** 0.5, "std of log lambda (--task=illcond_quadratic; seed 003 §5.1)")
+  flags.DEFINE_float("spectrum_sigma", 3 ** 0.5, "std of log lambda (--task=illcond_quadratic; Li et al. 2025, §5.1)")
   flags.DEFINE_integer("spectrum_rank", 0, "k > 0: only k log-normal eigenvalues, the other d - k 1e-4 "
                        "(--task=illcond_quadratic; a low effective rank fixed as d grows); 0: all d")
   flags.DEFINE_bool("isotropic", False, "all eigenvalues equal, same trace (--task=illcond_quadratic control)")
   flags.DEFINE_string("finetune_shift", "flip", "target shift of --task=finetune: flip, relabel, none")
-  # --task=logistic_soft / ridge (seed 004 App. A; specs/fedlrgd.md §3.3).
+  # --task=logistic_soft / ridge (Jadbabaie et al. 2023, App. A; specs/fedlrgd.md §3.3).
   flags.DEFINE_integer("rank", 8, "r: the server's samples = FedLRGD's approximate rank (logistic_soft, ridge)")
   flags.DEFINE_integer("max_rank", 32, "R >= r: static padding of the server data (same R: no recompilation)")
   flags.DEFINE_integer("num_features", 2, "p: features of logistic_soft / ridge")
@@ -135,7 +135,7 @@ def define_flags():
   flags.DEFINE_integer("raw_dim", 1, "D: dimension of the raw points of --feature_map=holder")
   flags.DEFINE_bool("x64", False, "enable float64 (jax_enable_x64) before anything is built; same random "
                     "draws (FedLRGD: its weight solve is float64 either way, its GD steps need x64 at r >= 16)")
-  # --task=attack / metric_opt (seed 000 §6.2-6.3; specs/fzoos.md §3.2-3.3).
+  # --task=attack / metric_opt (Shu et al. 2023, §6.2-6.3; specs/fzoos.md §3.2-3.3).
   flags.DEFINE_float("portion", None, "P in (0,1]: each client's share of the classes (attack: "
                      "default 0.7; metric_opt: class shards, default 0.3); larger P = less heterogeneous")
   flags.DEFINE_string("opt_metric", "precision", "metric_opt objective 1 - macro METRIC: "
@@ -387,7 +387,7 @@ def validate_distributed():
 
 # --- checks the library does not do (task settings, algorithm x task) ---------------------
 
-FFGB_TASKS = ("softmax", "mlp", "cnn", "lenet", "shift_tabular")  # tasks with per-client points x (seed 002)
+FFGB_TASKS = ("softmax", "mlp", "cnn", "lenet", "shift_tabular")  # tasks with per-client points x (Shen et al. 2022)
 
 
 def check_config(cfg) -> None:
@@ -407,7 +407,7 @@ def check_config(cfg) -> None:
       raise ConfigError(where("fd_directions"), f"orthogonal directions need <= dim={opts['dim']}")
     if r.name in FFGB_FAMILY:
       validate_ffgb(r.name, hp, where, cfg)
-  if cfg.task in ("attack", "metric_opt"):  # seed 000 §6.2-6.3
+  if cfg.task in ("attack", "metric_opt"):  # Shu et al. 2023, §6.2-6.3
     _check_fzoos_task_options(cfg)
   if opts["hidden_layers"] < 1:
     raise ConfigError("hidden_layers", f"must be >= 1; got {opts['hidden_layers']}")
@@ -451,7 +451,7 @@ def _check_one_of(flag: str, value, accepted) -> None:
 
 
 def validate_ffgb(alg: str, hp: dict, where, cfg):
-  """FFGB-family checks that involve the algorithm name, the task or other settings (seed 002;
+  """FFGB-family checks that involve the algorithm name, the task or other settings (Shen et al. 2022;
   specs/ffgb.md §2, §6.4); each field's own range is checked by its dataclass (fedsim.config).
 
   Args:

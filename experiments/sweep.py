@@ -1,4 +1,4 @@
-r"""A grid over heterogeneity and hyperparameters, times seeds (issue 8, "Sweeps").
+r"""A grid over heterogeneity and hyperparameters, times seeds (BUILD.md, "Sweeps").
 
   python -m experiments.sweep --algorithm=fedzo --sweep=dirichlet_alpha=0.1,0.5,1.0 --seeds=5
   python -m experiments.sweep --flagfile=experiments/flagfiles/sweep_fedzo_alpha.cfg

@@ -42,11 +42,11 @@ from fedsim.core.errors import ConfigError, DivergenceError
 
 # fedsim's run defaults where the paper's value does not suit the embedded digits
 # main job (experiments.run's too: its "binary default"): FedZO's paper eta = 1e-3
-# (seed 001 §V-B) reaches ~0.72 test accuracy on digits in 200 rounds, 1e-2 reaches
+# (Fang et al. 2022, §V-B) reaches ~0.72 test accuracy on digits in 200 rounds, 1e-2 reaches
 # ~0.90. Give ``hparams={"fedzo": {"lr": 1e-3}}`` for the paper's value.
 RUN_DEFAULTS = {"fedzo": {"lr": 1e-2}}
 
-# The FFGB family (seed 002): scored on value caches, FFGB's communication cost.
+# The FFGB family (Shen et al. 2022): scored on value caches, FFGB's communication cost.
 FFGB_FAMILY = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l", "ffgb_code", "ffgb_nores_code")
 
 # Tasks that train or load cached models while being built (a progress line says so).
@@ -183,7 +183,7 @@ def _unknown_hparam(name: str, key: str, fields) -> FieldError:
 
 
 def comm_rounds(name: str, hp: dict, num_clients: int, budget: int) -> int:
-  """Rounds within a communication budget (seed 002 Figs. 1, 4; [code] comm starts at 2).
+  """Rounds within a communication budget (Shen et al. 2022, Figs. 1, 4; [code] comm starts at 2).
 
   Returns:
     ceil((budget - 2) / cost), cost = m K models a round for the FFGB family

@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedsim import algorithms, config
+from fedsim import algorithms, config, papers
 
 OUTPUT = Path(__file__).resolve().parent.parent / "HYPERPARAMETERS.md"
 
@@ -33,7 +33,10 @@ do not edit by hand. From Python, pass these names to
 `--NAME_FIELD=V` (this algorithm only), `--FIELD=V` (every algorithm of the run
 that has the field) or an `--algorithm=NAME:FIELD=V` entry. A value outside
 "accepted" raises `ConfigError` naming the field (exit status 2 on the CLI).
-Fields marked "no flag" are set by a registry entry or by the run.
+Fields marked "no flag" are set by a registry entry or by the run. Sources cite
+the papers by key ("Fang et al. 2022, Alg. 1"; the list is at the end); "[code]"
+is the authors' released code, and a bracketed number such as "[30]" is an entry
+of the reference list of the paper cited before it.
 """
 
 
@@ -44,7 +47,8 @@ def markdown() -> str:
   Returns:
     Markdown text (str) ending with a newline.
   """
-  return HEADER + "".join(config.markdown_section(cls, entries) for cls, entries in sections().items())
+  sections_md = "".join(config.markdown_section(cls, entries) for cls, entries in sections().items())
+  return HEADER + sections_md + "\n## References\n\n" + papers.references_markdown()
 
 
 def sections() -> dict[type, list[tuple[str, dict]]]:

@@ -1,4 +1,4 @@
-"""Sphinx configuration of fedsim's documentation site (issue 36, item 6).
+"""Sphinx configuration of fedsim's documentation site.
 
 Build (README, .ci/run):
 

@@ -1,4 +1,4 @@
-"""The benchmark suites of ``python -m experiments.benchmark`` (issue 8), one module each.
+"""The benchmark suites of ``python -m experiments.benchmark``, one module each.
 
 ``util`` holds what they share (settings, interleaved timing, memory, environment, the
 digits benchmark task, compiled engine chunks); ``vmap``, ``scaling``, ``roofline``,

@@ -1,4 +1,4 @@
-r"""Suite ``checkpoint``: what ``--checkpoint_every`` costs the main job (issue 36: at most 25%).
+r"""Suite ``checkpoint``: what ``--checkpoint_every`` costs the main job (the target: at most 25%).
 
 FedAvg on the main job's task (``fedsim.ExperimentConfig()``'s digits softmax,
 N = 100, M = 10, Dirichlet alpha = 0.5, eval every 10 rounds; ``checkpoint_task``

@@ -31,7 +31,7 @@ the states agree bit for bit), then timed in alternation (``time_interleaved``).
 ``sweep``: ``experiments/flagfiles/sweep_fedzo_alpha.cfg`` (FedZO, 3 Dirichlet
 alphas x ``compile_sweep_seeds`` seeds, ``compile_sweep_rounds`` rounds; 0 =
 skipped) with the seeds batched and one after another, each in a fresh process
-with an empty persistent cache (:func:`sweep_job`; issue 17: batched >= 2x
+with an empty persistent cache (:func:`sweep_job`; the target: batched >= 2x
 faster, wall and CPU).
 """
 

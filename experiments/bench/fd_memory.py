@@ -1,9 +1,9 @@
-r"""Suite ``fd_memory``: one FedZO round with materialised vs streamed directions (issue 37 item 2).
+r"""Suite ``fd_memory``: one FedZO round with materialised vs streamed directions.
 
   python -m experiments.benchmark --suite=fd_memory                       # N = 10^3, 10^5
   python -m experiments.benchmark --suite=fd_memory --fd_memory_blocks=0,1,2,4 --fd_memory_client_block=256
 
-FedZO with its paper defaults (seed 001 §V: b1 = 25, b2 = 20, H = 5, sphere directions) on digits
+FedZO with its paper defaults (Fang et al. 2022, §V: b1 = 25, b2 = 20, H = 5, sphere directions) on digits
 softmax (d = 650), full participation, each client holding ``samples_per_client`` samples drawn with
 replacement (:func:`experiments.bench.util.make_benchmark_task`). For each N of ``fd_memory_clients``
 and each ``direction_block`` B of ``fd_memory_blocks`` (FedZOConfig.direction_block: 0 = the b2

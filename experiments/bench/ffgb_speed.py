@@ -1,6 +1,6 @@
 r"""Suite ``ffgb``: one FFGB round with the paper's mlp oracle, vmapped vs one client at a time.
 
-FFGB (seed 002 Alg. 2, ``fedsim.algorithms.ffgb``) on digits with the
+FFGB (Shen et al. 2022, Alg. 2, ``fedsim.algorithms.ffgb``) on digits with the
 homo_ratio partition (s = 0.1, specs/ffgb.md §3.1), N = ``ffgb_clients`` = 56
 clients all taking part, K = ``ffgb_local_steps`` = 2, the ``mlp`` oracle
 (MLP 32-32, fresh init and Adam per call, ``ffgb_oracle_steps`` = 1000 steps of

@@ -1,6 +1,6 @@
 r"""Suite ``fzoos``: seconds per FZooS round at the Fig. 1 settings, and rounds per second in N.
 
-FZooS (seed 000 Alg. 2, ``fedsim.algorithms.fzoos``) on the federated quadratic
+FZooS (Shu et al. 2023, Alg. 2, ``fedsim.algorithms.fzoos``) on the federated quadratic
 of ``experiments/flagfiles/fzoos_fig1_quadratic.cfg`` (d = ``fzoos_dim`` = 300,
 C = 5, float64 as the flagfile's ``--x64``), all N clients every round,
 T = ``fzoos_steps`` = 10 local steps, the paper's windows and active queries,
@@ -14,7 +14,7 @@ timed (``repeats`` of them for N <= 5, one otherwise).
 
 ``speedup_vs_authors`` = 33 s / seconds per round: the authors' public
 implementation measured about 33 s per FZooS round at d = 300, N = 5, T = 10,
-M = 10,000 on 2 CPU cores (issue 3's target: >= 100x).
+M = 10,000 on 2 CPU cores (the target: >= 100x).
 
 Run it with the BLAS libraries at one thread (the binary's ``--blas_threads=1``):
 jaxlib's CPU Cholesky calls OpenBLAS, whose spinning worker threads make a
@@ -23,7 +23,7 @@ share the 2 cores; ``seconds_per_round_blas_default_threads`` (first config)
 times one round with ``os.cpu_count()`` BLAS threads for comparison.
 
 ``rff_cache_off`` (first config): the same round without the cached RFF fit
-(``FZooSConfig.rff_cache = 0``, the default before issue 37), timed side by side with the
+(``FZooSConfig.rff_cache = 0``, the default of earlier fedsim versions), timed side by side with the
 default; ``speedup`` is the default's (paired median of off / default).
 
 ``run_rounds`` (first config): after the other measurements, the default's run chained
@@ -288,7 +288,8 @@ def markdown(result: dict) -> str:
   for r in result["records"]:
     if "rff_cache_off" in r:
       c = r["rff_cache_off"]
-      rows.append(f"\nrff_cache = 0 (no cached RFF fit, the default before issue 37) at N = {r['num_clients']}, "
+      rows.append(f"\nrff_cache = 0 (no cached RFF fit, the default of earlier fedsim versions) "
+                  f"at N = {r['num_clients']}, "
                   f"M = {r['num_rff']}: {c['seconds_per_round']:.4g} s/round against the default's "
                   f"{c['default_seconds_per_round']:.4g} s side by side (the default {c['speedup']:.2f}x faster)")
     if "run_rounds" in r:

@@ -1,4 +1,4 @@
-r"""Suite ``gpu_table``: the accelerator table of issue 17, one command.
+r"""Suite ``gpu_table``: the accelerator table, one command.
 
   python -m experiments.benchmark --suite=gpu_table --output_dir=runs/gpu_table
 

@@ -14,7 +14,7 @@ terms are left out, so the counts are lower bounds):
   (softmax - onehot) (2 d_in C B); no input gradient is needed, so
   4 d_in C B per client step (the "2*3*d_in*C" convention also counts an input
   gradient the softmax never computes). Per round N H B 4 d_in C.
-* ``decomfl`` / ``hiso`` (shared-direction ZO, seed 003): each client step is
+* ``decomfl`` / ``hiso`` (shared-direction ZO, Li et al. 2025): each client step is
   P + 1 forward evaluations on a batch of b (forward differences), 2 d_in C b
   each; per round m tau (P + 1) b 2 d_in C. The P shared directions are the
   same for every client (one draw per round, not per client) and are not
@@ -26,9 +26,9 @@ the dominant kernel alone at the same shapes (FedAvg: the batched
 forward + weight-gradient einsums over N clients with their own W; HiSo: the
 (N b, d_in) x (d_in, (P + 1) C) forward evaluations), so the gap between the
 two is the engine's overhead (sampling, gathers, the H-step scan, RNG).
-``fraction`` = achieved / peak (issue 8: >= 30% for FLOP-bound kernels).
+``fraction`` = achieved / peak (the target: >= 30% for FLOP-bound kernels).
 
-Which roof binds (issue 17): the memory bandwidth is measured in the same run
+Which roof binds: the memory bandwidth is measured in the same run
 (:func:`bandwidth_peak`, a float32 ``2 x + 1`` over ``bandwidth_bytes``), the
 bytes a round must at least move are counted analytically
 (:func:`round_counts`), and :func:`binding_roof` takes the roof with the larger
@@ -36,7 +36,7 @@ time bound: ``bound`` (flops or memory), the arithmetic intensity against the
 machine's ridge (peak FLOP/s / bandwidth), and ``roof_fraction`` = that time
 bound / the measured seconds per round.
 
-Layouts (issue 17: try layouts that give XLA larger GEMMs before concluding): the CNN
+Layouts (layouts that give XLA larger GEMMs are tried before concluding): the CNN
 runs both as the patches GEMM that is fedsim's default (``fedsim.models.cnn``,
 ``impl=gemm``) and as flax's ``nn.Conv`` (``impl=xla``, grouped convolutions under
 vmap), side by side; the softmax client step is timed in three layouts
@@ -44,7 +44,7 @@ vmap), side by side; the softmax client step is timed in three layouts
 
 * ``fedzo`` (per-client-direction ZO): Gaussian (sphere) directions generated
   per second in the engine, N H b2 d numbers per round / s, against the raw
-  ``jax.random.normal`` rate on the same count (issue 8: >= 70%).
+  ``jax.random.normal`` rate on the same count (the target: >= 70%).
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ SOFTMAX_LAYOUTS = ("batched GEMM", "broadcast-reduce", "clients minor")
 
 def softmax_layouts(n, b, d_in, c, settings: Settings) -> dict:
   """The FedAvg softmax client step (forward and weight gradient, N clients with their own W)
-  written in three layouts, timed side by side (issue 17: layouts before concluding).
+  written in three layouts, timed side by side (layouts before concluding).
 
   ``batched GEMM``: ``einsum("nbd,ndc->nbc")``, the engine's layout (vmap of a matmul);
   ``broadcast-reduce``: the products broadcast to (N, B, d_in, C) and summed, which XLA fuses

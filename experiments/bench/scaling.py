@@ -12,8 +12,8 @@ warm-up call that makes a repeat last >= 1 s; for N > 10^4 no warm-up, every
 call is a repeat; for N > 10^5 one timed round), the compiled executable's ``memory_analysis()`` and the
 process peak RSS (monotone: N runs in increasing order, so the RSS after N is
 the peak of every N so far). ``slope`` is the least-squares slope of
-log(seconds per round) against log(N) over the N from 10^3 to the largest N measured (issue 8,
-issue 17 up to 10^6: <= 1.1), per algorithm; ``fits_24gib`` compares the compiled footprint and the peak RSS with
+log(seconds per round) against log(N) over the N from 10^3 to the largest N measured (the
+target, up to 10^6: <= 1.1), per algorithm; ``fits_24gib`` compares the compiled footprint and the peak RSS with
 24 GiB.
 """
 

@@ -1,4 +1,4 @@
-r"""Suite ``sweep_table`` (issue 37, item 3): K configurations of one algorithm in one
+r"""Suite ``sweep_table``: K configurations of one algorithm in one
 vmapped program against the same K configurations run one after another.
 
   python -m experiments.benchmark --suite=sweep_table --output_dir=runs/sweep_table
@@ -37,7 +37,7 @@ differences by 1/mu, DESIGN.md), then ``repeats`` interleaved repeats of each
 (each at least ``min_time`` s). Reported: **configuration-rounds per second** (K x
 rounds per chunk / seconds per chunk, best repeat) of each side, the **ratio**
 batched / sequential (median of side-by-side ratios), the batched rate over that
-of K = 1 (the GPU target of issue 37: >= 20x at K = 64, N = 10^3), client steps
+of K = 1 (the GPU target: >= 20x at K = 64, N = 10^3), client steps
 per second (configuration-rounds x N x local steps), the **compile** seconds
 (tracing, lowering and XLA compilation) of the batched chunk and of the
 sequential programs it needs, reported apart and never timed, and **peak

@@ -79,7 +79,7 @@ class Settings:
       per-client temporaries stay bounded; N at or below it is one vmap.
     gpu_table_sequential: clients timed one at a time in the gpu_table suite.
     checkpoint_rounds, checkpoint_main_every: the checkpoint suite's main-job FedAvg rounds and
-      its ``--checkpoint_every`` (issue 36: 200 and 20).
+      its ``--checkpoint_every`` (200 and 20).
     checkpoint_task, checkpoint_clients_per_round: the checkpoint suite's task and M (the main
       job's ``softmax`` and 10; ``mlp`` with M = 100 makes rounds several times longer at about
       the same per-save cost).

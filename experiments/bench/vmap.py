@@ -14,11 +14,11 @@ algorithm's own code in every case):
   naive loop that slices each client's row and derives its key inside the loop.
   For FedZO the engine's direction rate (N H b2 d normals per round / s) is
   also compared with the raw ``jax.random.normal`` rate on the same count.
-* ``decomfl``, ``hiso`` (seed 003): ``hiso_parts(...).client_scalars`` (one
+* ``decomfl``, ``hiso`` (Li et al. 2025): ``hiso_parts(...).client_scalars`` (one
   client's tau local steps, Alg. 2b) jitted and looped; the scalars are summed
   and the round applied once with ``apply_round`` (Alg. 2 lines 13-16). Defaults
   of the configs (P = 5, tau = 1, b = 32).
-* ``fzoos`` (seed 000 Alg. 2): its per-client update is not exposed, so the
+* ``fzoos`` (Shu et al. 2023, Alg. 2): its per-client update is not exposed, so the
   baseline runs FZooS's own round on a task holding that single client's data
   (N = 1): one jitted round (client's T local steps, its active queries and
   its RFF fit: exactly one client's work of the N-client round, plus an
@@ -28,7 +28,7 @@ algorithm's own code in every case):
   vmapped server-side posterior-trace intermediates alone are N x 200 x 150^2
   float64 = 360 MB per client, and N = 50 at M = 10,000 already takes 23.5 CPU s
   per round; see the ``fzoos`` suite for M = 10,000).
-* ``ffgb`` (seed 002 Alg. 2): ``make_client_round`` (one client's K local
+* ``ffgb`` (Shen et al. 2022, Alg. 2): ``make_client_round`` (one client's K local
   steps, each training a fresh mlp weak learner by Adam) jitted and looped over
   the clients; the vmapped side is the full engine round (it also folds the
   learners into the value caches, so the ratio slightly favours the loop).
@@ -445,7 +445,7 @@ def single_client_task(task, i: int):
 
 
 def fzoos_hparams(settings: Settings, num_rff: int) -> dict:
-  """FZooS defaults (seed 000 App. E) with T = ``fzoos_steps`` and M = ``num_rff``; the
+  """FZooS defaults (Shu et al. 2023, App. E) with T = ``fzoos_steps`` and M = ``num_rff``; the
   history sized for Fig. 1's R = 50 rounds (fedsim.algorithms.fzoos, "History")."""
   return {"local_steps": settings.fzoos_steps, "num_rff": num_rff, "rounds": 50}
 

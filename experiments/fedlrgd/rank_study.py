@@ -1,4 +1,4 @@
-r"""The low-rank evidence of seed 004: App. C's rank histograms and Theorem 1's decay.
+r"""The low-rank evidence of Jadbabaie et al. 2023: App. C's rank histograms and Theorem 1's decay.
 
 **App. C** (specs/fedlrgd.md §3.1, §7 item 10): train a one-hidden-layer sigmoid
 MLP (784 -> K -> 10, softmax, cross-entropy; Adam, batch 200, 25 epochs) on

@@ -1,1 +1,1 @@
-"""FedZO (seed 001) analysis: the per-round cost of partial participation and AirComp noise."""
+"""FedZO (Fang et al. 2022) analysis: the per-round cost of partial participation and AirComp noise."""

@@ -1,4 +1,4 @@
-"""What do partial participation and AirComp noise cost FedZO per round? (seed 001 Thms. 2-3.)
+"""What do partial participation and AirComp noise cost FedZO per round? (Fang et al. 2022, Thms. 2-3.)
 
 At the global point x of a FedZO run (x^0, or after ``--at_rounds`` rounds of
 full-participation, noise-free FedZO on the same task), every one of the N

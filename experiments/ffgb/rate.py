@@ -1,4 +1,4 @@
-"""FFGB's rate on the exact semi-heterogeneous task (seed 002 Thm 3.1, Cor. 3.1; specs §4.1, §4.3, §7.1-7.2).
+"""FFGB's rate on the exact semi-heterogeneous task (Shen et al. 2022, Thm 3.1, Cor. 3.1; specs §4.1, §4.3, §7.1-7.2).
 
 The task is the tabular square-loss task of ``tests/algorithms/test_ffgb.py`` (``_grid_task``): N
 clients share one grid of M points in [0, 1]; client i holds targets ybar_i drawn N(0, 1) per seed

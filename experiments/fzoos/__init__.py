@@ -1,1 +1,1 @@
-"""FZooS (seed 000) analysis: the Fig. 1 / Fig. 4 tables, rounds to reach, surrogate diagnostic."""
+"""FZooS (Shu et al. 2023) analysis: the Fig. 1 / Fig. 4 tables, rounds to reach, surrogate diagnostic."""

@@ -1,4 +1,4 @@
-"""How good are FZooS's transferable surrogates? (seed 000 §4.2, eq. 7-8; Thm. 1.)
+"""How good are FZooS's transferable surrogates? (Shu et al. 2023, §4.2, eq. 7-8; Thm. 1.)
 
 Runs FZooS on the federated quadratic and, after every round r, compares at the
 new global point x_r the RFF surrogate gradients with the true ones (``jax.grad``

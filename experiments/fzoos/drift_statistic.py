@@ -1,5 +1,5 @@
-"""The client-drift statistic of the federated quadratic at a run's starting point (seed 000
-§5.1's heterogeneity G; the C = 50 evidence of issue 14).
+"""The client-drift statistic of the federated quadratic at a run's starting point (Shu et al. 2023
+§5.1's heterogeneity G; the evidence of the known behaviour at C = 50).
 
 For each heterogeneity C and seed, at the x_0 that ``experiments.run --task=quadratic
 --seed=S`` starts from (same coefficients, same init key), it computes with exact

@@ -1,10 +1,10 @@
-"""Do the FD baselines' finite differences see the metric task at all? (seed 000 §6.3; issue 14)
+"""Do the FD baselines' finite differences see the metric task at all? (Shu et al. 2023, §6.3)
 
 The metric objective f_i(x) = 1 - macro precision (fedsim.tasks.metric_opt) is piecewise
 constant in x: it changes only when a prediction of client i flips. The FD baselines
 (fedsim.algorithms.zo_baselines) estimate grad f_i from the differences
 
-  delta_q = f_i(x + lambda u_q) - f_i(x),   q = 1..Q   (seed 000 eq. 3; Q = 20 orthonormal u_q)
+  delta_q = f_i(x + lambda u_q) - f_i(x),   q = 1..Q   (Shu et al. 2023, eq. 3; Q = 20 orthonormal u_q)
 
 If every delta_q is exactly 0, the estimate is the zero vector, Adam takes no step and the
 method stays at F(x_0). For each finished run given (``experiments.run`` output folders), this

@@ -1,4 +1,4 @@
-"""The FZooS Fig. 1 table (seed 000 §6.1; specs/fzoos.md §7 checks 5-6) from runs of
+"""The FZooS Fig. 1 table (Shu et al. 2023, §6.1; specs/fzoos.md §7 checks 5-6) from runs of
 ``experiments/flagfiles/fzoos_fig1_quadratic.cfg``.
 
 Expects ``ROOT/C{C}_s{S}/{algorithm}/metrics.jsonl`` (one ``experiments.run`` per

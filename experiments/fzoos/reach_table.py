@@ -1,4 +1,4 @@
-"""Rounds to reach the baselines' final value (seed 000 §6.2-6.3; the attack and metric
+"""Rounds to reach the baselines' final value (Shu et al. 2023, §6.2-6.3; the attack and metric
 targets of the FZooS issue) from ``experiments.run`` output folders.
 
 Layout: ``ROOT/<run>/<algorithm>/metrics.jsonl``, one ``<run>`` per target image

@@ -1,1 +1,1 @@
-"""HiSo (seed 003) analysis: the learned-H diagnostic and Table 2's rounds ratio."""
+"""HiSo (Li et al. 2025) analysis: the learned-H diagnostic and Table 2's rounds ratio."""

@@ -1,4 +1,4 @@
-"""Does HiSo's learned H track the curvature? (issue 5; seed 003 §4.2, §5.1).
+"""Does HiSo's learned H track the curvature? (Li et al. 2025, §4.2, §5.1).
 
 Runs HiSo on the ill-conditioned quadratic (f_i = (1/2)(x - b_i)^T A (x - b_i),
 A = Diag(lambda), log lambda ~ N(0, sigma^2)) and prints, every `every` rounds:

@@ -1,5 +1,5 @@
 """HiSo's learned H against the curvature, its ablations, and DeComFL with a decaying step
-(issue 14; seed 003 Table 2, §4.2, Fig. 5 right; specs/hiso.md §4 last bullet, §7 items 8-9).
+(Li et al. 2025, Table 2, §4.2, Fig. 5 right; specs/hiso.md §4 last bullet, §7 items 8-9).
 
 Reads the task settings of a ``hiso_toy_*.cfg`` flagfile (the ill-conditioned or the
 isotropic quadratic, M, m, P, tau = 1, rounds, eval_every) and its lr grid (the ``lr=`` values

@@ -1,4 +1,4 @@
-"""Rounds ratio of seed 003 Table 2 from an experiments.run output folder.
+"""Rounds ratio of Li et al. 2025, Table 2 from an experiments.run output folder.
 
 target = the best metric DeComFL reaches over its lr grid and all evaluations (lowest
 optimality_gap / highest test_accuracy); R_DeComFL = first evaluated round at which that

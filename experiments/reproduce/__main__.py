@@ -135,7 +135,7 @@ def _kept(claim: claims_lib.Claim, rec: dict) -> dict:
 
 def _with_history(rec: dict, old: dict | None) -> dict:
   """``rec`` carrying ``old``'s history, plus ``old``'s verdict and criterion when either changed
-  (issue 34 item 3: a criterion is fixed before its runs; a later change keeps the old verdict)."""
+  (a criterion is fixed before its runs; a later change keeps the old verdict)."""
   history = list(old.get("history", [])) if old else []
   if old and (old["verdict"] != rec["verdict"] or old["criterion"] != rec["criterion"]):
     history.append({"verdict": old["verdict"], "criterion": old["criterion"], "scale": old["scale"],

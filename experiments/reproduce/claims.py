@@ -30,7 +30,7 @@ from fedsim import results
 
 VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "inconclusive")
 KINDS = ("paper", "check", "diagnostic")
-"""A claim's kind (issue 34 item 1): ``paper``, a figure, table or theorem of the paper; ``check``, an
+"""A claim's kind: ``paper``, a figure, table or theorem of the paper; ``check``, an
 implementation property (ledgers, bytes, identities, batches of unit tests), which cannot fail as a paper
 result; ``diagnostic``, a hypothesis of ours that explains a paper result. Only ``paper`` claims are
 counted in the index."""
@@ -225,7 +225,7 @@ class Claim:
 
 @dataclasses.dataclass(frozen=True)
 class Substitute:
-  """A flagfile that runs on an offline substitute of the paper's own data set (issue 14 item 5).
+  """A flagfile that runs on an offline substitute of the paper's own data set.
 
   Attributes:
     dataset: the paper's data set, a key of :data:`PAPER_DATA` (``cifar10``, ``fashion_mnist``,
@@ -321,7 +321,7 @@ class Context:
       ``command.txt`` (the run's wall seconds and command). Default ``root/evidence`` at paper
       scale, ``root/evidence-smoke`` at smoke scale.
     from_evidence: run nothing: every run, script and test batch is read from ``evidence_dir``;
-      one it does not hold raises :class:`MissingEvidence` (issue 34 item 5).
+      one it does not hold raises :class:`MissingEvidence`.
     command_root: the output root the recorded commands name (default ``root``); with
       ``from_evidence`` the root the evidence was made under, so the commands re-judged from it
       are the commands that made it.

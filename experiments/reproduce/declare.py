@@ -1,4 +1,4 @@
-"""Comparative claims as declarations (issue 34 items 2 and 8), judged by one engine.
+"""Comparative claims as declarations, judged by one engine.
 
 A paper claim that one method does better than others on runs is declared, not coded: the
 claimed method, its baselines, and a :class:`Measure` (what one run's curve becomes: its final

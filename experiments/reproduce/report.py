@@ -13,6 +13,7 @@ import os
 
 from experiments.reproduce.claims import SUBSTITUTE_NOTE, TEST_CRITERION, Claim, Evidence, Stat, natural
 from experiments.reproduce.stats import DETERMINISTIC, weakest
+from fedsim import papers as fedsim_papers
 from fedsim.runner import marker
 
 METHOD_ORDER = ("fedavg", "fedzo", "dzopa", "zone_s", "hiso", "decomfl", "fzoos", "fedzo_fd",
@@ -245,7 +246,7 @@ def summary(records: list[dict], pending: list[str]) -> list[str]:
 
 
 def _command_groups(commands: list[str]) -> list[str]:
-  """The commands, compact (issue 34 item 7): runs that differ only in ``--seed=S`` (or ``--attack_target=S``)
+  """The commands, compact: runs that differ only in ``--seed=S`` (or ``--attack_target=S``)
   and an output folder ending in ``S`` become one ``for s in ...`` loop; the rest are written as they are.
 
   >>> _command_groups(["python -m m --a=1 --seed=0 --output_dir=r/x_s0",
@@ -300,7 +301,7 @@ SHARED_FLAGS_MIN = 60  # characters: flags every command shares are written once
 
 def _shared_flags(lines: list[str]) -> list[str]:
   """Writes the ``--flag=value`` tokens that every ``python -m experiments.run`` line shares once, as
-  ``F="..."`` before them and ``$F`` in each (issue 34 item 7), when there are two lines or more and the
+  ``F="..."`` before them and ``$F`` in each, when there are two lines or more and the
   shared flags are longer than :data:`SHARED_FLAGS_MIN`; only plain tokens (no quote, space or ``$``).
 
   >>> for line in _shared_flags(["python -m experiments.run --flagfile=experiments/flagfiles/a.cfg --rounds=50 "
@@ -342,6 +343,9 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
   os.replace(os.path.join(folder, "claims.json.tmp"), os.path.join(folder, "claims.json"))
   smoke = bool(records) and all(r["scale"] == "smoke" for r in records)
   lines = [f"# {title}", ""]
+  key = fedsim_papers.BY_NAME.get(paper)
+  if key is not None:  # the paper in full (fedsim.papers), for readers outside the project
+    lines += [fedsim_papers.reference(fedsim_papers.PAPERS[key])[2:], ""]
   if smoke:
     lines += [f"**{SMOKE_NOTE}**", ""]
   lines += [*summary(records, pending), ""]

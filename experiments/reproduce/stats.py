@@ -1,4 +1,4 @@
-"""The statistics every claim's verdict uses (issue 34 item 3), all from ``scipy.stats``.
+"""The statistics every claim's verdict uses, all from ``scipy.stats``.
 
 A paper claim says that one method (``A``, the claimed one) does better than another
 (``B``) on some number: a final value, the rounds or queries to reach a fraction of the
@@ -51,7 +51,7 @@ RESAMPLES = 9999   # bootstrap resamples
 SEED = 0           # the bootstrap's generator: fixed, so stored evidence re-judges to the same digits
 OUTCOMES = ("holds", "opposite", "undecided", "too few", "saturated")
 INCONCLUSIVE = ("saturated", "flat substitute", "baseline untuned", "baseline diverged", "too few seeds")
-"""The reasons a verdict is ``inconclusive`` (issue 34 item 3), written after the word."""
+"""The reasons a verdict is ``inconclusive``, written after the word."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,22 +34,22 @@ REGISTRY: dict[str, tuple[type[Any], dict[str, Any], Callable[..., FederatedAlgo
     "fedyogi": (FedAvgConfig, {"server_optimizer": "yogi", "server_lr": 1e-2}, make_fedavg),
     "fedadagrad": (FedAvgConfig, {"server_optimizer": "adagrad", "server_lr": 1e-1}, make_fedavg),
     "fedzo": (FedZOConfig, {}, make_fedzo),
-    # The FedZO paper's attack baselines (seed 001 §V-A); variant=code for the authors' code.
+    # The FedZO paper's attack baselines (Fang et al. 2022, §V-A); variant=code for the authors' code.
     "dzopa": (DZOPAConfig, {}, make_dzopa),
     "zone_s": (ZONESConfig, {}, make_zone_s),
-    # Scalar-only ZO from shared seeds (seed 003); DeComFL is HiSo with H = I.
+    # Scalar-only ZO from shared seeds (Li et al. 2025); DeComFL is HiSo with H = I.
     "decomfl": (DeComFLConfig, {}, make_decomfl),
     "hiso": (HiSoConfig, {}, make_hiso),
     # The authors' code settings (ZidongLiu/DeComFL, adam_forward.py on MNIST; see
     # fedsim/algorithms/hiso.py): eps 0, P = 1, b = 8, SGD weight decay 1e-5 (DeComFL: central FD).
     "hiso_code": (HiSoConfig, HISO_CODE, make_hiso),
     "decomfl_code": (DeComFLConfig, DECOMFL_CODE, make_decomfl),
-    # Low-rank gradient approximation (seed 004 Alg. 1), its FedPAQ baseline (App. D)
+    # Low-rank gradient approximation (Jadbabaie et al. 2023, Alg. 1), its FedPAQ baseline (App. D)
     # and exact GD on the pooled data (the reference); specs/fedlrgd.md.
     "fedlrgd": (FedLRGDConfig, {}, make_fedlrgd),
     "fedave": (FedAveConfig, {}, make_fedave),
     "gd": (GDConfig, {}, make_gd),
-    # Federated functional gradient boosting (seed 002; specs/ffgb.md): Alg. 2, its
+    # Federated functional gradient boosting (Shen et al. 2022; specs/ffgb.md): Alg. 2, its
     # no-residual ablation (Fig. 2a), Alg. 5 (corrected FFGB.C) and Alg. 4 (sign-fixed FFGB.L).
     # FFGB.C / FFGB.L use the oracles their theorems assume: WO^inf (eq. 13 / 24) and the
     # Sobolev WO^lip (eqs. 19-20 / 25); FFGB.C's gamma of (13) is 0.5, not the exact-oracle
@@ -174,7 +174,7 @@ def build(name: str, task, **hparams):
   return REGISTRY[name][2](task, cfg, name=name)
 
 
-# FZooS and its finite-difference baselines (seed 000; specs/fzoos.md §2.3-2.4).
+# FZooS and its finite-difference baselines (Shu et al. 2023; specs/fzoos.md §2.3-2.4).
 from fedsim.algorithms.fzoos import FZooSConfig, make_fzoos  # noqa: E402
 from fedsim.algorithms.zo_baselines import ZOBaselineConfig, make_zo_baseline  # noqa: E402
 

@@ -1,7 +1,7 @@
 """DZOPA: the distributed zeroth-order primal-dual algorithm of Yi, Zhang, Yang,
 Chai, Johansson ("Zeroth-order algorithms for stochastic distributed nonconvex
 optimization", Automatica 2022, arXiv 2106.02958), the peer-to-peer baseline
-of the FedZO paper's black-box attack comparison (seed 001 §V-A, Fig. 1a and
+of the FedZO paper's black-box attack comparison (Fang et al. 2022, §V-A, Fig. 1a and
 Fig. 2; specs/fedzo.md §2.4 (b)).
 
 The FedZO paper runs it on a complete graph of the N clients, with the
@@ -77,7 +77,7 @@ VARIANTS = ("paper", "code")
 
 @chex.dataclass(frozen=True)
 class DZOPAConfig:
-  """DZOPA hyperparameters (seed 001 §V-A; specs/fedzo.md §2.4 (b), §2.5).
+  """DZOPA hyperparameters (Fang et al. 2022, §V-A; specs/fedzo.md §2.4 (b), §2.5).
 
   Attributes:
     lr: eta = 0.005 [paper, §V-A].
@@ -104,9 +104,9 @@ class DZOPAConfig:
       alg_DZOPA.py, hard-coded ``gamma = 0.01``].
   """
   lr: float = hparam(5e-3, help="client learning rate (eta)", low=0, low_open=True, finite=True,
-                     source="seed 001 §V-A")
+                     source="Fang et al. 2022, §V-A")
   smoothing: float = hparam(1e-3, help="finite-difference smoothing radius (mu)", low=0, low_open=True,
-                            finite=True, source="seed 001 §V-A")
+                            finite=True, source="Fang et al. 2022, §V-A")
   batch_size: int = hparam(25, help="samples per local step (b1 / B)", low=1,
                            source="[code] run_DZOPA.sh --local_bs=25")
   fd_directions: int = hparam(20, help="finite-difference directions per step (b2 / Q)", low=1,
@@ -114,7 +114,7 @@ class DZOPAConfig:
   local_steps: int | None = hparam(None, help="estimates averaged per iteration (None: 1 for variant=paper, "
                                    "5 for code)", low=1, source="[code] run_DZOPA.sh --local_ep=5")
   direction: str = hparam("sphere", help="direction law: sphere (eq. 2), gaussian, orthogonal",
-                          choices=finite_difference.LAWS, source="seed 001 eq. 2")
+                          choices=finite_difference.LAWS, source="Fang et al. 2022, eq. 2")
   variant: str = hparam("paper", help="paper (primal-dual form), code (the authors' code preset)",
                         choices=VARIANTS)
   alpha: float = hparam(2.0, help="DZOPA consensus (primal Laplacian) weight alpha", low=0, finite=True,

@@ -1,7 +1,7 @@
 r"""FedAve (the FedLRGD paper's baseline) and exact GD on the pooled data (the reference).
 
 **FedAve** is FedPAQ (Reisizadeh et al., AISTATS 2020, [30] Alg. 1) without
-quantization, as seed 004 formulates it (§III-D, App. D; specs/fedlrgd.md §2.4)::
+quantization, as Jadbabaie et al. 2023 formulates it (§III-D, App. D; specs/fedlrgd.md §2.4)::
 
     for t = 0 .. T-1:
       S_t ⊂ [m], |S_t| = tau m, uniformly without replacement
@@ -9,7 +9,7 @@ quantization, as seed 004 formulates it (§III-D, App. D; specs/fedlrgd.md §2.4
           theta^c_{t,l+1} = theta^c_{t,l} - eta_t grad~f_c(theta^c_{t,l})
         (grad~ on ``batch_size`` samples drawn with replacement; 1 = the single
         random sample of [30])
-      upload Delta^c_t = Q(theta^c_{t,b} - theta_t)         (Q = identity in seed 004)
+      upload Delta^c_t = Q(theta^c_{t,b} - theta_t)         (Q = identity in Jadbabaie et al. 2023)
       theta_{t+1} = theta_t + (1/(tau m)) sum_{c in S_t} Delta^c_t
 
 Step sizes (``lr_schedule``): ``fedpaq`` eta_t = 4 / (mu ((t + T0) b + 1)), constant
@@ -71,24 +71,24 @@ QUANTIZERS = ("none", "qsgd")
 
 @chex.dataclass(frozen=True)
 class FedAveConfig:
-  """FedAve hyperparameters (seed 004 App. D; FedPAQ [30] Alg. 1 / Thm. 1).
+  """FedAve hyperparameters (Jadbabaie et al. 2023, App. D; FedPAQ [30] Alg. 1 / Thm. 1).
 
   Attributes:
     phi: communication-to-computation ratio of Definition 1 (accounting only).
-    local_steps: b, local SGD steps per epoch ([30]'s tau). Seed 004 tunes b*
+    local_steps: b, local SGD steps per epoch ([30]'s tau). Jadbabaie et al. 2023 tunes b*
       = Theta(m (eps/p)^{1/4}) (eq. (89)); 10 is a working default.
     batch_size: samples per stochastic gradient (1 = [30]'s single sample).
     clients_per_round: tau m (None = all m, tau = 1).
     lr_schedule: ``fedpaq`` (eta_t = 4/(mu((t+T0) b + 1))) or ``constant`` (``lr``).
     lr: the constant step.
     schedule_offset: T0 of the ``fedpaq`` schedule; None = ceil(4 kappa).
-    quantizer: ``none`` (seed 004) or ``qsgd`` ([30]).
+    quantizer: ``none`` (Jadbabaie et al. 2023) or ``qsgd`` ([30]).
     qsgd_levels: s of QSGD (levels per sign).
   """
   phi: float = hparam(100.0, help="communication-to-computation ratio phi of the oracle-complexity ledger "
-                     "(accounting only)", low=0, source="seed 004 Definition 1")
+                     "(accounting only)", low=0, source="Jadbabaie et al. 2023, Definition 1")
   local_steps: int = hparam(10, help="local SGD steps per epoch (b; [30]'s tau)", low=1,
-                            source="seed 004 eq. (89) tunes b*; 10 is a working default")
+                            source="Jadbabaie et al. 2023, eq. (89) tunes b*; 10 is a working default")
   batch_size: int = hparam(1, help="samples per stochastic gradient (1 = [30]'s single sample)", low=1)
   clients_per_round: int | None = hparam(None, help="clients sampled per round (tau m; None = all m)", low=1)
   lr_schedule: str = hparam("fedpaq", help="FedAve step: fedpaq (4/(mu((t+T0)b+1))), constant (lr)",
@@ -97,8 +97,8 @@ class FedAveConfig:
                      finite=True)
   schedule_offset: int | None = hparam(None, help="FedAve fedpaq schedule offset T0 (None: ceil(4 kappa))",
                                        low=0, source="FedPAQ [30] Thm. 1")
-  quantizer: str = hparam("none", help="FedAve upload quantizer: none (seed 004), qsgd (FedPAQ)",
-                          choices=QUANTIZERS, source="seed 004 App. D; FedPAQ [30] §2")
+  quantizer: str = hparam("none", help="FedAve upload quantizer: none (Jadbabaie et al. 2023), qsgd (FedPAQ)",
+                          choices=QUANTIZERS, source="Jadbabaie et al. 2023, App. D; FedPAQ [30] §2")
   qsgd_levels: int = hparam(1, help="FedAve QSGD levels s (per sign)", low=1, source="Alistarh et al. 2017")
 
   def __post_init__(self):
@@ -225,9 +225,9 @@ class GDConfig:
     step_size: None = 1/L1 (the step of Lemma 2 / Alg. 1 line 11).
   """
   phi: float = hparam(100.0, help="communication-to-computation ratio phi of the oracle-complexity ledger "
-                     "(accounting only)", low=0, source="seed 004 Definition 1")
+                     "(accounting only)", low=0, source="Jadbabaie et al. 2023, Definition 1")
   step_size: float | None = hparam(None, help="GD step (None: 1/L1 of the task)", low=0, low_open=True,
-                                   finite=True, source="seed 004 Lemma 2 / Alg. 1 line 11")
+                                   finite=True, source="Jadbabaie et al. 2023, Lemma 2 / Alg. 1 line 11")
 
   def __post_init__(self):
     validate(self)

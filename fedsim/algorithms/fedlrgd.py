@@ -1,6 +1,6 @@
-r"""FedLRGD, federated low-rank gradient descent (seed 004, Algorithm 1; specs/fedlrgd.md §2.1).
+r"""FedLRGD, federated low-rank gradient descent (Jadbabaie et al. 2023, Algorithm 1; specs/fedlrgd.md §2.1).
 
-What the code does, line by line of Algorithm 1 (seed 004 §III-B):
+What the code does, line by line of Algorithm 1 (Jadbabaie et al. 2023, §III-B):
 
 * Line 1: the server draws r parameter anchors vartheta^(1..r) (``anchor_dist``:
   U[-a, a]^p, App. A's box for a = 1, or theta^(0) + a N(0, I); the paper says
@@ -244,22 +244,22 @@ class FedLRGDConfig:
       [-b, b]^p after each step (projected inexact GD, §II-C; a deviation).
   """
   phi: float = hparam(100.0, help="communication-to-computation ratio phi of the oracle-complexity ledger "
-                       "(accounting only)", low=0, source="seed 004 Definition 1, eq. (24)")
+                       "(accounting only)", low=0, source="Jadbabaie et al. 2023, Definition 1, eq. (24)")
   step_size: float | None = hparam(None, help="FedLRGD step (None: 1/L1 of the task)", low=0, low_open=True,
-                                   finite=True, source="seed 004 Alg. 1 line 11, eq. (42)")
+                                   finite=True, source="Jadbabaie et al. 2023, Alg. 1 line 11, eq. (42)")
   weights_solver: str = hparam("solve", help="FedLRGD weight solve: solve (LU), inverse (paper-literal), "
-                               "pinv, ridge", choices=WEIGHT_SOLVERS, source="seed 004 Alg. 1")
+                               "pinv, ridge", choices=WEIGHT_SOLVERS, source="Jadbabaie et al. 2023, Alg. 1")
   rcond: float = hparam(1e-10, help="FedLRGD pinv relative singular-value cut-off", low=0, low_open=True,
                         finite=True)
   ridge_lambda: float = hparam(1e-10, help="FedLRGD ridge (Tikhonov) weight, relative to sigma_max(G)^2",
                                low=0, low_open=True, finite=True)
   anchor_dist: str = hparam("uniform", help="FedLRGD parameter anchors: uniform (U[-a,a]^p), gaussian "
-                            "(theta0 + a N(0,I))", choices=ANCHOR_DISTS, source="seed 004 footnotes 2-3")
+                            "(theta0 + a N(0,I))", choices=ANCHOR_DISTS, source="Jadbabaie et al. 2023, footnotes 2-3")
   anchor_scale: float = hparam(1.0, help="FedLRGD anchor scale a", low=0, low_open=True, finite=True,
-                               source="seed 004 App. A")
+                               source="Jadbabaie et al. 2023, App. A")
   project_box: float | None = hparam(None, help="FedLRGD: clip theta to [-b,b]^p after each step (None: "
                                      "off, Alg. 1)", low=0, low_open=True, finite=True,
-                                     source="projected inexact GD, seed 004 §II-C (a deviation)")
+                                     source="projected inexact GD, Jadbabaie et al. 2023, §II-C (a deviation)")
 
   def __post_init__(self):
     validate(self)

@@ -1,5 +1,5 @@
 """FedZO (Fang et al., "Communication-Efficient Stochastic Zeroth-Order
-Optimization for Federated Learning", seed 001, Algorithm 1).
+Optimization for Federated Learning", Fang et al. 2022, Algorithm 1).
 
 FedAvg with the gradient replaced by the mini-batch two-point estimator of
 eq. 2: per local step, b1 samples (``batch_size``) and b2 directions
@@ -32,7 +32,7 @@ AGGREGATIONS = ("mean", "aircomp")
 
 @chex.dataclass(frozen=True)
 class FedZOConfig:
-  """FedZO hyperparameters, paper defaults (seed 001 §V, specs/fedzo.md §2.5).
+  """FedZO hyperparameters, paper defaults (Fang et al. 2022, §V, specs/fedzo.md §2.5).
 
   Attributes:
     lr: eta = 0.001.
@@ -61,30 +61,30 @@ class FedZOConfig:
     accept_if_improves: 0 (default, Alg. 1) or 1: after each round keep x_{r-1}
       unless the true F = (1/N) sum_i f_i (all N clients' full data, outside
       the query model, not counted) improves: the FZooS authors' server rule
-      for every method they compare (seed 000 code, settings.py l. 79-80;
+      for every method they compare (the code of Shu et al. 2023, settings.py l. 79-80;
       fedsim.algorithms.fzoos.accept_if_improves, shared).
   """
   lr: float = hparam(1e-3, help="client learning rate (eta)", low=0, low_open=True, finite=True,
-                     source="seed 001 §V-B")
+                     source="Fang et al. 2022, §V-B")
   smoothing: float = hparam(1e-3, help="finite-difference smoothing radius (mu)", low=0, low_open=True,
-                            finite=True, source="seed 001 §V")
-  batch_size: int = hparam(25, help="samples per local step (b1 / B)", low=1, source="seed 001 §V")
+                            finite=True, source="Fang et al. 2022, §V")
+  batch_size: int = hparam(25, help="samples per local step (b1 / B)", low=1, source="Fang et al. 2022, §V")
   fd_directions: int = hparam(20, help="finite-difference directions per step (b2 / Q)", low=1,
-                              source="seed 001 §V")
-  local_steps: int = hparam(5, help="local steps per round (H)", low=1, source="seed 001 §V")
+                              source="Fang et al. 2022, §V")
+  local_steps: int = hparam(5, help="local steps per round (H)", low=1, source="Fang et al. 2022, §V")
   clients_per_round: int | None = hparam(None, help="clients sampled per round (M; None = all N)", low=1)
   direction: str = hparam("sphere", help="direction law: sphere (paper), gaussian, orthogonal (FZooS baselines)",
-                          choices=finite_difference.LAWS, source="seed 001 eq. 5")
+                          choices=finite_difference.LAWS, source="Fang et al. 2022, eq. 5")
   local_optimizer: str = hparam("sgd", help="client optimizer: sgd (paper eq. 6), adam (FZooS baselines)",
                                 choices=LOCAL_OPTIMIZERS)
   weighting: str = hparam("uniform", help="aggregation weights: uniform (1/M), size (n_i-weighted)",
-                          choices=WEIGHTINGS, source="seed 001 eq. 1")
+                          choices=WEIGHTINGS, source="Fang et al. 2022, eq. 1")
   aggregation: str = hparam("mean", help="how deltas reach the server: mean (Alg. 1), aircomp (§IV; "
-                            "clients_per_round is then ignored)", choices=AGGREGATIONS, source="seed 001 §IV")
+                            "clients_per_round is then ignored)", choices=AGGREGATIONS, source="Fang et al. 2022, §IV")
   snr_db: float = hparam(0.0, help="AirComp transmit SNR P/sigma_w^2 in dB; inf = noise-free (-inf, "
                          "infinite noise, is rejected)", low=-math.inf, low_open=True,
-                         source="seed 001 §V-C: -10, -5, 0 dB")
-  h_min: float = hparam(0.8, help="AirComp participation threshold on |h|", low=0, source="seed 001 §V-C")
+                         source="Fang et al. 2022, §V-C: -10, -5, 0 dB")
+  h_min: float = hparam(0.8, help="AirComp participation threshold on |h|", low=0, source="Fang et al. 2022, §V-C")
   channel_var: float = hparam(1.0, help="AirComp E|h|^2: 1.0 (paper), 0.5 (authors' code)", low=0,
                               low_open=True, finite=True)
   noise_model: str = hparam("real_full", help="AirComp noise: real_full, complex_real_part, code_compat",
@@ -92,18 +92,18 @@ class FedZOConfig:
   empty_round: str = hparam("skip", help="AirComp round with no device: skip (keep model), resample (code)",
                             choices=aircomp.EMPTY_ROUND_RULES)
   transceiver: str = hparam("shortcut", help="AirComp simulation: shortcut (eq. 17), full (eqs. 14-17)",
-                            choices=aircomp.TRANSCEIVERS, source="seed 001 §IV")
+                            choices=aircomp.TRANSCEIVERS, source="Fang et al. 2022, §IV")
   client_block: int | None = hparam(None, help="clients per vmapped block, 0 = all at once (speed/memory only)",
                                     low=0)
   direction_block: int | None = hparam(None, help="directions per block of the estimator, 0 = all b2 at once "
                                        "(memory only; equal up to rounding)", low=0)
   accept_if_improves: int = hparam(0, help="1 keeps x_{r-1} unless the true F improves (FZooS authors' "
                                    "server rule; outside the query model)", choices=(0, 1),
-                                   source="seed 000 code, settings.py l. 79-80")
+                                   source="the code of Shu et al. 2023, settings.py l. 79-80")
 
   def __post_init__(self):
     validate(self)
-    if self.transceiver == "full" and self.noise_model == "code_compat":  # seed 001 §IV
+    if self.transceiver == "full" and self.noise_model == "code_compat":  # Fang et al. 2022, §IV
       raise FieldError("noise_model", "code_compat (the authors' closed-form noise std) cannot be "
                        "simulated by transceiver=full; accepted with full: "
                        f"{', '.join(aircomp.FULL_NOISE_MODELS)}")
@@ -117,7 +117,7 @@ def aircomp_config(cfg: FedZOConfig) -> aircomp.AirCompConfig:
 
 
 def aircomp_aggregator(num_devices: int, ch: aircomp.AirCompConfig):
-  """AirComp aggregation (seed 001 §IV) as an ``Aggregator`` over all N devices:
+  """AirComp aggregation (Fang et al. 2022, §IV) as an ``Aggregator`` over all N devices:
   channels from the server key (so noisy and noise-free runs share M_t and every
   client's local randomness), ``M_t = {|h| >= h_min}``, y = eq. 17."""
 
@@ -141,7 +141,7 @@ def _zo(f, x, key, *, direction, b2, mu, block=None):
 
 
 def make_fedzo(task: Task, cfg: FedZOConfig, name: str = "fedzo") -> FederatedAlgorithm:
-  """Builds FedZO (seed 001 Alg. 1).
+  """Builds FedZO (Fang et al. 2022, Alg. 1).
 
   Raises:
     ValueError: unknown direction law, local optimizer or weighting;

@@ -1,4 +1,4 @@
-"""FFGB, FFGB.C, FFGB.L and the no-residual ablation (seed 002; specs/ffgb.md §2, §6).
+"""FFGB, FFGB.C, FFGB.L and the no-residual ablation (Shen et al. 2022; specs/ffgb.md §2, §6).
 
 Function representation: the value-cache design of specs/ffgb.md §6.2. The
 global function f^t is an ensemble of weak learners, but the state never holds
@@ -79,7 +79,7 @@ G_CE = math.sqrt(2.0)  # ||softmax - e_y||_2 <= sqrt(2) (specs §2.3)
 
 @chex.dataclass(frozen=True)
 class FFGBConfig:
-  """FFGB-family hyperparameters (seed 002; specs/ffgb.md §2, §3, §6.5).
+  """FFGB-family hyperparameters (Shen et al. 2022; specs/ffgb.md §2, §3, §6.5).
 
   Attributes:
     local_steps: K (paper MNIST K = 2, §3.3 / Fig. 4).
@@ -138,35 +138,35 @@ class FFGBConfig:
       Delta - u_i (Alg. 4 as printed; for the sign test only).
     store_learners: R > 0 keeps the last R rounds' learners in the state.
   """
-  local_steps: int = hparam(2, help="local steps per round (K)", low=1, source="seed 002 §3.3 / Fig. 4")
+  local_steps: int = hparam(2, help="local steps per round (K)", low=1, source="Shen et al. 2022, §3.3 / Fig. 4")
   eta0: float = hparam(20.0, help="FFGB eta_0 of eta0/(tK+k+1)^p", low=0, low_open=True, finite=True,
                        source="[code] MNIST script --step_size_0 20")
   eta_schedule: str = hparam("paper", help="FFGB step: paper, code ((t+1)K+k0+1), theory (c/(mu(tK+k+1)))",
-                             choices=SCHEDULES, source="seed 002 §4, Thm 3.1; [code] get_step_size_scheme")
-  eta_decay_p: float = hparam(1.0, help="FFGB step exponent p", low=0, finite=True, source="seed 002 §4")
+                             choices=SCHEDULES, source="Shen et al. 2022, §4, Thm 3.1; [code] get_step_size_scheme")
+  eta_decay_p: float = hparam(1.0, help="FFGB step exponent p", low=0, finite=True, source="Shen et al. 2022, §4")
   eta_cap: float = hparam(float("inf"), help="FFGB cap on eta (inf = off)", low=0, low_open=True,
                           source="specs/ffgb.md §6.4")
   mu_eta_cap: float = hparam(1.0, help="FFGB cap on mu*eta (Lemma D.2 needs <= 1)", low=0, low_open=True,
-                             source="seed 002 Lemma D.2")
-  mu: float = hparam(0.0, help="FFGB Tikhonov mu (experiments 0)", low=0, finite=True, source="seed 002 eq. 3")
+                             source="Shen et al. 2022, Lemma D.2")
+  mu: float = hparam(0.0, help="FFGB Tikhonov mu (experiments 0)", low=0, finite=True, source="Shen et al. 2022, eq. 3")
   clients_per_round: int | None = hparam(None, help="clients sampled per round (m; None = all N)", low=1,
-                                         source="seed 002 App. F")
+                                         source="Shen et al. 2022, App. F")
   weak_learner: str = hparam("mlp", help="FFGB oracle: mlp, cnn (image data), rf_ridge, scaled (WO^2, eq. 23), "
                              "wo_inf (eq. 24; ffgb_c default), wo_lip (Sobolev eq. 25; ffgb_l default)",
-                             choices=WEAK_LEARNERS, source="seed 002 App. B.1, §4.2, eqs. 23-25")
+                             choices=WEAK_LEARNERS, source="Shen et al. 2022, App. B.1, §4.2, eqs. 23-25")
   wo_family: str = hparam("mlp", help="FFGB wo_inf / wo_lip learner class: mlp, cnn, rf, linear",
                           choices=WO_FAMILIES)
   wo_p: float = hparam(8.0, help="FFGB wo_inf smooth max: power mean ((1/n) sum r_j^p)^(1/p) of squared "
                        "residuals", low=1, finite=True, source="p = 1: eq. 23; p -> inf: eq. 24")
   sobolev_weight: float = hparam(1.0, help="FFGB wo_lip weight of eq. 25's gradient term", low=0, finite=True,
-                                 source="seed 002 eq. 25")
+                                 source="Shen et al. 2022, eq. 25")
   sobolev_samples: int = hparam(64, help="FFGB wo_lip Monte-Carlo points per client round (eq. 25's integral)",
                                 low=1)
   gamma: float = hparam(1.0, help="FFGB scaled-oracle gamma / FFGB.C's gamma of (13) (ffgb_c default 0.5)",
-                        low=0, high=1, low_open=True, source="seed 002 eq. 13, Alg. 5, Thm 3.2 / D.1")
-  oracle_steps: int = hparam(1000, help="FFGB mlp oracle Adam steps", low=1, source="seed 002 App. B.3")
+                        low=0, high=1, low_open=True, source="Shen et al. 2022, eq. 13, Alg. 5, Thm 3.2 / D.1")
+  oracle_steps: int = hparam(1000, help="FFGB mlp oracle Adam steps", low=1, source="Shen et al. 2022, App. B.3")
   oracle_lr: float = hparam(0.005, help="FFGB mlp oracle Adam lr", low=0, low_open=True, finite=True,
-                            source="seed 002 App. B.3")
+                            source="Shen et al. 2022, App. B.3")
   oracle_batch: int = hparam(128, help="FFGB mlp oracle batch", low=1, source="[code] --oracle_mb_size 128")
   mlp_init: str = hparam("default", help="FFGB mlp oracle init: default (lecun), faithful ([code] N(0, "
                          "1/fan_in^2))", choices=MLP_INITS, source="[code] utils.py l. 151-157")
@@ -180,15 +180,16 @@ class FFGBConfig:
   ridge: float = hparam(1e-3, help="FFGB rf_ridge oracle: ridge lambda per sample", low=0, low_open=True,
                         finite=True)
   clip_G: float = hparam(G_CE, help="FFGB.C gradient bound G of Assumption 3.2 (CE: sqrt 2)", low=0,
-                         low_open=True, finite=True, source="seed 002 Assumption 3.2")
+                         low_open=True, finite=True, source="Shen et al. 2022, Assumption 3.2")
   clip_B: float | None = hparam(None, help="FFGB.C projection radius B (None: 2G/(mu gamma))", low=0,
-                                low_open=True, finite=True, source="seed 002 Thm D.1")
+                                low_open=True, finite=True, source="Shen et al. 2022, Thm D.1")
   lip_L: float | None = hparam(None, help="FFGB.L Lipschitz constant L of (16)-(17): wo_lip's query gradient "
                                "(None: the task's, shift_tabular 3)", low=0, low_open=True, finite=True,
-                               source="seed 002 eqs. 16-17")
-  one_shot: bool = hparam(False, help="FFGB.L: learners computed in round 0 only", source="seed 002 Remark 3.1")
+                               source="Shen et al. 2022, eqs. 16-17")
+  one_shot: bool = hparam(False, help="FFGB.L: learners computed in round 0 only",
+                          source="Shen et al. 2022, Remark 3.1")
   ffgb_l_query: str = hparam("fixed", help="FFGB.L query: fixed (u - Delta, specs §2.4), printed (Alg. 4 as "
-                             "printed)", choices=FFGB_L_QUERIES, source="seed 002 Alg. 4; specs/ffgb.md §2.4")
+                             "printed)", choices=FFGB_L_QUERIES, source="Shen et al. 2022, Alg. 4; specs/ffgb.md §2.4")
   store_learners: int = hparam(0, help="FFGB: rounds of learners kept in the state (>= eval_every to write all)",
                                low=0)
 

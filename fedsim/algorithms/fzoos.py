@@ -1,5 +1,5 @@
 """FZooS (Shu et al., "Federated Zeroth-Order Optimization using Trajectory-Informed
-Surrogate Gradients", seed 000, Algorithm 2; specs/fzoos.md §2.4.5 and §2.6).
+Surrogate Gradients", Shu et al. 2023, Algorithm 2; specs/fzoos.md §2.4.5 and §2.6).
 
 Per round r, every client i (all N take part, as in the paper):
 
@@ -24,21 +24,20 @@ Per round r, every client i (all N take part, as in the paper):
    (eq. 6; [code] y min-max normalised, weights scaled back by ymax - ymin);
    the server averages them, w_r = (1/N) sum_i w_{r,T}^(i) (eq. 7).
 
-Speed (issues 17 and 37; mathematically the same rules): ``rff_cache = 1`` (the default since
-issue 37) keeps, per client, the features phi(x) and Gram entries of the points of its recent RFF
-windows in fixed slots, keyed by the queries' write stamps (History.stamp), so a fit computes them
-only for the ~107 rows new to its window, written into free slots in place, and solves eq. 6 in
-slot order (rffm.fit_weights_cached; w agrees with rffm.fit_weights to round-off: ~1e-11 relative
-at the Fig. 1 setting, within the plain fit's own difference between row orders in the tests);
-``rff_cache = 0`` is the earlier versions' fit (FZooSConfig.rff_cache says how the two curves
-compare). The nearest-point windows read only the history slots written so far
-(:func:`_distances`, in blocks), take float32 top-k candidates and an exact float64 top_k on them,
-certified or redone in full (:func:`_nearest`, the same slots as ``lax.top_k``), and reuse the
-distances to a centre across the writes that follow it (:func:`_write_tracked`: one pass over the
-history per local step, not two); the last local step (t = T, which makes no active queries)
-computes none. A Cholesky factor is retried only where it is not finite
-(fedsim.estimators.cholesky), and the active queries' uncertainty reuses the GP fit's X X^T. The
-engine donates the state to each chunk, so the caches and histories are updated in place, not
+Speed (mathematically the same rules): ``rff_cache = 1`` (the default) keeps, per client, the
+features phi(x) and Gram entries of the points of its recent RFF windows in fixed slots, keyed by
+the queries' write stamps (History.stamp), so a fit computes them only for the ~107 rows new to its
+window, written into free slots in place, and solves eq. 6 in slot order (rffm.fit_weights_cached; w
+agrees with rffm.fit_weights to round-off: ~1e-11 relative at the Fig. 1 setting, within the plain
+fit's own difference between row orders in the tests); ``rff_cache = 0`` is the earlier versions'
+fit (FZooSConfig.rff_cache says how the two curves compare). The nearest-point windows read only the
+history slots written so far (:func:`_distances`, in blocks), take float32 top-k candidates and an
+exact float64 top_k on them, certified or redone in full (:func:`_nearest`, the same slots as
+``lax.top_k``), and reuse the distances to a centre across the writes that follow it
+(:func:`_write_tracked`: one pass over the history per local step, not two); the last local step (t
+= T, which makes no active queries) computes none. A Cholesky factor is retried only where it is not
+finite (fedsim.estimators.cholesky), and the active queries' uncertainty reuses the GP fit's X X^T.
+The engine donates the state to each chunk, so the caches and histories are updated in place, not
 copied.
 
 gamma_t: the paper's 1/t runs over t = 1..T (first local step gamma = 1). The
@@ -136,11 +135,11 @@ def accept_if_improves_hparam():
 
 
 def project_hparam():
-  """The ``project`` setting, declared once for FZooS and the ZO baselines (issue 34 item 6)."""
+  """The ``project`` setting, declared once for FZooS and the ZO baselines."""
   return hparam(0, help="1 projects every local iterate onto the paper's domain X = [0, 1]^d (clip after each "
                 "step); 0 (the authors' code): no projection, the tasks clip inside the objective, so a coordinate "
                 "that leaves [0, 1] sees a zero gradient there", choices=(0, 1),
-                source="seed 000 §2 (X = [0, 1]^d); [code] no projection")
+                source="Shu et al. 2023, §2 (X = [0, 1]^d); [code] no projection")
 
 
 def project(x, on):
@@ -151,12 +150,12 @@ def project(x, on):
 def track_cosine_hparam():
   """The ``track_cosine`` setting (Fig. 4's diagnostic), declared once for FZooS and the ZO baselines."""
   return hparam(0, help="1 logs grad_cosine, cos(local direction, true grad F) (true F outside the "
-                "query model)", choices=(0, 1), source="seed 000 Fig. 4, App. F.1")
+                "query model)", choices=(0, 1), source="Shu et al. 2023, Fig. 4, App. F.1")
 
 
 @chex.dataclass(frozen=True)
 class FZooSConfig:
-  """FZooS hyperparameters (seed 000 App. E and the authors' code, specs/fzoos.md §2.6).
+  """FZooS hyperparameters (Shu et al. 2023, App. E and the authors' code, specs/fzoos.md §2.6).
 
   Attributes:
     lr: Adam learning rate eta = 0.01 (App. E).
@@ -173,7 +172,7 @@ class FZooSConfig:
     rff_window: points nearest to x_r in the RFF fit = 500 ([code]).
     rff_ridge: sigma^2 of the RFF fit (code: 0, min-norm; 1e-8 numerically); float32 fits
       add u tr(Phi Phi^T) (rffm.float32_jitter: the windows are near-singular), float64 none.
-    rff_cache: 1 (default since issue 37): each client keeps the features and Gram
+    rff_cache: 1 (the default): each client keeps the features and Gram
       entries of its recent RFF windows' points in rff_window fixed slots (state: N x
       rff_window x (num_rff + rff_window) reals, 42 MB per client at the defaults) and
       the fit computes them only for the rows that are new to the window (about the 107
@@ -182,7 +181,7 @@ class FZooSConfig:
       Fig. 1 setting), 2.2x faster per round there (BUILD.md). 0: every eq. 6 fit computes
       its window's features and Gram afresh (rffm.fit_weights, all clients vmapped; no
       cache in the state, for large N): the
-      curves of fedsim before issue 37 and of every stored FZooS claim but Fig. 1's (both
+      curves of earlier fedsim versions and of every stored FZooS claim but Fig. 1's (both
       presets). FZooS amplifies round-off about 3x per round (its active queries are discrete
       choices), so the two curves agree to ~1e-10 for 5 rounds and then part like two
       seeds' (docs/reproduction/HISTORY.md, 2026-11-29: Fig. 1's verdicts on both).
@@ -211,15 +210,15 @@ class FZooSConfig:
       ``grad_cosine_early`` / ``grad_cosine_late`` (steps t <= T/2 / t > T/2).
   """
   lr: float = hparam(0.01, help="client learning rate (eta; Adam)", low=0, low_open=True, finite=True,
-                      source="seed 000 App. E")
-  local_steps: int = hparam(10, help="local steps per round (T)", low=1, source="seed 000 §6.1")
+                      source="Shu et al. 2023, App. E")
+  local_steps: int = hparam(10, help="local steps per round (T)", low=1, source="Shu et al. 2023, §6.1")
   local_optimizer: str = hparam("adam", help="client optimizer: adam (App. E), sgd (Algorithm 1's plain step)",
-                                choices=LOCAL_OPTIMIZERS, source="seed 000 App. E")
-  num_rff: int = hparam(10000, help="FZooS random Fourier features M", low=1, source="seed 000 App. E")
+                                choices=LOCAL_OPTIMIZERS, source="Shu et al. 2023, App. E")
+  num_rff: int = hparam(10000, help="FZooS random Fourier features M", low=1, source="Shu et al. 2023, App. E")
   lengthscale: float = hparam(1.0, help="FZooS SE lengthscale l of the RFF and the fixed GP", low=0,
-                              low_open=True, finite=True, source="seed 000 App. B")
+                              low_open=True, finite=True, source="Shu et al. 2023, App. B")
   kernel: str | None = hparam(None, help="FZooS local GP kernel: se (paper), matern52 (authors' code); "
-                              "None: the variant's", choices=gpm.KERNELS, source="seed 000 App. B; [code] "
+                              "None: the variant's", choices=gpm.KERNELS, source="Shu et al. 2023, App. B; [code] "
                               "optimizers.py l. 426-432")
   gp_lengthscale: str | None = hparam(None, help="FZooS GP lengthscale: fixed (lengthscale, paper), auto "
                                       "(ML-II grid); None: the variant's", choices=GP_LENGTHSCALES)
@@ -230,25 +229,25 @@ class FZooSConfig:
   rff_cache: int = hparam(1, help="1 keeps the features and Gram of each client's recent RFF window points (state N x "
                           "rff_window x (num_rff + rff_window) reals) so eq. 6 computes them only for new rows "
                           "(2.2x faster; same weights up to round-off, which FZooS amplifies after ~5 rounds); "
-                          "0 recomputes them every round (no state; fedsim's curves before issue 37)",
-                          choices=(0, 1), source="implementation (issues 17, 37)")
+                          "0 recomputes them every round (no state; the curves of earlier fedsim versions)",
+                          choices=(0, 1), source="implementation")
   history_size: int = hparam(0, help="FZooS per-client history slots: 0 = the whole run (from rounds), "
-                             "H > 0 = ring of the last H queries", low=0, source="seed 000 Alg. 2")
+                             "H > 0 = ring of the last H queries", low=0, source="Shu et al. 2023, Alg. 2")
   rounds: int = hparam(0, help="rounds of the run (set by the run; sizes the history when history_size = 0)",
                        low=0, cli=False)
   local_candidates: int = hparam(100, help="FZooS local active-query candidates", low=1,
-                                 source="seed 000 App. E")
-  local_active: int = hparam(5, help="FZooS local active queries per step", low=0, source="seed 000 App. E")
+                                 source="Shu et al. 2023, App. E")
+  local_active: int = hparam(5, help="FZooS local active queries per step", low=0, source="Shu et al. 2023, App. E")
   local_radius: float = hparam(0.01, help="FZooS local candidate radius", low=0, finite=True,
-                               source="seed 000 App. E")
+                               source="Shu et al. 2023, App. E")
   server_candidates: int = hparam(200, help="FZooS server RFF-fit candidates", low=1, source="[code] get_rff")
   server_active: int = hparam(50, help="FZooS server active queries", low=0, source="[code] get_rff")
   init_queries: int = hparam(10, help="FZooS initial queries per client", low=0, source="[code]")
   init_radius: float = hparam(0.01, help="FZooS initial query radius", low=0, finite=True, source="[code]")
   gamma_schedule: str = hparam("inv_t", help="FZooS correction length: inv_t (paper), one, zero (Fig. 6b "
-                               "ablations)", choices=GAMMA_SCHEDULES, source="seed 000 §6, Fig. 6b")
+                               "ablations)", choices=GAMMA_SCHEDULES, source="Shu et al. 2023, §6, Fig. 6b")
   correction_point: str = hparam("current", help="FZooS correction at: current iterate (eq. 8), round_start "
-                                 "(Fig. 6b)", choices=CORRECTION_POINTS, source="seed 000 eq. 8, Fig. 6b")
+                                 "(Fig. 6b)", choices=CORRECTION_POINTS, source="Shu et al. 2023, eq. 8, Fig. 6b")
   accept_if_improves: int | None = accept_if_improves_hparam()
   track_cosine: int = track_cosine_hparam()
   project: int = project_hparam()
@@ -303,8 +302,8 @@ def resolve_config(cfg: FZooSConfig) -> FZooSConfig:
 
 
 def global_objective(task: Task):
-  """F(x, clients) = (1/N) sum_i f_i(x) on every client's full data (seed 000 eq. 1
-  with the code's weights w_i = 1/N; seed 001 eq. 1); x flat (d,), ``clients`` is
+  """F(x, clients) = (1/N) sum_i f_i(x) on every client's full data (Shu et al. 2023, eq. 1
+  with the code's weights w_i = 1/N; Fang et al. 2022, eq. 1); x flat (d,), ``clients`` is
   ``data["clients"]`` (leading axis N). Outside the query model (not counted)."""
   unravel = flat_solution(task)
 
@@ -470,7 +469,7 @@ def _write_tracked(h: History, dist, p, X, y, do=True):
   only the written slots' distances are computed (k d work instead of H d), each by the same
   row formula: a full recomputation's to a few ulps (XLA may order a row's sum differently for
   another batch shape) and the same windows (tests/algorithms/test_fzoos.py); the Fig. 1 round's
-  curve is bit for bit the one of a full recomputation each step (issue 37)."""
+  curve is bit for bit the one of a full recomputation each step."""
   _, idx = _ring_rows(h, X.shape[0])
   h = _write(h, X, y, do)
   return h, dist.at[idx].set(_row_distances(h.X[idx], h.valid[idx], p), unique_indices=True)
@@ -511,7 +510,7 @@ def cosine_metrics(cosine) -> dict:
 
 
 def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAlgorithm:
-  """Builds FZooS (seed 000 Algorithm 2); ``hparams`` is :func:`resolve_config` (cfg).
+  """Builds FZooS (Shu et al. 2023, Algorithm 2); ``hparams`` is :func:`resolve_config` (cfg).
 
   Raises:
     ValueError: an unknown choice (variant, kernel, ...), a window larger than

@@ -1,5 +1,5 @@
 """HiSo and DeComFL: scalar-only federated zeroth-order optimization from shared
-seeds (seed 003, "Reconciling Hessian-Informed Acceleration and Scalar-Only
+seeds (Li et al. 2025, "Reconciling Hessian-Informed Acceleration and Scalar-Only
 Communication for Efficient Federated Zeroth-Order Fine-Tuning"; specs/hiso.md).
 
 DeComFL (Li et al. 2024b) is HiSo with H fixed at the identity (Corollary 2;
@@ -54,7 +54,7 @@ H update variants (spec §2.3; flags ``k_update``, ``h_signal``, ``eps``,
   H / hbar, hbar = d / Tr(H^{-1}): z = (H/hbar)^{-1/2} u, ``E||z||^2 = d``, and the
   overall scale of H no longer changes the step (only its shape does).
 
-What the H update learns (issue 5; tests/algorithms/test_hiso.py
+What the H update learns (tests/algorithms/test_hiso.py
 ``test_estimator_mean_and_second_moment`` and
 ``test_h_signal_moment_fixes_h_near_a_multiple_of_one``). For z = H^{-1/2} u and a quadratic (exact up to mu),
 the EMA signal has mean (diagonal of eq. 120's covariance)
@@ -154,7 +154,7 @@ DECOMFL_CODE = {**_CODE_COMMON, "fd_scheme": "central"}  # vanilla estimator's d
 
 @chex.dataclass(frozen=True)
 class DeComFLConfig:
-  """DeComFL hyperparameters (seed 003 §6 / App. F; spec §2.8). The paper prints
+  """DeComFL hyperparameters (Li et al. 2025, §6 / App. F; spec §2.8). The paper prints
   no table: defaults are the authors' code's ([code], ZidongLiu/DeComFL 0c426e6)
   unless the paper states a value.
 
@@ -183,18 +183,18 @@ class DeComFLConfig:
       never includes it (adam_forward.py ``update_K_vec`` l. 54-56).
   """
   lr: float = hparam(1e-4, help="client learning rate (eta; 0 freezes x, for H-update diagnostics)", low=0,
-                     finite=True, source="[code] lr=1e-4 (tuned per task in seed 003)")
+                     finite=True, source="[code] lr=1e-4 (tuned per task in Li et al. 2025)")
   smoothing: float = hparam(1e-3, help="finite-difference smoothing radius (mu)", low=0, low_open=True,
                             finite=True, source="[code] mu=1e-3")
   num_perturbations: int = hparam(5, help="DeComFL/HiSo shared perturbations per local step (P)", low=1,
-                                  source="seed 003 §6 ([code] num_pert=1)")
+                                  source="Li et al. 2025, §6 ([code] num_pert=1)")
   local_steps: int = hparam(1, help="local steps per round (tau)", low=1, source="[code] local_update_steps=1")
   batch_size: int = hparam(32, help="samples per local step, shared by all its evaluations (b)", low=1,
                            source="[code] README example 32 (default 8)")
   clients_per_round: int | None = hparam(None, help="clients sampled per round (m; None = all N)", low=1,
-                                         source="seed 003 §6: 8 of 64 (MNIST)")
+                                         source="Li et al. 2025, §6: 8 of 64 (MNIST)")
   fd_scheme: str = hparam("forward", help="DeComFL/HiSo finite difference: forward (paper), central "
-                          "(code's DeComFL)", choices=shared_seed.FD_SCHEMES, source="seed 003 eqs. 1, 4")
+                          "(code's DeComFL)", choices=shared_seed.FD_SCHEMES, source="Li et al. 2025, eqs. 1, 4")
   client_state: str = hparam("none", help="DeComFL/HiSo client state: none (fast), replay (protocol: "
                              "replay from scalars)", choices=CLIENT_STATES)
   replay_history: int = hparam(256, help="DeComFL/HiSo rounds of scalars kept for replay (client_state=replay)",
@@ -234,21 +234,21 @@ class HiSoConfig(DeComFLConfig):
   nu: float = hparam(0.05, help="HiSo EMA weight nu of H", low=0, high=1,
                       source="[code] hessian_smooth=0.95")
   eps: float = hparam(1e-8, help="HiSo epsilon floor in the H update (code 0)", low=0,
-                      source="seed 003 eq. 12, §4.3; spec §2.3")
+                      source="Li et al. 2025, eq. 12, §4.3; spec §2.3")
   h0: float = hparam(1.0, help="HiSo initial H_0 = h0 * 1", low=0, low_open=True, finite=True,
                      source="[code] ones(d)")
   k_update: str = hparam("last", help="HiSo H update per round: last (code), all (eq. 12), all_code",
-                         choices=K_UPDATES, source="seed 003 eq. 12; [code] LAST_LOCAL_UPDATE")
+                         choices=K_UPDATES, source="Li et al. 2025, eq. 12; [code] LAST_LOCAL_UPDATE")
   h_signal: str = hparam("delta_x", help="HiSo H signal: delta_x (code, eq. 12), round_displacement (App. C)",
-                         choices=H_SIGNALS, source="seed 003 §4.3, App. C")
+                         choices=H_SIGNALS, source="Li et al. 2025, §4.3, App. C")
   clip_lo: float | None = hparam(None, help="HiSo lower clip of H (None: off)", low=0, low_open=True,
-                                 finite=True, source="seed 003 Assumption 4")
+                                 finite=True, source="Li et al. 2025, Assumption 4")
   clip_hi: float | None = hparam(None, help="HiSo upper clip of H (None: off; >= clip_lo)", low=0,
-                                 low_open=True, finite=True, source="seed 003 Assumption 4")
+                                 low_open=True, finite=True, source="Li et al. 2025, Assumption 4")
   preconditioner: str = hparam("diagonal", help="HiSo directions: diagonal (paper), scalar (ablation: "
                                "mean(H) 1)", choices=PRECONDITIONERS)
   step_norm: str = hparam("none", help="HiSo step scale: none (eq. 8, factor absorbed in eta; code), trace "
-                          "(eq. 7: H / harmonic mean)", choices=STEP_NORMS, source="seed 003 eqs. 7-8")
+                          "(eq. 7: H / harmonic mean)", choices=STEP_NORMS, source="Li et al. 2025, eqs. 7-8")
 
   def __post_init__(self):
     validate(self)
@@ -474,7 +474,7 @@ def hiso_parts(task: Task, cfg: DeComFLConfig, preconditioned: bool = True) -> H
 
 def make_hiso(task: Task, cfg: DeComFLConfig, name: str = "hiso",
               preconditioned: bool = True) -> FederatedAlgorithm:
-  """Builds HiSo (seed 003 Alg. 2) or, with ``preconditioned=False``, DeComFL.
+  """Builds HiSo (Li et al. 2025, Alg. 2) or, with ``preconditioned=False``, DeComFL.
 
   Raises:
     ValueError: a hyperparameter out of range or an unknown variant name.
@@ -560,5 +560,5 @@ def make_hiso(task: Task, cfg: DeComFLConfig, name: str = "hiso",
 
 
 def make_decomfl(task: Task, cfg: DeComFLConfig, name: str = "decomfl") -> FederatedAlgorithm:
-  """Builds DeComFL (Li et al. 2024b; seed 003 eq. 4, Corollary 2): HiSo with H = I."""
+  """Builds DeComFL (Li et al. 2024b; Li et al. 2025, eq. 4, Corollary 2): HiSo with H = I."""
   return make_hiso(task, cfg, name=name, preconditioned=False)

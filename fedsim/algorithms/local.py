@@ -1,6 +1,6 @@
 """The mechanism FedAvg, FedOpt and FedZO share: H local steps of an optax
 optimizer driven by a gradient oracle, then the server averages the client
-deltas (FedAvg, McMahan et al. 2017, Alg. 1; FedZO, seed 001 Alg. 1 eq. 5-6;
+deltas (FedAvg, McMahan et al. 2017, Alg. 1; FedZO, Fang et al. 2022, Alg. 1 eq. 5-6;
 FedOpt, Reddi et al. 2021 Alg. 1).
 
 Everything works on the flat decision vector x (d,) float32
@@ -72,7 +72,7 @@ def make_local_update(loss_flat, task: Task, oracle: Oracle, opt: optax.Gradient
 
   Step k (k = 0..H-1) uses ``key_k = fold_in(key, k)`` split into a data key
   (the b1-sample mini-batch, shared by every query of the step) and an oracle
-  key, then x <- x + opt.update(oracle(f_batch, x)) (seed 001 eq. 6 with SGD).
+  key, then x <- x + opt.update(oracle(f_batch, x)) (Fang et al. 2022, eq. 6 with SGD).
 
   Returns a function of (d,), one row of client_data, a key -> delta (d,) =
   x^(t,H) - x^(t,0).
@@ -119,7 +119,7 @@ def make_delta_averaging(name: str, task: Task, oracle: Oracle, *, local_opt: op
 
   Server step (Reddi et al. 2021, Alg. 1): pseudo-gradient = -mean_delta,
   x <- x + server_opt.update(-mean_delta). With ``optax.sgd(1.0)`` this is
-  x <- x + mean_delta (FedAvg; FedZO seed 001 Alg. 1 last line).
+  x <- x + mean_delta (FedAvg; FedZO Fang et al. 2022, Alg. 1 last line).
 
   Args:
     weighting: ``uniform`` (1/M, FedZO eq. 1) or ``size`` (n_i / sum n_j over

@@ -1,4 +1,4 @@
-r"""Theory helpers for FedLRGD / FedAve (seed 004; specs/fedlrgd.md §2.3, §2.4, §4).
+r"""Theory helpers for FedLRGD / FedAve (Jadbabaie et al. 2023; specs/fedlrgd.md §2.3, §2.4, §4).
 
 * Theorem 2's prescriptions: S of eq. (48) and r of eq. (47), evaluated in log
   space (e^{eta(d+1)} and (2 eta + 2 d)^{eta d} overflow float64 quickly), with

@@ -1,4 +1,4 @@
-"""The FZooS paper's finite-difference baselines (seed 000 App. D; specs/fzoos.md §2.2-2.3):
+"""The FZooS paper's finite-difference baselines (Shu et al. 2023, App. D; specs/fzoos.md §2.2-2.3):
 FedZO-FD (eq. 87), FedProx-ZO (eq. 89), SCAFFOLD-ZO Type I (eq. 91) and Type II (eq. 93).
 
 All share FedZO's local loop (fedsim.algorithms.local.make_local_update: step k uses
@@ -84,7 +84,7 @@ FD_NORMALIZATIONS = ("code", "unbiased")
 
 @chex.dataclass(frozen=True)
 class ZOBaselineConfig:
-  """FD-baseline hyperparameters (seed 000 App. E, specs/fzoos.md §2.3, §2.6).
+  """FD-baseline hyperparameters (Shu et al. 2023, App. E, specs/fzoos.md §2.3, §2.6).
 
   Attributes:
     lr: Adam eta = 0.01 (App. E).
@@ -108,16 +108,16 @@ class ZOBaselineConfig:
     variant: ``paper`` (default) or ``code`` (module docstring).
   """
   lr: float = hparam(0.01, help="client learning rate (eta; Adam)", low=0, low_open=True, finite=True,
-                      source="seed 000 App. E")
-  local_steps: int = hparam(10, help="local steps per round (T)", low=1, source="seed 000 App. E")
+                      source="Shu et al. 2023, App. E")
+  local_steps: int = hparam(10, help="local steps per round (T)", low=1, source="Shu et al. 2023, App. E")
   fd_directions: int = hparam(20, help="finite-difference directions per step (b2 / Q)", low=1,
-                              source="seed 000 Fig. 4 caption; [code] --q 20")
+                              source="Shu et al. 2023, Fig. 4 caption; [code] --q 20")
   smoothing: float = hparam(0.01, help="finite-difference smoothing radius (lambda)", low=0, low_open=True,
                             finite=True, source="[code] --mu")
   direction: str = hparam("orthogonal", help="direction law: orthogonal ([code] Gram-Schmidt), sphere, gaussian",
                           choices=finite_difference.LAWS)
   local_optimizer: str = hparam("adam", help="client optimizer: adam (App. E), sgd", choices=LOCAL_OPTIMIZERS,
-                                source="seed 000 App. E")
+                                source="Shu et al. 2023, App. E")
   batch_size: int = hparam(1, help="samples per query (1: the synthetic tasks are deterministic)", low=1)
   correction: str = hparam("none", help="client correction: none, prox, scaffold1, scaffold2 (set by the "
                            "registry name)", choices=CORRECTIONS, cli=False)

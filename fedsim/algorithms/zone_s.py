@@ -1,12 +1,12 @@
 """ZONE-S: the star-topology (server) zeroth-order primal-dual method of
 Hajinezhad, Hong, Garcia ("ZONE: Zeroth-order nonconvex multiagent
 optimization over networks", IEEE TAC 64(10), 2019), the second baseline of
-the FedZO paper's black-box attack comparison (seed 001 §V-A, Fig. 1a and
+the FedZO paper's black-box attack comparison (Fang et al. 2022, §V-A, Fig. 1a and
 Fig. 2, rho = 500, mu = 0.001; specs/fedzo.md §2.4 (c)).
 
 Augmented Lagrangian of min sum_i f_i(x_i) s.t. x_i = x0, with penalty rho and
 duals lambda_i. Per iteration r one client i_r, drawn uniformly, is active.
-With G = (1/J) sum_{h<J} e_h, the mean of J mini-batch estimates (seed 001
+With G = (1/J) sum_{h<J} e_h, the mean of J mini-batch estimates (Fang et al. 2022
 eq. 2) at the server point x0:
 
     x_i        = x0 - (1 / (alpha rho)) (lambda_i + G)           (active i = i_r)
@@ -37,7 +37,7 @@ Variants (``variant``):
 Both: J = ``local_steps`` = 100 batches of b1 = 25 samples with b2 = 1
 direction each [code: run_ZONES.sh ``--local_ep=100 --local_bs=25
 --num_dir=1``]; the FedZO paper states no J. The original ZONE-S lets J grow
-with r (O(T) samples per iteration, seed 001 §I); the code fixes it.
+with r (O(T) samples per iteration, Fang et al. 2022, §I); the code fixes it.
 
 Vectorisation: the one active row is gathered (data row, lambda_i), its G is
 computed, and the new x_i / lambda_i are scattered back with ``.at[i].set``;
@@ -73,13 +73,13 @@ from fedsim.core.sampling import sample_clients
 from fedsim.core.types import FederatedAlgorithm, Task, make_stats
 from fedsim.estimators import finite_difference
 
-PAPER_RHO = 500.0     # seed 001 §V-A
+PAPER_RHO = 500.0     # Fang et al. 2022, §V-A
 CODE_RHO = 1.0 / 2e-6  # alg_ZONES.py rho = 1 / lr, run_ZONES.sh --lr=0.000002
 
 
 @chex.dataclass(frozen=True)
 class ZONESConfig:
-  """ZONE-S hyperparameters (seed 001 §V-A; specs/fedzo.md §2.4 (c), §2.5).
+  """ZONE-S hyperparameters (Fang et al. 2022, §V-A; specs/fedzo.md §2.4 (c), §2.5).
 
   Attributes:
     rho: penalty; None picks the variant's value: 500 for ``paper`` [paper,
@@ -98,9 +98,9 @@ class ZONESConfig:
   """
   rho: float | None = hparam(None, help="ZONE-S penalty rho (None: 500 for variant=paper, 1/lr = 5e5 "
                              "for code)", low=0, low_open=True, finite=True,
-                             source="seed 001 §V-A; [code] run_ZONES.sh lr = 2e-6")
+                             source="Fang et al. 2022, §V-A; [code] run_ZONES.sh lr = 2e-6")
   smoothing: float = hparam(1e-3, help="finite-difference smoothing radius (mu)", low=0, low_open=True,
-                            finite=True, source="seed 001 §V-A")
+                            finite=True, source="Fang et al. 2022, §V-A")
   alpha: float | None = hparam(None, help="ZONE-S dual step factor alpha (None: 1/N)", low=0, low_open=True,
                                finite=True, source="[code] self.alpha = 1.0 / num_users")
   local_steps: int = hparam(100, help="estimates averaged per iteration (J)", low=1,
@@ -109,7 +109,7 @@ class ZONESConfig:
   fd_directions: int = hparam(1, help="finite-difference directions per step (b2 / Q)", low=1,
                               source="[code] --num_dir=1")
   direction: str | None = hparam(None, help="direction law (None: sphere for variant=paper, gaussian "
-                                 "for code)", choices=finite_difference.LAWS, source="seed 001 eq. 2")
+                                 "for code)", choices=finite_difference.LAWS, source="Fang et al. 2022, eq. 2")
   variant: str = hparam("paper", help="paper, code (the authors' estimator scale d for every law, "
                         "rho = 5e5)", choices=VARIANTS)
 

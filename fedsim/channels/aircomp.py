@@ -1,4 +1,4 @@
-"""Over-the-air computation (AirComp) aggregation of FedZO (seed 001 §IV,
+"""Over-the-air computation (AirComp) aggregation of FedZO (Fang et al. 2022, §IV,
 eqs. 14-17; specs/fedzo.md §2.3, §5, §6).
 
 Devices transmit their model deltas as analog signals over a Rayleigh
@@ -62,7 +62,7 @@ MAX_RESAMPLES = 64
 
 @chex.dataclass(frozen=True)
 class AirCompConfig:
-  """AirComp channel settings (paper defaults, seed 001 §V-A).
+  """AirComp channel settings (paper defaults, Fang et al. 2022, §V-A).
 
   Attributes:
     snr_db: transmit SNR P / sigma_w^2 in dB; ``inf`` = noise-free. Paper: -10, -5, 0.

@@ -1,4 +1,4 @@
-"""Many runs of one algorithm in one compiled program (issue 8, "Sweeps").
+"""Many runs of one algorithm in one compiled program (BUILD.md, "Sweeps").
 
 ``simulate_batched`` runs the round engine (``fedsim.core.engine``) for K seeds
 times V values of the numeric hyperparameters that do not change shapes, as a

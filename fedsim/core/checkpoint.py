@@ -1,4 +1,4 @@
-"""Checkpoints of a running simulation with orbax-checkpoint (issue 8, "Checkpoints"; asynchronous since issue 36).
+"""Checkpoints of a running simulation with orbax-checkpoint (BUILD.md, "Checkpoints"; asynchronous).
 
 A checkpoint is one orbax step (the step number is the round r reached) with a
 single item, one PyTree saved by orbax's ``StandardCheckpointHandler``:
@@ -44,8 +44,8 @@ continues bitwise-identically (tests/core/test_checkpoint.py). Under
 ``jax.distributed`` every process calls :func:`save` (leaves that are not
 fully addressable are gathered; orbax coordinates the processes and process 0
 writes the host arrays) and :func:`restore` (the folder must be shared);
-restored leaves are replicated global arrays. Checkpoints written before
-issue 36 (two items, ``state`` and ``meta``, saved synchronously) are still
+restored leaves are replicated global arrays. Checkpoints written by earlier
+fedsim versions (two items, ``state`` and ``meta``, saved synchronously) are still
 restored.
 """
 
@@ -203,7 +203,7 @@ def _index(x: np.ndarray, idx):
 
 
 def _restore_two_items(path, raw_abstract) -> tuple[list, dict]:
-  """(leaves as host arrays, meta) of a step folder written before issue 36: a Composite of the
+  """(leaves as host arrays, meta) of a step folder written by an earlier fedsim version: a Composite of the
   leaves (``state``, StandardSave) and ``meta`` (JSON)."""
   target = [np.zeros(a.shape, a.dtype) for a in raw_abstract]
   with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as c:

@@ -1,4 +1,4 @@
-"""XLA compiler options of the engine's programs (issue 17: compile time).
+"""XLA compiler options of the engine's programs (BUILD.md, "Compile time").
 
 On CPU, jaxlib's MLIR "fusion emitters" (XLA's default) spend 1.4x-2x the
 compile time of XLA's classic LLVM IR emitters on fedsim's round chunks, and

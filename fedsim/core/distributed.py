@@ -1,4 +1,4 @@
-"""Multi-process runs with JAX's own distributed runtime (issue 8, "Devices and hosts").
+"""Multi-process runs with JAX's own distributed runtime (BUILD.md, "Devices and hosts").
 
 One Python process per host (or per GPU) runs the same program. Each calls
 :func:`initialize` before any other JAX use; afterwards ``jax.devices()`` lists

@@ -1,4 +1,4 @@
-"""Uniform client sampling (FedAvg, McMahan et al. 2017; FedZO seed 001, Alg. 1 line 3)."""
+"""Uniform client sampling (FedAvg, McMahan et al. 2017; FedZO Fang et al. 2022, Alg. 1 line 3)."""
 
 import jax
 import jax.numpy as jnp

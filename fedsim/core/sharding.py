@@ -7,7 +7,7 @@ cross-device reduction. The same program runs on 1 device, on 8 fake CPU
 devices (``XLA_FLAGS=--xla_force_host_platform_device_count=8``), a GPU, a
 TPU slice, or a mesh spanning several processes (``jax.distributed``).
 
-Padding (issue 8). A placed array's sharded axis must be a multiple of the
+Padding. A placed array's sharded axis must be a multiple of the
 device count, so when N is not, :func:`shard_task` pads every leaf of
 ``data["clients"]`` with zero rows (``mask`` False: padded clients hold no
 samples) up to the next multiple N_pad, and keeps ``data["sizes"]`` at its real
@@ -157,7 +157,7 @@ def replicated_on(tree):
   mesh of ``tree`` (:func:`mesh_of`): every device then computes the whole of what follows from it,
   with the program a single device runs. The identity when ``tree`` is on no mesh or a 1-device one.
 
-  For an algorithm whose per-client arithmetic must not depend on the placement (FZooS, issue 46):
+  For an algorithm whose per-client arithmetic must not depend on the placement (FZooS):
   splitting a ``vmap`` over the devices changes the batch each device computes, and with it the
   order XLA's CPU kernels (GEMM / GEMV, reductions) accumulate in, at the last bit of a result.
   """

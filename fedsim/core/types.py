@@ -181,7 +181,7 @@ class Task:
       one client (mean over the batch). ZO algorithms only query it.
     sample_batch: ``(client, key, batch_size) -> batch``: draws a mini-batch of
       ``batch_size`` samples i.i.d. uniformly (with replacement, as the FedZO
-      theory assumes, seed 001 eq. 2) from one client's row of ``client_data``.
+      theory assumes, Fang et al. 2022, eq. 2) from one client's row of ``client_data``.
       ``batch_size`` is static. Tasks without samples return the row itself.
     full_batch: ``client -> batch``: the whole local dataset (masked), so
       ``loss(params, full_batch(client))`` is f_i exactly.
@@ -251,7 +251,7 @@ class FederatedAlgorithm(NamedTuple):
     hparams: the frozen hyperparameter dataclass (for config.json).
     metrics: optional ``state -> dict[str, scalar]`` of algorithm-specific
       measurements merged into every evaluation record (e.g. FedLRGD's
-      oracle-complexity ledger, Definition 1 of seed 004).
+      oracle-complexity ledger, Definition 1 of Jadbabaie et al. 2023).
     setup: optional ``state -> state``, a host-side set-up run once on the
       state ``init`` returns, before the first round and outside any compiled
       program (it may run compiled JAX programs of its own, e.g. FedLRGD's

@@ -293,7 +293,7 @@ def label_skew(labels: np.ndarray, parts: Sequence[np.ndarray], num_classes: int
 
 
 def homo_ratio(labels: np.ndarray, num_clients: int, s: float, rng: RngLike) -> list[np.ndarray]:
-  """FFGB's split (seed 002 §4; Karimireddy et al. 2020b): a fraction s IID, the rest label-sorted.
+  """FFGB's split (Shen et al. 2022, §4; Karimireddy et al. 2020b): a fraction s IID, the rest label-sorted.
 
   As the authors' ``data_partition`` (specs/ffgb.md §3.1): after a random
   permutation, the first n_homo = int(n s) - (int(n s) mod N) samples are cut

@@ -1,6 +1,6 @@
 """Two-point finite-difference (zeroth-order) gradient estimators.
 
-The mini-batch estimator of FedZO (seed 001, eq. 2):
+The mini-batch estimator of FedZO (Fang et al. 2022, eq. 2):
 
     e = 1/(b1 b2) sum_m sum_n (d v_n / mu) (F(x + mu v_n, xi_m) - F(x, xi_m)),
 
@@ -10,13 +10,13 @@ x + mu v_n (common random numbers) and F(x, .) is computed once, not b2 times.
 
 Direction laws (``law``):
 
-* ``sphere``: v ~ U(S^{d-1}), scale d (FedZO, seed 001 eq. 2). Unbiased for the
+* ``sphere``: v ~ U(S^{d-1}), scale d (FedZO, Fang et al. 2022, eq. 2). Unbiased for the
   ball-smoothed gradient; exactly unbiased for quadratics.
 * ``gaussian``: u ~ N(0, I_d), scale 1 (Gaussian smoothing, Nesterov & Spokoiny).
 * ``orthogonal``: Gaussian directions orthonormalised (QR), scale d: each column
   is marginally uniform on the sphere, so the estimate is unbiased like
   ``sphere`` and the b2 directions never repeat a subspace. The FZooS paper's
-  baselines (seed 000, §2.2 of specs/fzoos.md) use these directions; their code
+  baselines (Shu et al. 2023, §2.2 of specs/fzoos.md) use these directions; their code
   divides by Q only (scale 1), which Adam's scale invariance hides.
 
 Materialised or streamed directions (``fd_gradient``'s ``direction_block``): the
@@ -31,7 +31,7 @@ floating-point rounding, not bit for bit: XLA picks its CPU kernels by array
 size (YNNPACK fusions from 4096 elements, tree-rewritten reductions below), so
 the row norms, f's matmuls and reductions and the final sum over directions of
 a (M, B, ...) block round differently from those of (M, b2, ...), and f's
-1-ulp differences are amplified by d / mu. Measured (issue 37; max |dx| / max |x|
+1-ulp differences are amplified by d / mu. Measured (max |dx| / max |x|
 after 2 FedZO rounds, B = 1 or 4): digits softmax main job 2.9e-3, MNIST softmax
 (Figs. 4-5) 3-4e-3, attack_cw 4-6e-4, logistic_soft 7e-6; benchmark softmax at
 N = 1000: 5e-4, where client_block 100 instead of 256 already changes x by 6e-4.
@@ -184,7 +184,7 @@ def normal_window(key: jax.Array, dim: int, row0, col0, rows: int, cols: int, dt
 def fd_gradient(f: Callable[[jax.Array], jax.Array], x: jax.Array, key: jax.Array,
                 num_directions: int, smoothing, law: str = "sphere",
                 direction_block: int | None = None) -> jax.Array:
-  """The mini-batch two-point estimator of seed 001 eq. 2 (FedZO).
+  """The mini-batch two-point estimator of Fang et al. 2022, eq. 2 (FedZO).
 
   Args:
     f: ``(d,) -> scalar``, the mini-batch mean objective (1/b1) sum_m F(x, xi_m);

@@ -1,4 +1,4 @@
-"""GP posterior of the gradient (FZooS, seed 000 §4.1, eqs. 4-5; specs/fzoos.md §2.4.1).
+"""GP posterior of the gradient (FZooS, Shu et al. 2023, §4.1, eqs. 4-5; specs/fzoos.md §2.4.1).
 
 A client conditions a GP prior f ~ GP(0, k) on its query history
 D = {(x_tau, y_tau)}_{tau=1..n}. The gradient is again a GP (eq. 5):

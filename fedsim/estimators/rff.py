@@ -1,4 +1,4 @@
-"""Random Fourier features of the SE kernel (FZooS, seed 000 §4.2.1, App. B, eqs. 6-7;
+"""Random Fourier features of the SE kernel (FZooS, Shu et al. 2023, §4.2.1, App. B, eqs. 6-7;
 specs/fzoos.md §2.4.2).
 
     v_j ~ N(0, I / l^2),  b_j ~ U[0, 2 pi],  j = 1..M      (one draw shared by all parties)
@@ -118,7 +118,7 @@ def float32_jitter(G, m):
   FZooS's windows are near-singular: queries within 0.01 of x_r under an SE kernel with l = 1
   leave G = Phi Phi^T (n, n) with eigenvalues down to ~1e-16 of its largest (some negative after
   round-off), so with the code's sigma^2 = 1e-8 (and the 1e-6 retry) the float32 Cholesky
-  fails and w is NaN by round 2 (issue 36 item 7). A float32 Cholesky of A is exact for some
+  fails and w is NaN by round 2. A float32 Cholesky of A is exact for some
   A + dA with |dA| <= gamma_{n+1} |R^T| |R| (Higham, Accuracy and Stability of Numerical
   Algorithms, Thm. 10.3), i.e. of order n u max_i A_ii = u tr(G) here (diag(G) ~ k(x, x) = 1):
   eigenvalues below u tr(G) are not resolved in float32, and a ridge of that size regularises

@@ -1,5 +1,5 @@
 """Shared-seed perturbations and scalar-only zeroth-order steps (DeComFL / HiSo,
-seed 003; specs/hiso.md §2, §6).
+Li et al. 2025; specs/hiso.md §2, §6).
 
 Every party derives the same perturbation from a shared key and the indices
 (round r, local step k, perturbation p), so a direction never travels: only the

@@ -1,4 +1,4 @@
-"""A small convolutional classifier: the "simple CNN" of seed 003 §6 (Fig. 5).
+"""A small convolutional classifier: the "simple CNN" of Li et al. 2025, §6 (Fig. 5).
 
 The paper does not print the architecture; specs/hiso.md §3.2 identifies the
 authors' ``CNN_MNIST`` ([code]): conv(1 -> 16, 5x5, pad 2) - ReLU - maxpool 2
@@ -14,7 +14,7 @@ shapes, so a checkpoint of one loads into the other):
   engine's vmap over clients, each with its own filters, this is one batched
   GEMM of (B H W, k^2 C_in) x (k^2 C_in, C_out) per client: XLA:CPU runs a round of
   FedAvg on the digits CNN about 2x faster than the grouped convolutions the
-  ``xla`` form becomes under vmap (issue 17; ``python -m experiments.benchmark
+  ``xla`` form becomes under vmap (``python -m experiments.benchmark
   --suite=roofline``).
 * ``impl="xla"``: flax ``nn.Conv`` and ``nn.max_pool`` (``lax.conv_general_dilated``
   and ``reduce_window``).

@@ -27,7 +27,7 @@ class MLP(nn.Module):
   """Fully connected network: hidden ``widths`` then a linear output layer.
 
   ``activation`` is ``relu`` (default) or ``leaky_relu`` (negative slope 0.01,
-  the FFGB weak learner of seed 002 App. B.1: with widths (32, 32) this is the
+  the FFGB weak learner of Shen et al. 2022, App. B.1: with widths (32, 32) this is the
   same network, parameter for parameter, as
   ``fedsim.models.weak_learners.WeakLearnerMLP``).
   """

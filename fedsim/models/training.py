@@ -1,7 +1,7 @@
 """Training a small classifier once, deterministically, with an on-disk cache.
 
 Used by tasks that need a fixed, well-trained model as part of their definition
-(the black-box attack of FedZO, seed 001 §V-A / eq. 21, attacks one shared
+(the black-box attack of FedZO, Fang et al. 2022, §V-A / eq. 21, attacks one shared
 classifier). Training minimises the mean cross-entropy
 (1/B) sum_b CE(model(theta, x_b), y_b) with optax Adam on i.i.d. mini-batches
 (with replacement); the whole run is one jitted ``lax.scan``, so the result is

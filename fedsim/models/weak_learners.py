@@ -1,4 +1,4 @@
-"""Weak-learning oracles for functional boosting (FFGB, seed 002 §2, App. B.3).
+"""Weak-learning oracles for functional boosting (FFGB, Shen et al. 2022, §2, App. B.3).
 
 An oracle regresses a query phi given by its values on one client's points
 (supp alpha_i) onto a learner class: WO^2_alpha (eq. 9 / eq. 23),
@@ -126,7 +126,7 @@ def spd_solve(a, b):
   ``lax.fori_loop`` of D matrix-vector steps (O(D^3) work, D sequential steps).
   No LAPACK custom call: under ``vmap`` jaxlib's batched LAPACK LU
   (``jnp.linalg.solve``) deadlocks the CPU thread pool when 8 host devices
-  (``--xla_force_host_platform_device_count=8``) run it at once (issue 15).
+  (``--xla_force_host_platform_device_count=8``) run it at once.
 
   Args:
     a: (D, D) float SPD matrix (no check: a non-SPD ``a`` gives NaN).

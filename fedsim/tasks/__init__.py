@@ -22,11 +22,11 @@ from fedsim.tasks.metric_opt import METRICS as OPT_METRICS
 from fedsim.tasks.quadratic import make_quadratic_task
 
 TASKS: tuple[str, ...] = ("softmax", "mlp", "quadratic", "attack_cw", "illcond_quadratic", "cnn", "finetune")
-TASKS += ("lenet",)  # seed 002 (FFGB) App. B.1: its CIFAR-10 weak learner, the model FedAvg trains
-TASKS += ("logistic_soft", "ridge")  # seed 004 (FedLRGD): smooth ERM with a server dataset
-TASKS += ("ackley", "levy")  # seed 000 (FZooS) [code]: federated Ackley / Levy
-TASKS += ("attack", "metric_opt")  # seed 000 (FZooS) §6.2-6.3: black-box attack, metric optimisation
-TASKS += ("shift_tabular",)  # seed 002 (FFGB.C / FFGB.L): TV / W1 feature shift, function space
+TASKS += ("lenet",)  # Shen et al. 2022 (FFGB) App. B.1: its CIFAR-10 weak learner, the model FedAvg trains
+TASKS += ("logistic_soft", "ridge")  # Jadbabaie et al. 2023 (FedLRGD): smooth ERM with a server dataset
+TASKS += ("ackley", "levy")  # Shu et al. 2023 (FZooS) [code]: federated Ackley / Levy
+TASKS += ("attack", "metric_opt")  # Shu et al. 2023 (FZooS) §6.2-6.3: black-box attack, metric optimisation
+TASKS += ("shift_tabular",)  # Shen et al. 2022 (FFGB.C / FFGB.L): TV / W1 feature shift, function space
 SUPERVISED = ("softmax", "mlp")
 # Tasks without a parameter vector (value caches: fedsim.tasks.functional); only the FFGB family runs them.
 FUNCTION_SPACE = ("shift_tabular",)
@@ -177,23 +177,23 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
   trains (or loads from ``cache_dir``) a ``classifier`` on ``dataset`` and splits
   its correctly classified ``target_class`` training images over the clients
   with quantity skew (``quantity_law``, ``quantity_sigma``); ``attack_c`` is the
-  distortion weight c. ``illcond_quadratic`` (seed 003 §5.1 toy) uses ``dim``,
+  distortion weight c. ``illcond_quadratic`` (Li et al. 2025, §5.1 toy) uses ``dim``,
   ``heterogeneity`` (spread of the client optima), ``spectrum_sigma`` (std of
   log lambda), ``spectrum_rank`` (k > 0: only k log-normal eigenvalues, the rest
   1e-4, a low effective rank fixed as d grows) and ``isotropic`` (all eigenvalues
   equal, same trace); ``cnn`` is
-  the small CNN of seed 003 §6 on ``dataset``; ``lenet`` is FFGB's CIFAR-10 weak
-  learner (seed 002 App. B.1: the PyTorch-tutorial CNN, conv 6 - 16 5x5, FC 32 - 32,
+  the small CNN of Li et al. 2025, §6 on ``dataset``; ``lenet`` is FFGB's CIFAR-10 weak
+  learner (Shen et al. 2022, App. B.1: the PyTorch-tutorial CNN, conv 6 - 16 5x5, FC 32 - 32,
   leaky ReLU; fedsim.models.weak_learners.weak_learner_cnn) as a parametric model,
   so FedAvg trains the same network as FFGB's ``cnn`` oracle (specs/ffgb.md §3.1); ``finetune`` pre-trains an MLP
   on ``dataset`` and fine-tunes it on its ``finetune_shift`` (flip, relabel, none).
-  ``logistic_soft`` (seed 004 App. A) and ``ridge`` (the exact-rank case) take
+  ``logistic_soft`` (Jadbabaie et al. 2023, App. A) and ``ridge`` (the exact-rank case) take
   ``num_clients``, ``seed`` and the keyword arguments of
   ``fedsim.tasks.logistic_soft.make_smooth_erm_task`` in ``smooth_erm``
   (``samples_per_client``, ``num_features``, ``server_samples`` (the rank r),
   ``max_rank``, ``mu``, ``data_heterogeneity``, ``server_shift``, ``feature_map``,
   ``holder_eta``, ``raw_dim``); errors name the flag.
-  ``attack`` / ``metric_opt`` (seed 000 §6.2-6.3, fedsim.tasks.attack /
+  ``attack`` / ``metric_opt`` (Shu et al. 2023, §6.2-6.3, fedsim.tasks.attack /
   fedsim.tasks.metric_opt) take ``portion`` (None: 0.7 for attack, 0.3 for
   metric_opt), ``perturbation_box`` (0: the task's default), ``model_train_steps`` (Adam
   steps of the task's classifiers; 0: the task's default), ``attack_target``
@@ -253,7 +253,7 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
     raise option_error("hidden_width", f"must be >= 1; got {hidden_width}")
   from fedsim import data as fdata
   ds = fdata.load_dataset(dataset, data_dir, seed=0)
-  if name in ("attack", "metric_opt"):  # seed 000 (FZooS) §6.2-6.3
+  if name in ("attack", "metric_opt"):  # Shu et al. 2023 (FZooS) §6.2-6.3
     portion = float(portion if portion is not None else (0.7 if name == "attack" else 0.3))
     box = float(perturbation_box or 0.0)
     if name == "attack":
@@ -306,7 +306,7 @@ def make_task(name: str, *, num_clients: int, seed: int = 0, dataset: str = "dig
     return make_model_task(name, lenet, ds, clients, info=info)
   if name == "mlp" and (hidden_layers != 1 or activation != "relu"):
     # ``hidden_layers`` x ``hidden_width`` with ``activation``: --hidden_layers=2
-    # --hidden_width=32 --activation=leaky_relu is FFGB's MLP weak learner (seed 002
+    # --hidden_width=32 --activation=leaky_relu is FFGB's MLP weak learner (Shen et al. 2022
     # App. B.1), so FedAvg trains the same network (specs/ffgb.md §3.1).
     from fedsim.models.mlp import ACTIVATIONS, MLP
     from fedsim.tasks.classification import make_model_task

@@ -1,4 +1,4 @@
-"""Federated black-box adversarial attack of FZooS (seed 000 §6.2, App. E.2; specs/fzoos.md §3.2).
+"""Federated black-box adversarial attack of FZooS (Shu et al. 2023, §6.2, App. E.2; specs/fzoos.md §3.2).
 
 N clients each own a private classifier, trained (here, in JAX, at task set-up;
 cached on disk keyed by the whole configuration) on the training images of a
@@ -103,7 +103,7 @@ def make_attack_task(dataset: Dataset, num_clients: int, *, seed: int = 0, porti
                      model: str = "cnn", box: float | None = None, target: int = -1,
                      cache_dir: str | os.PathLike | None = None,
                      train_config: training.TrainConfig = TRAIN_CONFIG) -> Task:
-  """Builds the federated black-box attack (seed 000 §6.2).
+  """Builds the federated black-box attack (Shu et al. 2023, §6.2).
 
   Args:
     dataset: a :class:`fedsim.data.Dataset` with images in [0, 1] (digits, mnist).

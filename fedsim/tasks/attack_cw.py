@@ -1,4 +1,4 @@
-"""Federated black-box adversarial attack (C&W-style loss; FedZO, seed 001 §V-A, eq. 21).
+"""Federated black-box adversarial attack (C&W-style loss; FedZO, Fang et al. 2022, §V-A, eq. 21).
 
 The offline substitute of specs/fedzo.md §3.4: one shared classifier (a flax MLP
 or softmax regression trained here, on the dataset's training split) is the

@@ -1,7 +1,7 @@
 """Supervised classification tasks: ``softmax`` and ``mlp`` on any dataset.
 
 f_i(theta) = (1/n_i) sum_{j in D_i} CE(model(theta, x_j), y_j) (cross-entropy,
-the FedZO softmax experiment, seed 001 §V-B; FedAvg, McMahan et al. 2017).
+the FedZO softmax experiment, Fang et al. 2022, §V-B; FedAvg, McMahan et al. 2017).
 The reported ``objective`` is the pooled training loss
 sum_i n_i f_i / sum_i n_i; ``test_accuracy`` and ``test_loss`` use the test split.
 """

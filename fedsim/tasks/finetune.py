@@ -1,5 +1,5 @@
 """Classification with any flax model (``cnn``), and a federated fine-tuning
-proxy (``finetune``) for seed 003's LLM runs (§6, Table 2 / Table 5), whose
+proxy (``finetune``) for Li et al. 2025's LLM runs (§6, Table 2 / Table 5), whose
 weights and data cannot be downloaded here (specs/hiso.md §3.4, substitute (b)).
 
 ``make_model_task`` (fedsim.tasks.classification) builds both, with the

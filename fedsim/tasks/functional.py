@@ -1,4 +1,4 @@
-"""Function-space tasks for functional boosting (FFGB, seed 002; specs/ffgb.md §4.3, §6).
+"""Function-space tasks for functional boosting (FFGB, Shen et al. 2022; specs/ffgb.md §4.3, §6).
 
 FFGB's model is an ensemble of weak learners held as value caches (f on every
 client's points and on the test points), not a parameter vector, so a
@@ -188,7 +188,7 @@ def w1_distance(xa, xb):
 def make_shift_task(num_clients: int, samples_per_client: int = 40, num_features: int = 2, *,
                     kind: str = "w1", shift: float = 0.0, loss: str = "square", seed: int = 0,
                     num_test: int = 500, measure: bool = True) -> Task:
-  """Synthetic tabular problem with a feature-shift knob (seed 002 §3.2, Thms 3.2/3.3).
+  """Synthetic tabular problem with a feature-shift knob (Shen et al. 2022, §3.2, Thms 3.2/3.3).
 
   The label map is shared by all clients (only alpha_i differs, §1.3 "fully
   heterogeneous"): square loss y = sin(3 <w, x>) (||w|| = 1, so labels are

@@ -1,4 +1,4 @@
-"""Heterogeneous ill-conditioned diagonal quadratics: the whitening toy of seed 003
+"""Heterogeneous ill-conditioned diagonal quadratics: the whitening toy of Li et al. 2025
 §5.1 (Fig. 4) made federated (specs/hiso.md §3.1, §3.4 substitute (a), §7 items
 6 and 8).
 

@@ -1,6 +1,6 @@
 r"""Smooth strongly convex ERM with a server dataset: soft-label logistic regression.
 
-The worked example of the FedLRGD paper (seed 004, App. A, eq. (66)-(67);
+The worked example of the FedLRGD paper (Jadbabaie et al. 2023, App. A, eq. (66)-(67);
 specs/fedlrgd.md §3.2):
 
     f(x, y; theta) = y log(1 + e^{-theta^T x}) + (1 - y) log(1 + e^{theta^T x}) + (mu/2) ||theta||^2

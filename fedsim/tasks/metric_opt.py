@@ -1,4 +1,4 @@
-"""Federated non-differentiable metric optimisation of FZooS (seed 000 §6.3, App. E.3;
+"""Federated non-differentiable metric optimisation of FZooS (Shu et al. 2023, §6.3, App. E.3;
 specs/fzoos.md §3.3).
 
 An MLP (hidden widths (30, 14), [code] ``MLPClassifier(hidden_layer_sizes=(30, 14))``) is
@@ -129,7 +129,7 @@ def make_metric_opt_task(dataset: Dataset, num_clients: int, *, seed: int = 0, p
                          metric: str = "precision", box: float | None = None,
                          cache_dir: str | os.PathLike | None = None,
                          train_config: training.TrainConfig = TRAIN_CONFIG) -> Task:
-  """Builds the federated metric optimisation (seed 000 §6.3).
+  """Builds the federated metric optimisation (Shu et al. 2023, §6.3).
 
   Args:
     dataset: any :class:`fedsim.data.Dataset` (features flattened).

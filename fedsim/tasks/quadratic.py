@@ -1,4 +1,4 @@
-"""The synthetic federated quadratic of the FZooS paper (seed 000 §6.1, App. E.1
+"""The synthetic federated quadratic of the FZooS paper (Shu et al. 2023, §6.1, App. E.1
 eq. 98; specs/fzoos.md §3.1).
 
     f_i(z) = (1/(10 d)) (sum_j [(1 + C (a_j^i - 1/N)) z_j^2 + (1 + C (b_j^i - 1/N)) z_j] + 1)

@@ -79,7 +79,7 @@ def test_hparams_binary_prints_one_algorithms_table():
   lines = proc.stdout.splitlines()
   assert lines[0].startswith("FedZOConfig: fedzo")
   assert lines[2].split() == ["field", "type", "default", "accepted", "source"]
-  assert lines[3].split()[:4] == ["lr", "float", "0.001", ">"] and "seed 001 §V-B" in lines[3]
+  assert lines[3].split()[:4] == ["lr", "float", "0.001", ">"] and "Fang et al. 2022, §V-B" in lines[3]
   assert lines[4].strip() == "client learning rate (eta)"
   assert "fedzo runs with lr=0.01 instead of the default above" in proc.stdout   # RUN_DEFAULTS
   # --markdown: its HYPERPARAMETERS.md section, verbatim (one function writes both).

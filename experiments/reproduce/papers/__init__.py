@@ -1,8 +1,8 @@
-"""The claims of the five papers (seeds 000-004; ``../shared/specs/<paper>.md``).
+"""The claims of the five papers of :mod:`fedsim.papers` (the developers' notes: ``../shared/specs/<paper>.md``).
 
 One module per paper (``fzoos``, ``fedzo``, ``ffgb``, ``hiso``, ``fedlrgd``), each
 with ``TITLE``, ``CLAIMS`` (a list of :class:`~experiments.reproduce.claims.Claim`)
-and ``PENDING`` (issue 14's claims that have no evaluation yet, shown as such in
+and ``PENDING`` (the claims that have no evaluation yet, shown as such in
 the report, so nothing looks covered that is not). Exact properties that the test
 suite already pins (reductions, closed forms, ledger counts) are claims whose
 evidence is their tests (:func:`~experiments.reproduce.claims.test_claim`); curve

@@ -1,4 +1,4 @@
-"""The claims of FedLRGD and FedAve (seed 004; ``../shared/specs/fedlrgd.md`` §3, §7).
+"""The claims of FedLRGD and FedAve (Jadbabaie et al. 2023; ``../shared/specs/fedlrgd.md`` §3, §7).
 
 The paper runs no FedLRGD or FedAve experiment (its only numerics are App. C's
 rank histograms), so most claims here are the spec's §3.3 simulation suite
@@ -32,7 +32,7 @@ from experiments.reproduce.claims import (
 )
 from experiments.reproduce.report import plot_curves
 
-TITLE = "FedLRGD and FedAve (seed 004): low-rank gradient descent"
+TITLE = "FedLRGD and FedAve (Jadbabaie et al. 2023): low-rank gradient descent"
 
 SUITE = "experiments.fedlrgd.suite"
 RANK_STUDY = "experiments.fedlrgd.rank_study"
@@ -583,32 +583,33 @@ def fedlrgd_s1b_logistic(ctx: Context) -> Evidence:
 
 CLAIMS = [
     test_claim("fedlrgd.anchor_exact", "The low-rank interpolation reproduces each client's gradient "
-               "exactly at the anchor points.", "seed 004 Alg. 1 (interpolation step); spec §7 item 1",
+               "exactly at the anchor points.", "Jadbabaie et al. 2023, Alg. 1 (interpolation step); spec §7 item 1",
                f"{T_ALG}/test_fedlrgd.py::test_anchor_exactness"),
     test_claim("fedlrgd.ridge_exact", "For ridge regression at r = p + 1 the approximation is exact, "
-               "so FedLRGD's iterates equal exact GD's.", "seed 004 §3, App. A; spec §7 item 2",
+               "so FedLRGD's iterates equal exact GD's.", "Jadbabaie et al. 2023, §3, App. A; spec §7 item 2",
                f"{T_ALG}/test_fedlrgd.py::test_exact_rank_ridge_reproduces_gradient_and_gd"),
     test_claim("fedlrgd.ledger", "FedLRGD's oracle complexity is Theorem 2's Gamma formula.",
-               "seed 004 Theorem 2; spec §7 item 4",
+               "Jadbabaie et al. 2023, Theorem 2; spec §7 item 4",
                f"{T_ALG}/test_fedlrgd.py::test_fedlrgd_ledger_is_theorem2_formula",
                f"{T_ALG}/test_fedlrgd_rules.py::test_fedlrgd_alg1_weights_steps_and_ledger"),
     test_claim("fedlrgd.kernel_consistency", "The vmapped per-client weights (35) equal a loop reference, "
                "the per-sample weights (38) sum to them (39), the sum over clients is one solve, and the "
-               "paper-literal inverse agrees with the LU solve.", "seed 004 eqs. (35), (38)-(39); spec §7 item 3",
+               "paper-literal inverse agrees with the LU solve.",
+               "Jadbabaie et al. 2023, eqs. (35), (38)-(39); spec §7 item 3",
                f"{T_ALG}/test_fedlrgd.py::test_vmapped_weights_equal_loop_reference"),
     test_claim("fedlrgd.lemma2", "Every FedLRGD run obeys Lemma 2's inexact-GD bound on F(theta^(S)) - F_*.",
-               "seed 004 Lemma 2 ([5, Lemma 2.1]); spec §7 item 6",
+               "Jadbabaie et al. 2023, Lemma 2 ([5, Lemma 2.1]); spec §7 item 6",
                f"{T_ALG}/test_fedlrgd.py::test_lemma2_inequality_holds_on_every_run"),
     test_claim("fedlrgd.theory_helpers", "The prescriptions (47)-(48) give S = 177, r = 115 on the worked "
                "example, are computed in log space, and reject eta <= (2 alpha + 2) d and too large eps; "
                "Theorem 1's threshold and bound match hand computation.",
-               "seed 004 Theorem 2 eqs. (47)-(48), Theorem 1; spec §7 item 9",
+               "Jadbabaie et al. 2023, Theorem 2 eqs. (47)-(48), Theorem 1; spec §7 item 9",
                f"{T_ALG}/test_fedlrgd.py::test_theory_helpers_worked_example_and_domain",
                f"{T_ALG}/test_fedlrgd_theory.py::test_theory_S_eq48_by_hand",
                f"{T_ALG}/test_fedlrgd_theory.py::test_theorem1_threshold_and_bound_by_hand"),
     test_claim("fedlrgd.fedave_optimum", "The numerical optimum of (79) lies in [3/4, 8] phi tau m "
                "(C p/eps)^{3/4} with b* in [(m/2)(eps'/C)^{1/4}, 2m(eps'/C)^{1/4}].",
-               "seed 004 Theorem 3, App. D eqs. (79)-(89); spec §7 item 8",
+               "Jadbabaie et al. 2023, Theorem 3, App. D eqs. (79)-(89); spec §7 item 8",
                f"{T_ALG}/test_fedlrgd.py::test_theory_helpers_worked_example_and_domain"),
     Claim("fedlrgd.s2_fidelity", "FedLRGD's gradient error falls with r (logistic, 2 features): <= 1e-4 at "
           "r = 16, and S = 300 steps of 1/L1 reach F - F_* <= 1e-5 for r in {8, 10, 16}.",
@@ -621,20 +622,21 @@ CLAIMS = [
           fedlrgd_s2_fidelity),
     Claim("fedlrgd.s5_crossover", "In Proposition 1's regime (eta >= (c1 + 2 alpha + 2) d, here eta > (8/3 + 4) d) "
           "FedLRGD reaches eps at a smaller oracle complexity Gamma than FedAve.",
-          "seed 004 Proposition 1; spec §3.3 S5",
+          "Jadbabaie et al. 2023, Proposition 1; spec §3.3 S5",
           "over the (d, eta, phi, eps) cells where Prop. 1 predicts a win, Gamma(FedLRGD) (best r) against "
           "Gamma(FedAve) (best b, step) paired by cell, a one-sided exact Wilcoxon signed-rank test at p < 0.05 (a "
           "sign test when a method never reaches eps); reproduced: it holds; not reproduced: otherwise",
           fedlrgd_crossover),
     Claim("fedlrgd.appc_rank", "Per-coordinate gradient matrices of a trained sigmoid MLP are approximately "
           "low rank: almost all 90%-energy ranks <= 10, about half <= 5.",
-          "seed 004 App. C, Fig. 1 (MNIST); spec §7 item 10",
+          "Jadbabaie et al. 2023, App. C, Fig. 1 (MNIST); spec §7 item 10",
           "over the non-trivial non-zero slices (a uniform draw of ~500 of the network's non-trivial weights), "
           "one-sided exact binomial tests at p < 0.05 that the fraction with rank <= 10 exceeds 0.8 and the "
           "fraction with rank <= 6 exceeds 0.5 (the median <= 6); reproduced: both hold; partly: one; not "
           "reproduced: neither", fedlrgd_appc),
     Claim("fedlrgd.theorem1", "The tail energy (1/nk)||M - M_r||_F^2 of a Hölder kernel decays at least "
-          "like r^{-2 eta/d}, below the explicit bound.", "seed 004 Theorem 1; spec §3.3 S1(a), §7 item 5",
+          "like r^{-2 eta/d}, below the explicit bound.",
+          "Jadbabaie et al. 2023, Theorem 1; spec §3.3 S1(a), §7 item 5",
           "5 independent draws (n = k = 1000); for every (d, eta) of d in {1, 2}, eta in {0.5, 1.5, 2.5}, the fitted "
           "slope on r in [4, 64] below -2 eta/d + 0.1, a one-sided exact Wilcoxon signed-rank test over the draws at "
           "p < 0.05, and the explicit bound on every draw where checked (eta <= 1); reproduced: all six tests hold "
@@ -662,7 +664,7 @@ DEFERRED = [
           fedlrgd_s4_shift),
     Claim("fedlrgd.s4_smoothness", "The smoother the data dependence, the smaller FedLRGD's gradient error at "
           "equal rank: Hölder features psi_eta of order eta = 0.5, 1.5, 2.5 (d = 1).",
-          "seed 004 Theorem 1 (tail ~ r^(-2 eta/d)); spec §3.3 S4 (smoothness sweep)",
+          "Jadbabaie et al. 2023, Theorem 1 (tail ~ r^(-2 eta/d)); spec §3.3 S4 (smoothness sweep)",
           "log10 of each seed's median relative gradient error, paired by seed (10 seeds, the same draws at "
           "every eta), at r = 8 and r = 16: eta = 1.5 below 0.5 and 2.5 below 1.5, each a one-sided exact "
           "Wilcoxon signed-rank test at p < 0.05; reproduced: all four hold; partly: some; not reproduced: none",
@@ -684,7 +686,7 @@ DEFERRED = [
           "none", fedlrgd_s3_convergence),
     Claim("fedlrgd.ledger_runs", "The Gamma logged along the S3 runs is Definition 1's count: FedLRGD "
           "r^2 + r s + r S + phi m r, FedAve T (b + phi m), GD T (s + phi m).",
-          "seed 004 Definition 1, Theorem 2, App. D; spec §7 item 4",
+          "Jadbabaie et al. 2023, Definition 1, Theorem 2, App. D; spec §7 item 4",
           "reproduced: every logged record (compute, uploads) equals the formula exactly; not reproduced: "
           "any mismatch", fedlrgd_ledger_runs),
 ]
@@ -692,7 +694,7 @@ DEFERRED = [
 DEFERRED.append(Claim(
     "fedlrgd.appc_variants", "The low rank of App. C does not depend on the network's hyper-parameters: with "
     "k = 30 or 90, K = 500 or 1000, RMSprop, two hidden layers or ReLU, almost all 90%-energy ranks are still "
-    "<= 10.", "seed 004 App. C, Fig. 1 (a), (c), (e)-(i) (MNIST); spec §7 item 10",
+    "<= 10.", "Jadbabaie et al. 2023, App. C, Fig. 1 (a), (c), (e)-(i) (MNIST); spec §7 item 10",
     "per variant (one run each, seed 0, the rest as fedlrgd.appc_rank), a one-sided exact binomial test that the "
     "fraction of non-trivial non-zero slices with rank <= 10 exceeds 0.8 (the ~500 coordinates are a uniform draw "
     "from the network's non-trivial weights), p < 0.05; reproduced: it holds for all seven variants; partly: for "
@@ -701,7 +703,7 @@ DEFERRED.append(Claim(
 CLAIMS += [c.paper_only() for c in DEFERRED]
 CLAIMS.append(Claim(
     "fedlrgd.appc_cifar10", "Per-coordinate gradient matrices of a trained sigmoid CNN on CIFAR-10 are "
-    "approximately low rank: almost all 90%-energy ranks <= 6.", "seed 004 App. C (CIFAR-10); spec §3.1",
+    "approximately low rank: almost all 90%-energy ranks <= 6.", "Jadbabaie et al. 2023, App. C (CIFAR-10); spec §3.1",
     "reproduced: >= 80% of the non-trivial non-zero slices have rank <= 6 (the paper's CNN, 15 epochs, k = 60, "
     "500 coordinates); partly: >= 80% <= 10 only; not reproduced: neither", fedlrgd_appc_cifar10,
 ).on_paper_data("cifar10"))

@@ -1,4 +1,4 @@
-"""The claims of FedZO (seed 001; ``../shared/specs/fedzo.md`` §3, §7).
+"""The claims of FedZO (Fang et al. 2022; ``../shared/specs/fedzo.md`` §3, §7).
 
 See :mod:`experiments.reproduce.papers` for how claims are collected.
 """
@@ -31,7 +31,7 @@ from experiments.reproduce.claims import (
 from experiments.reproduce.report import plot_curves
 from fedsim.algorithms.dzopa import resolve_local_steps
 
-TITLE = "FedZO (seed 001): federated zeroth-order optimisation with AirComp"
+TITLE = "FedZO (Fang et al. 2022): federated zeroth-order optimisation with AirComp"
 
 
 FIG1A_RUN = "fedzo_fig1a_s{}"  # one run per seed (every algorithm of the flagfile)
@@ -75,7 +75,7 @@ def fedzo_fig1a_baselines(ctx: Context) -> Evidence:
     numbers.update(n)
   verdict, why = declare.judged(comparisons)
   # Diagnostic (not part of the criterion): DZOPA takes one eq.-2 estimate per iteration at
-  # eta = 5e-3 (seed 001 §V-A), five times FedZO's 1e-3, and draws it with FedZO's key scheme
+  # eta = 5e-3 (Fang et al. 2022, §V-A), five times FedZO's 1e-3, and draws it with FedZO's key scheme
   # (fedsim/algorithms/dzopa.py), so one DZOPA round moves about as far as FedZO's H = 5 local
   # steps; the paired per-seed gap shows how close the two end.
   paired = Stat.of(final(r["dzopa"], "objective") - final(r[H_LABELS[0]], "objective") for r in runs)
@@ -186,7 +186,7 @@ def _worst_sampling(diag: list[dict]) -> float:
 M_VALUES = (5, 10, 25, 50)
 COR2_T = 300  # the horizon T in Corollary 2's schedule: Fig. 1(b)'s T (the smoke scale runs fewer rounds)
 WILCOXON = "one-sided exact Wilcoxon signed-rank at p < 0.05"  # the paired test of every declared claim here
-PAPER_D = 3 * 32 * 32  # the attack's d on CIFAR-10 (seed 001 §V-A), which Corollary 2's schedule is written for
+PAPER_D = 3 * 32 * 32  # the attack's d on CIFAR-10 (Fang et al. 2022, §V-A), Corollary 2's schedule's d
 
 
 def _ms(ctx: Context) -> tuple[int, ...]:
@@ -198,7 +198,7 @@ def _fig4_ms(ctx: Context) -> tuple[int, ...]:
 
 
 def cor2_entry(m: int, d: int = PAPER_D, b1: int = 25, b2: int = 20, H: int = 20, T: int = COR2_T) -> str:
-  """The ``--algorithm`` entry of Corollary 2 (seed 001 §III-B) for M participants.
+  """The ``--algorithm`` entry of Corollary 2 (Fang et al. 2022, §III-B) for M participants.
 
   eta_M = sqrt(M b1 b2 / (d H T)) and mu_M = (d b1 b2 M H T)^(-1/4), 4 significant digits; ``d`` is the
   paper's (CIFAR-10's 3,072) unless given, so the step sizes are the paper's whatever data the run uses.
@@ -729,45 +729,45 @@ def fedzo_fig5_softmax_aircomp(ctx: Context) -> Evidence:
 
 CLAIMS = [
     Claim("fedzo.fig1a_H", "More local steps H make FedZO's attack loss fall faster per round.",
-          "seed 001 Fig. 1(a)",
+          "Fang et al. 2022, Fig. 1(a)",
           "final attack loss (R = 300) of H = 10 vs 5, 20 vs 10, 50 vs 20, each paired by seed (5 seeds: the same "
           "target, clients and x_0), one-sided exact Wilcoxon at p < 0.05; reproduced: all three hold; partly: some; "
           "not reproduced: none; inconclusive: saturated (both at the floor for the last quarter)", fedzo_fig1a_h),
     Claim("fedzo.fig1a_baselines", "FedZO reaches a lower attack loss than DZOPA and ZONE-S.",
-          "seed 001 Fig. 1(a)",
+          "Fang et al. 2022, Fig. 1(a)",
           "final attack loss (R = 300) of each H = 5, 10, 20, 50 vs DZOPA and vs ZONE-S (8 comparisons), paired by "
           "seed (5 seeds: the same target, clients and x_0), "
           f"{WILCOXON}; reproduced: all hold; partly: some; not "
           "reproduced: none; inconclusive: saturated", fedzo_fig1a_baselines),
     Claim("fedzo.fig1c_snr", "With AirComp, a lower SNR gives a higher attack loss; the noise-free "
-          "channel is best.", "seed 001 Fig. 1(c)",
+          "channel is best.", "Fang et al. 2022, Fig. 1(c)",
           "final attack loss (R = 100) of each SNR against the next lower one (inf vs 0, 0 vs -5, -5 vs -10 dB), "
           "paired by seed (5 seeds: the same target, clients, x_0 and channel draws), "
           f"{WILCOXON}; reproduced: all "
           "three hold; partly: some; not reproduced: none", fedzo_fig1c_snr),
     test_claim("fedzo.alg1_rule", "Each round is Algorithm 1: H local ZO-SGD steps with b2 random "
-               "directions, averaged over the M participants.", "seed 001 Alg. 1, eq. 5",
+               "directions, averaged over the M participants.", "Fang et al. 2022, Alg. 1, eq. 5",
                f"{T_ALG}/test_fedzo_rules.py::test_fedzo_two_rounds_match_algorithm_1"),
     test_claim("fedzo.aircomp_eq17", "AirComp aggregation is eqs. 14-17: truncated channel "
-               "inversion, threshold h_min, receiver noise at the given SNR.", "seed 001 §IV eqs. 14-17",
+               "inversion, threshold h_min, receiver noise at the given SNR.", "Fang et al. 2022, §IV eqs. 14-17",
                "tests/channels/test_aircomp.py::test_shortcut_is_eq_17_exactly",
                "tests/channels/test_aircomp.py::test_full_transceiver_is_eqs_14_to_17_written_out",
                "tests/channels/test_aircomp.py::test_participation_probability_is_exp_minus_h_min_squared"),
     Claim("fedzo.fig1b_M", "More participants M make FedZO's attack loss fall faster per round (speed-up "
-          "in M).", "seed 001 Fig. 1(b)",
+          "in M).", "Fang et al. 2022, Fig. 1(b)",
           "final attack loss (R = 300, eta = 1e-3) of M = 10 vs 5, 25 vs 10, 50 vs 25 (smoke: 50 vs 5), paired "
           "by seed (5 seeds), "
           f"{WILCOXON}; reproduced: all hold; partly: some; not reproduced: none; inconclusive: "
           "saturated", fedzo_fig1b_m),
     Claim("fedzo.m_variance", "At eta = 1e-3 the participants M change only the variance of the averaged "
           "update, whose loss cost per round is about 1e-4 of the per-round progress (so no M effect is "
-          "expected).", "issue 14 (known item); seed 001 Thm. 2, term eta 36 H L sigma_h^2 / M",
+          "expected).", "known behaviour; Fang et al. 2022, Thm. 2, term eta 36 H L sigma_h^2 / M",
           "reproduced: |sampling cost / per-round progress| <= 1e-3 at every M and measured point on the "
           "attack (Fig. 1b) and softmax (Fig. 4) tasks; partly: <= 1e-2; not reproduced: otherwise",
           fedzo_m_variance),
     Claim("fedzo.cor2_speedup", "With Corollary 2's schedule eta = sqrt(M b1 b2 / (d H T)), mu = "
           "(d b1 b2 M H T)^(-1/4), the loss falls faster with more participants M (linear speed-up).",
-          "seed 001 Corollary 2",
+          "Fang et al. 2022, Corollary 2",
           "the Fig. 1(b) runs with eta and mu of Corollary 2 at the paper's d = 3072 (CIFAR-10) and T = 300: "
           "rounds until the attack loss closes 90% of the seed's initial gap (floor: the lower of the pair's "
           "lowest losses; never: censored) of M = 10 vs 5, 25 vs 10, 50 vs 25 (smoke: 50 vs 5), paired by seed (5 "
@@ -776,7 +776,7 @@ CLAIMS = [
           fedzo_cor2_speedup),
     Claim("fedzo.rate_trend", "With Corollary 2's eta = sqrt(M b1 b2 / (d H T)) and mu = (d b1 b2 M H T)^(-1/4), "
           "min_t E||grad F(x^t)||^2 falls like b2^(-1/2) and M^(-1/2) on a smooth heterogeneous problem.",
-          "seed 001 Corollary 2; specs/fedzo.md §7.10",
+          "Fang et al. 2022, Corollary 2; specs/fedzo.md §7.10",
           "least-squares slopes of log min_t (mean over seeds of ||grad F(x^t)||^2) against log b2 (b2 = 5, 10, "
           "20, 40 at M = 10) and against log M (M = 5, 10, 25, 50 at b2 = 20), fedzo_rate_trend.cfg, 10 seeds "
           "(smoke: 1 seed, T = 40, the end points only); a slope is in the spec's band [-0.8, -0.2] when its 95% "
@@ -784,7 +784,8 @@ CLAIMS = [
           "not reproduced: neither", fedzo_rate_trend),
     Claim("fedzo.h_cap", "Under partial participation the linear speed-up in the local steps H holds only up to "
           "H = O(d / (b1 b2)): with Corollary 2's eta and mu, more local steps lower the error up to that cap and "
-          "help less beyond it.", "seed 001 Corollary 2 (linear speed-up needs H <= O(d/(b1 b2))); specs/fedzo.md §4",
+          "help less beyond it.",
+          "Fang et al. 2022, Corollary 2 (linear speed-up needs H <= O(d/(b1 b2))); specs/fedzo.md §4",
           "fedzo_rate_trend.cfg (logistic, d = 100, b1 = 1, M = 10 of N = 50, T = 400), each entry at Corollary 2's "
           "eta and mu for its H and b2; b2 = 20 (cap d/(b1 b2) = 5) and b2 = 5 (cap 20), H = cap x 0.2, 0.5, 1, 2, 5; "
           "10 seeds (smoke: b2 = 20, T = 40, 1 seed). Per b2, paired by seed: min_t ||grad F||^2 at H = cap below "
@@ -793,7 +794,7 @@ CLAIMS = [
           f"{WILCOXON}; reproduced: all four hold; partly: some; not reproduced: none", fedzo_h_cap),
     Claim("fedzo.sampling_penalty", "With M < N, the error at a fixed eta carries Theorem 2's extra term "
           "eta 36 H L sigma_h^2 / M, which grows with H (absent at M = N).",
-          "seed 001 Theorem 2; specs/fedzo.md §4 item 6, §7.10",
+          "Fang et al. 2022, Theorem 2; specs/fedzo.md §4 item 6, §7.10",
           "fedzo_rate_trend.cfg at one eta, mu (Corollary 2's at M = 10, b2 = 20), H = 1, 2, 5, 10, T = 200, "
           "10 seeds (smoke: H = 1, 5, T = 40, 1 seed): gap(H) = each seed's min_t ||grad F||^2 at M = 10 minus "
           "at M = N = 50 (the same seed's data and draws); reproduced: the mean gap strictly increasing in H "
@@ -802,7 +803,7 @@ CLAIMS = [
           "scale adds the identically-distributed-clients ablation",
           fedzo_sampling_penalty),
     Claim("fedzo.aircomp_noise", "The AirComp channel noise slows FedZO beyond seed noise at the paper's "
-          "SNRs (the cause of Fig. 1(c)'s ordering).", "seed 001 Fig. 1(c), Thm. 3; issue 14 (known item)",
+          "SNRs (the cause of Fig. 1(c)'s ordering).", "Fang et al. 2022, Fig. 1(c), Thm. 3; known behaviour",
           "final attack loss (R = 100), noise-free vs each SNR 0, -5, -10, -20, -30, -40 dB (smoke: -10, -40), "
           "paired by seed (5 seeds: the same channels and devices), "
           f"{WILCOXON}; reproduced: it holds at -10 dB "
@@ -810,18 +811,18 @@ CLAIMS = [
     Claim("fedzo.participation", "With h ~ CN(0, 1) and h_min = 0.8 a device participates with probability "
           "exp(-0.64) = 0.527 (26.4 of 50); the authors' code channel (E|h|^2 = 0.5) gives exp(-1.28) = "
           "0.278; the paper's runs are outside Corollary 3's condition 8 M~ gamma >= N H.",
-          "seed 001 §IV, §V-A; specs/fedzo.md §5, §4 Cor. 3",
+          "Fang et al. 2022, §IV, §V-A; specs/fedzo.md §5, §4 Cor. 3",
           "reproduced: the measured participation fraction of the Fig. 1(c) runs is within 3 binomial "
           "standard errors of exp(-h_min^2 / E|h|^2) for both channels; partly: for one; not reproduced: "
           "neither", fedzo_participation),
     Claim("fedzo.fig2_accuracy", "For H > 10 FedZO's attack accuracy beats DZOPA's and ZONE-S's (at H = 5 "
-          "ZONE-S can be higher, with more distortion: reported only).", "seed 001 Fig. 2",
+          "ZONE-S can be higher, with more distortion: reported only).", "Fang et al. 2022, Fig. 2",
           "final attack accuracy (R = 300) of H = 20 and of H = 50 vs DZOPA and vs ZONE-S (4 comparisons), "
           "paired by seed (5 seeds), "
           f"{WILCOXON}; reproduced: all hold; partly: some; not reproduced: none; "
           "inconclusive: saturated", fedzo_fig2_accuracy),
     Claim("fedzo.fig3_softmax_H", "On softmax regression FedZO is slightly slower than FedAvg at equal H, "
-          "and FedZO with H = 20 is comparable to FedAvg with H = 5.", "seed 001 Fig. 3",
+          "and FedZO with H = 20 is comparable to FedAvg with H = 5.", "Fang et al. 2022, Fig. 3",
           "final training loss (R = 300) paired by seed (5 seeds: a seed's entries share its split, clients and "
           "x^0): FedAvg H = 5 below FedZO H = 5, a one-sided exact Wilcoxon signed-rank test at p < 0.05; FedZO "
           "H = 20 comparable to FedAvg H = 5, two one-sided paired Wilcoxon tests putting the mean difference "
@@ -829,31 +830,31 @@ CLAIMS = [
           "one; not reproduced: neither",
           fedzo_fig3_softmax_h),
     Claim("fedzo.fig4_softmax_M", "On softmax regression FedZO speeds up with M, and FedZO (H = 5, M = 50) "
-          "is comparable to FedAvg (H = 5, M = 50).", "seed 001 Fig. 4",
+          "is comparable to FedAvg (H = 5, M = 50).", "Fang et al. 2022, Fig. 4",
           "final training loss (R = 300) paired by seed (5 seeds): M = 20 below M = 10 and M = 50 below M = 20 "
           "(smoke: 50 below 10), one-sided exact Wilcoxon at p < 0.05, and FedZO M = 50 comparable to FedAvg M = 50 "
           "(two one-sided paired tests within +-10% of FedAvg's initial-to-final drop); reproduced: all hold; "
           "partly: some; not reproduced: none", fedzo_fig4_softmax_m),
     Claim("fedzo.fig5_softmax_aircomp", "On softmax regression AirComp FedZO converges at every SNR and a "
-          "higher SNR is faster.", "seed 001 Fig. 5",
+          "higher SNR is faster.", "Fang et al. 2022, Fig. 5",
           "final training loss (R = 300) paired by seed (5 seeds): each SNR below its start, and inf < 0 < -5 < -10 "
           "dB at each step (smoke: inf, -10), one-sided exact Wilcoxon at p < 0.05; reproduced: all hold; partly: "
           "some; not reproduced: none", fedzo_fig5_softmax_aircomp),
     test_claim("fedzo.estimator_eq2", "The sphere estimator (eq. 2) is unbiased for a quadratic, its "
                "variance for a linear f is (d - 1)||g||^2 / b2, and its directions are unit and isotropic.",
-               "seed 001 eqs. 2-4; specs/fedzo.md §7.1",
+               "Fang et al. 2022, eqs. 2-4; specs/fedzo.md §7.1",
                "tests/estimators/test_finite_difference.py::test_unbiased_on_quadratic[1.0-sphere]",
                "tests/estimators/test_finite_difference.py::test_variance_closed_form_linear[sphere]",
                "tests/estimators/test_finite_difference.py::test_sphere_directions_unit_and_isotropic"),
     test_claim("fedzo.reduction_zo_sgd", "FedZO with N = M = 1 and H = 1 is single-machine sphere ZO-SGD.",
-               "seed 001 Table I (ZO-SGD); specs/fedzo.md §7.2",
+               "Fang et al. 2022, Table I (ZO-SGD); specs/fedzo.md §7.2",
                f"{T_ALG}/test_reductions.py::test_fedzo_one_client_is_zo_sgd"),
     test_claim("fedzo.sampling_m_over_n", "Each client is sampled with frequency M / N, |M_t| = M.",
-               "seed 001 Alg. 1; specs/fedzo.md §7.3",
+               "Fang et al. 2022, Alg. 1; specs/fedzo.md §7.3",
                "tests/core/test_sampling.py::test_inclusion_frequency_is_m_over_n[5-4]"),
     test_claim("fedzo.aircomp_noise_variance", "The effective AirComp noise has per-coordinate variance "
                "Delta_max / (|M_t|^2 d gamma), and the full transceiver meets the energy constraint and "
-               "equals the shortcut.", "seed 001 eqs. 15-17; specs/fedzo.md §7.4",
+               "equals the shortcut.", "Fang et al. 2022, eqs. 15-17; specs/fedzo.md §7.4",
                "tests/channels/test_aircomp.py::test_effective_noise_variance_matches_closed_form[real_full-1.0--10.0]",
                "tests/channels/test_aircomp.py::test_full_transceiver_matches_shortcut_and_power_constraint[real_full]"),
 ]

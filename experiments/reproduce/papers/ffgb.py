@@ -1,4 +1,4 @@
-"""The claims of FFGB, FFGB.C, FFGB.L (seed 002; ``../shared/specs/ffgb.md`` §3, §7).
+"""The claims of FFGB, FFGB.C, FFGB.L (Shen et al. 2022; ``../shared/specs/ffgb.md`` §3, §7).
 
 The paper prints no numbers (its Figs. 1-4 exist only as captions), so every curve
 claim is the figure's qualitative statement, judged on fedsim's runs of the
@@ -31,7 +31,7 @@ from experiments.reproduce.claims import (
 )
 from experiments.reproduce.report import plot_curves
 
-TITLE = "FFGB, FFGB.C, FFGB.L (seed 002): federated functional gradient boosting"
+TITLE = "FFGB, FFGB.C, FFGB.L (Shen et al. 2022): federated functional gradient boosting"
 
 # The authors'-code preset with the paper's learner (lecun init, no activation after the output
 # layer): the ablation that separates the code's learner from its other settings.
@@ -76,13 +76,13 @@ def _versus(ctx: Context, data: str, s: int) -> list[dict[str, list[dict]]]:
 
 
 ORACLE_STEPS_CITED = 1000
-"""Adam steps per call of the MLP oracle as seed 002 App. B.3 states ("run Adam for 1000 steps"); the authors'
+"""Adam steps per call of the MLP oracle as Shen et al. 2022, App. B.3 states ("run Adam for 1000 steps"); the authors'
 MNIST script uses 2,000 (specs/ffgb.md §3.3)."""
 
 
 def oracle_note(ctx: Context, run: str, labels) -> str:
   """The Adam steps per call that run ``run`` gave the MLP oracle of its ``labels``, said against the paper's
-  (issue 34 item 6: a claim's settings as its source says, or the record says why not); '' when they are the
+  (a claim's settings as its source says, or the record says why not); '' when they are the
   paper's or no label trains an MLP oracle."""
   steps = sorted({c["oracle_steps"] for c in (ctx.algorithm_config(run, lab) for lab in labels)
                   if c.get("weak_learner") == "mlp" and c.get("oracle_steps")})
@@ -506,31 +506,31 @@ T_FFGB = f"{T_ALG}/test_ffgb.py"
 CLAIMS = [
     Claim("ffgb.fig4_digits", "FFGB (paper form) reaches a higher test accuracy than FedAvg (same MLP "
           "32-32) at equal communication on digits, s = 0.1 and 0.3.",
-          "seed 002 Figs. 1/4 (offline substitute, specs §3.6, §7.9)",
+          "Shen et al. 2022, Figs. 1/4 (offline substitute, specs §3.6, §7.9)",
           "final test accuracy of ffgb against fedavg at equal communication (budget 2000), paired by seed "
           "(paper scale 5 seeds; smoke s = 0.1 only), a one-sided exact Wilcoxon signed-rank test per s at p < 0.05; "
           "reproduced: it holds at every s; partly: at some s; not reproduced: at none",
           versus_fedavg("digits", code=False),
           from_record=judge_from_record(functools.partial(versus_judged, code=False))),
     Claim("ffgb.fig4_digits_code", "The authors'-code preset (ffgb_code) beats FedAvg at equal communication "
-          "on digits, s = 0.1 and 0.3.", "seed 002 Figs. 1/4; [code] f555c72",
+          "on digits, s = 0.1 and 0.3.", "Shen et al. 2022, Figs. 1/4; [code] f555c72",
           "as ffgb.fig4_digits for ffgb_code; where it does not hold, the same paired test of ffgb_code with the "
           "paper learner against fedavg says whether the learner is the cause",
           versus_fedavg("digits", code=True),
           from_record=judge_from_record(functools.partial(versus_judged, code=True))),
     Claim("ffgb.fig3_mnist10k", "FFGB (paper form) beats FedAvg at equal communication on MNIST-10k "
-          "(N = 56), s = 0.1 and 0.3.", "seed 002 Figs. 3/4",
+          "(N = 56), s = 0.1 and 0.3.", "Shen et al. 2022, Figs. 3/4",
           "as ffgb.fig4_digits (paper 5 seeds, budget 2000, 18 FFGB rounds; FedAvg's accuracy at FFGB's last "
           "round is reported for Fig. 3's equal-rounds view; the flagfile's MLP oracle takes 200 Adam steps per call, "
           "not the paper's 1000: a CPU scale-down)", versus_fedavg("mnist10k", code=False),
           from_record=judge_from_record(functools.partial(versus_judged, code=False))),
     Claim("ffgb.fig3_mnist10k_code", "The authors'-code preset beats FedAvg at equal communication on "
-          "MNIST-10k, s = 0.1 and 0.3.", "seed 002 Figs. 3/4; [code] script/mnist_batch_ffgd.sh",
+          "MNIST-10k, s = 0.1 and 0.3.", "Shen et al. 2022, Figs. 3/4; [code] script/mnist_batch_ffgd.sh",
           "as ffgb.fig3_mnist10k for ffgb_code, with the learner ablations of ffgb.fig4_digits_code",
           versus_fedavg("mnist10k", code=True),
           from_record=judge_from_record(functools.partial(versus_judged, code=True))),
     Claim("ffgb.fig2a_residual", "FFGB consistently achieves a higher training accuracy than its "
-          "no-residual counterpart (K = 10, eta0 = 10, s = 0.1).", "seed 002 Fig. 2(a)",
+          "no-residual counterpart (K = 10, eta0 = 10, s = 0.1).", "Shen et al. 2022, Fig. 2(a)",
           "train accuracy of ffgb against ffgb_nores paired by seed (paper scale 5 seeds, 10 rounds, digits; a "
           "seed's two variants share its split and initialisation) at the middle and the last evaluated round, "
           "each a one-sided exact Wilcoxon signed-rank test at p < 0.05; reproduced: both hold (\"consistently\"); "
@@ -538,28 +538,28 @@ CLAIMS = [
           "accuracy on every seed) or too few seeds",
           fig2a_residual),
     Claim("ffgb.fig2b_k_sweep", "A larger number of local steps K gives a higher training accuracy at a "
-          "fixed number of rounds.", "seed 002 Fig. 2(b)",
+          "fixed number of rounds.", "Shen et al. 2022, Fig. 2(b)",
           "train accuracy at the middle and the last evaluated round, paired by seed (paper scale: MLP oracle, "
           "200 Adam steps, 20 rounds, 5 seeds; smoke: the flagfile's rf_ridge oracle, 2 rounds, 1 seed): each K of "
           "5, 10, 20, 40 against the next smaller and K = 40 against K = 1, one-sided exact Wilcoxon at p < 0.05 "
           "(saturated: both within 1% of the gap of the best accuracy on every seed); reproduced: all hold; "
           "partly: some; not reproduced: none", fig2b_k_sweep),
     Claim("ffgb.c_tv_shift", "FFGB.C (Alg. 5, its WO-infinity oracle) converges to a neighbourhood of f* "
-          "whose radius grows with omega = mean TV(alpha, alpha_i).", "seed 002 Thm 3.2 / D.1",
+          "whose radius grows with omega = mean TV(alpha, alpha_i).", "Shen et al. 2022, Thm 3.2 / D.1",
           "final objective of ffgb_c at each eps of 0, 0.25, 0.5, 1 above the next smaller eps, and at eps = 1 "
           "above eps = 0, paired by seed (paper 5 seeds, 100 rounds; smoke eps 0, 1, 20 rounds, 1 seed), "
           "one-sided exact Wilcoxon at p < 0.05; reproduced: all hold; partly: some; not reproduced: none",
           ffgb_c_tv),
     Claim("ffgb.l_w1_shift", "FFGB.L (Alg. 4 with the sign fix, its Sobolev WO-lip oracle) converges to a "
           "neighbourhood of f* that shrinks as W1 -> 0; Alg. 4 as printed does not converge.",
-          "seed 002 Thm 3.3; specs §2.4",
+          "Shen et al. 2022, Thm 3.3; specs §2.4",
           "final objective of ffgb_l at each eps of 0, 0.25, 0.5, 1, 2 above the next smaller eps and at eps = 2 "
           "above eps = 0, and the printed query's above ffgb_l's at every eps, each paired by seed (paper 5 "
           "seeds, 100 rounds; smoke eps 0, 1, 20 rounds, 1 seed), one-sided exact Wilcoxon at p < 0.05; "
           "reproduced: all hold; partly: some; not reproduced: none", ffgb_l_w1),
     Claim("ffgb.thm31_rate", "In the semi-heterogeneous setting FFGB's error falls at least like 1/T with an "
           "exact oracle, its oracle-bias term falls like 1/K at a fixed large T, and with K = ceil(sqrt(T)) it falls "
-          "like T^(-1/2) up to logs.", "seed 002 Thm 3.1, Cor. 3.1; specs §4.1, §4.3, §7.1-7.2",
+          "like T^(-1/2) up to logs.", "Shen et al. 2022, Thm 3.1, Cor. 3.1; specs §4.1, §4.3, §7.1-7.2",
           "relative error ||f^T - f*||^2 / ||f*||^2 of ffgb on the tabular square-loss task (N = 8 clients sharing "
           "a grid of 12 points, ybar_i ~ N(0, 1) per seed, f* = mean_i ybar_i / (1 + mu), mu = 0.1, f^0 = 0, "
           "scaled oracle h = gamma phi, eta = 2/(mu(tK + k + 1))), least-squares slope of log error per seed: "
@@ -572,40 +572,41 @@ CLAIMS = [
           "differ, a one-sided exact one-sample Wilcoxon test over them against each edge of the band, p < 0.05). "
           "Reproduced: all three hold; partly: some do; not reproduced: none does", thm31_rate),
     Claim("ffgb.comm_accounting", "FFGB costs N K models per client a round and FedAvg 2, both from 2; a "
-          "budget B gives ceil((B - 2) / cost) rounds.", "seed 002 §4, specs §1.4, §7.8",
+          "budget B gives ceil((B - 2) / cost) rounds.", "Shen et al. 2022, §4, specs §1.4, §7.8",
           "reproduced: logged comm = 2 + N K t at every record of the digits s = 0.1 run and both round "
           "counts equal ceil((B - 2) / cost); not reproduced: otherwise", comm_accounting),
     Claim("ffgb.oracle_fidelity", "The weak-learning assumption holds for the MLP oracle: every call has "
-          "gamma-hat = 1 - ||h - phi|| / ||phi|| > 0.", "seed 002 eq. 9, App. B.3; specs §7.10",
+          "gamma-hat = 1 - ||h - phi|| / ||phi|| > 0.", "Shen et al. 2022, eq. 9, App. B.3; specs §7.10",
           "reproduced: the minimum gamma-hat over every call of every FFGB variant of the digits s = 0.1 "
           "runs is > 0; partly: the paper form's only; not: otherwise", oracle_fidelity),
     test_claim("ffgb.c_alg5", "One FFGB.C round is Algorithm 5 (WO-infinity oracle, clipped "
-               "residual).", "seed 002 Alg. 5, eq. 24",
+               "residual).", "Shen et al. 2022, Alg. 5, eq. 24",
                f"{T_ALG}/test_ffgb_c_l.py::test_ffgb_c_one_round_matches_numpy_alg5"),
     test_claim("ffgb.l_alg4", "One FFGB.L round is Algorithm 4 (sign-fixed, Sobolev WO-lip oracle).",
-               "seed 002 Alg. 4, eq. 25", f"{T_ALG}/test_ffgb_c_l.py::test_ffgb_l_one_round_matches_numpy_alg4"),
+               "Shen et al. 2022, Alg. 4, eq. 25",
+               f"{T_ALG}/test_ffgb_c_l.py::test_ffgb_l_one_round_matches_numpy_alg4"),
     test_claim("ffgb.semi_heterogeneous_limit", "With square loss FFGB converges to mean / (1 + mu) "
-               "in the semi-heterogeneous setting.", "seed 002 Thm 3.1; specs §7.1",
+               "in the semi-heterogeneous setting.", "Shen et al. 2022, Thm 3.1; specs §7.1",
                f"{T_FFGB}::test_semi_heterogeneous_square_loss_converges_to_mean_over_one_plus_mu"),
     test_claim("ffgb.residual_exact", "Without the residual FFGB converges to the biased gamma ybar / (gamma + "
                "mu) for every K; with it the error falls with K and ends far below (scaled oracle h = 0.5 phi).",
-               "seed 002 Fig. 2(a) mechanism, §4.3; specs §7.2",
+               "Shen et al. 2022, Fig. 2(a) mechanism, §4.3; specs §7.2",
                f"{T_FFGB}::test_no_residual_limit_is_biased_and_residual_error_falls_with_k"),
     test_claim("ffgb.partial_participation", "m = N reproduces full participation, and for m < N the "
                "server average is unbiased for the full average (2000 subset draws, 3 standard errors).",
-               "seed 002 App. F, Lemma F.1; specs §7.6",
+               "Shen et al. 2022, App. F, Lemma F.1; specs §7.6",
                f"{T_FFGB}::test_partial_participation_full_equals_and_subsets_are_unbiased"),
     test_claim("ffgb.lemma_d_invariants", "Lemmas D.1-D.2: |Delta| <= (1-gamma)G/gamma, |h| <= "
                "(2-gamma)G/gamma, |g| <= 2G/(gamma mu), and FFGB.C's clips change nothing on the support.",
-               "seed 002 Lemmas D.1-D.3, eqs. 28-29; specs §7.3",
+               "Shen et al. 2022, Lemmas D.1-D.3, eqs. 28-29; specs §7.3",
                f"{T_FFGB}::test_lemma_d_bounds_hold_and_ffgb_c_clips_are_inactive_on_support"),
     test_claim("ffgb.l_sign_one_shot", "FFGB.L with the fixed sign converges (as printed it does not), "
                "one-shot equals T rounds (Remark 3.1), and u_i interpolates (eq. 17); its radius is 0 "
-               "without shift and grows with it.", "seed 002 Alg. 4, Remark 3.1, Thm 3.3; specs §7.5",
+               "without shift and grows with it.", "Shen et al. 2022, Alg. 4, Remark 3.1, Thm 3.3; specs §7.5",
                f"{T_FFGB}::test_ffgb_l_sign_fix_one_shot_and_interpolation",
                f"{T_FFGB}::test_ffgb_l_radius_grows_with_feature_shift_and_is_zero_without"),
     test_claim("ffgb.partition", "The homo_ratio partition is the code's data_partition: int(n s) rounded "
-               "to N IID parts, the rest label-sorted in ceil-size chunks.", "seed 002 §4; specs §3.1, §7.7",
+               "to N IID parts, the rest label-sorted in ceil-size chunks.", "Shen et al. 2022, §4; specs §3.1, §7.7",
                "tests/data/test_partition.py::test_homo_ratio_matches_reference",
                "tests/data/test_partition.py::test_homo_ratio_structure_without_rng"),
     test_claim("ffgb.code_preset", "The ffgb_code preset has the authors' code settings (step offset, "
@@ -621,15 +622,15 @@ CLAIMS = [
 CIFAR_CLAIMS = [
     Claim("ffgb.fig1_cifar10", "FFGB (paper form) reaches a higher test accuracy than FedAvg (the same CNN) "
           "at equal communication on CIFAR-10, s = 0.1 (K = 4, eta0 = 10) and s = 0.3 (K = 3, eta0 = 20).",
-          "seed 002 Fig. 1; specs §3.2",
+          "Shen et al. 2022, Fig. 1; specs §3.2",
           "as ffgb.fig4_digits on ffgb_cifar10_s01.cfg / s03.cfg (N = 56, budget 2000: 9 / 12 FFGB rounds, "
           "999 FedAvg rounds; CNN oracle 1000 Adam steps; 5 seeds)", versus_fedavg("cifar10", code=False)),
     Claim("ffgb.fig2a_cifar10", "FFGB consistently achieves a higher training accuracy than its no-residual "
-          "counterpart on CIFAR-10 (K = 10, eta0 = 10, s = 0.1).", "seed 002 Fig. 2(a); specs §3.2",
+          "counterpart on CIFAR-10 (K = 10, eta0 = 10, s = 0.1).", "Shen et al. 2022, Fig. 2(a); specs §3.2",
           "as ffgb.fig2a_residual on ffgb_cifar10_residual.cfg (N = 56, CNN oracle, 10 rounds, 3 seeds)",
           lambda ctx: fig2a_residual(ctx, "cifar10")),
     Claim("ffgb.fig2b_cifar10", "A larger K gives a higher training accuracy at a fixed number of rounds on "
-          "CIFAR-10.", "seed 002 Fig. 2(b); specs §3.2",
+          "CIFAR-10.", "Shen et al. 2022, Fig. 2(b); specs §3.2",
           "as ffgb.fig2b_k_sweep on ffgb_cifar10_k_sweep.cfg (N = 56, CNN oracle, K = 1, 5, 10, 20, 40, 20 "
           "rounds, 3 seeds)", lambda ctx: fig2b_k_sweep(ctx, "cifar10")),
 ]

@@ -1,4 +1,4 @@
-"""The claims of FZooS (seed 000; ``../shared/specs/fzoos.md`` §3, §7).
+"""The claims of FZooS (Shu et al. 2023; ``../shared/specs/fzoos.md`` §3, §7).
 
 See :mod:`experiments.reproduce.papers` for how claims are collected.
 
@@ -15,7 +15,7 @@ the smoke C = 0.5 run (T = 10, cosines tracked); the Fig. 6(b) C = 50 comparison
 the smoke C = 50 run (gamma = 1 at the current point only); attack and metric tasks on
 digits with 50 classifier training steps, R = 2, FZooS against FedZO only.
 
-The C = 50 evidence (issue 14): :mod:`experiments.fzoos.drift_statistic` gives
+The C = 50 evidence: :mod:`experiments.fzoos.drift_statistic` gives
 mean_i ||grad f_i - grad F||^2 / ||grad F||^2 at x_0; the C = 50 runs carry
 ``fzoos:gamma_schedule=one``; the code preset's FZooS curve shows its accept rule.
 """
@@ -49,7 +49,7 @@ from experiments.reproduce.claims import (
 from experiments.reproduce.report import plot_curves
 from fedsim.data import fetch
 
-TITLE = "FZooS (seed 000): federated zeroth-order optimisation with trajectory-informed surrogates"
+TITLE = "FZooS (Shu et al. 2023): federated zeroth-order optimisation with trajectory-informed surrogates"
 
 FD = ("fedzo_fd", "fedprox_zo", "scaffold_zo1", "scaffold_zo2")  # the paper's FD baselines (App. D)
 GAMMA_ONE = "fzoos-gamma_schedule=one"                          # Fig. 6b's fixed correction length
@@ -672,67 +672,69 @@ _REACH = ("the {x} until F(x_r) closes 90% of the seed's initial gap F(x_0) - fl
 CLAIMS = [
     Claim("fzoos.fig1_rounds_paper", "FZooS converges faster in rounds than FedZO, FedProx and SCAFFOLD I/II at "
           "every heterogeneity C (\"FZooS ... achieves better communication efficiency\", Fig. 1 top; paper's "
-          "Algorithm 2).", "seed 000 §6.1, Fig. 1; spec §7 check 5",
+          "Algorithm 2).", "Shu et al. 2023, §6.1, Fig. 1; spec §7 check 5",
           _PAIRED.format(x=_REACH.format(x="rounds")), fig1_rounds_paper).as_headline(),
     Claim("fzoos.fig1_queries_paper", "FZooS converges faster in queries than every FD baseline at every C "
-          "(\"and query efficiency\", Fig. 1 bottom; paper's Algorithm 2).", "seed 000 §6.1, Fig. 1; spec §7 check 6",
+          "(\"and query efficiency\", Fig. 1 bottom; paper's Algorithm 2).",
+          "Shu et al. 2023, §6.1, Fig. 1; spec §7 check 6",
           _PAIRED.format(x=_REACH.format(x="total queries")), fig1_queries_paper).as_headline(),
     Claim("fzoos.fig1_final_paper", "FZooS ends lower (F(x_R), R = 50) than every FD baseline at every C (Fig. 1's "
-          "curves at their right end; paper's Algorithm 2).", "seed 000 Fig. 1; spec §7 check 5",
+          "curves at their right end; paper's Algorithm 2).", "Shu et al. 2023, Fig. 1; spec §7 check 5",
           _PAIRED.format(x="F(x_R)"), fig1_final_paper),
     Claim("fzoos.fig1_rounds_code", "Fig. 1's faster convergence in rounds with the authors'-code preset "
           "(Matern-5/2 ML-II GP, keep x_{r-1} unless F improves) for every method.",
-          "seed 000 Fig. 1; [code] settings.py", _PAIRED.format(x=_REACH.format(x="rounds")), fig1_rounds_code),
+          "Shu et al. 2023, Fig. 1; [code] settings.py", _PAIRED.format(x=_REACH.format(x="rounds")), fig1_rounds_code),
     Claim("fzoos.fig1_queries_code", "Fig. 1's faster convergence in queries with the authors'-code preset.",
-          "seed 000 Fig. 1; [code] settings.py", _PAIRED.format(x=_REACH.format(x="total queries")),
+          "Shu et al. 2023, Fig. 1; [code] settings.py", _PAIRED.format(x=_REACH.format(x="total queries")),
           fig1_queries_code),
     Claim("fzoos.fig1_final_code", "Fig. 1's F(x_R) ordering with the authors'-code preset.",
-          "seed 000 Fig. 1; [code] settings.py", _PAIRED.format(x="F(x_R)"), fig1_final_code),
+          "Shu et al. 2023, Fig. 1; [code] settings.py", _PAIRED.format(x="F(x_R)"), fig1_final_code),
     Claim("fzoos.fig1_heterogeneity", "A larger C needs more rounds to reach the same error (Thm. 2): F(x_R) "
-          "grows with C.", "seed 000 Fig. 1, Thm. 2; spec §7 check 5",
+          "grows with C.", "Shu et al. 2023, Fig. 1, Thm. 2; spec §7 check 5",
           "for every method and each step of C (0.5 to 5, 5 to 50; paper preset, 5 seeds), F(x_R) at the larger C "
           "above the smaller paired by seed, a one-sided exact Wilcoxon signed-rank test at p < 0.05; reproduced: "
           "all hold; partly: some; not reproduced: none",
           fig1_heterogeneity),
     Claim("fzoos.fig1_scaffold", "SCAFFOLD Type II consistently beats SCAFFOLD Type I.",
-          "seed 000 Fig. 1; spec §7 check 6",
+          "Shu et al. 2023, Fig. 1; spec §7 check 6",
           "per C, SCAFFOLD II against SCAFFOLD I paired by seed on " + _REACH.format(x="rounds") + "; one-sided "
           "exact test (Wilcoxon, or the sign test when censored) at p < 0.05; reproduced: at every C; partly: at "
           "some; not reproduced: at none (and the other way somewhere, or undecided at n = 5)",
           fig1_scaffold),
     Claim("fzoos.fig1_fedzo_small_c", "For C <= 5, FedProx and SCAFFOLD I are worse than FedZO.",
-          "seed 000 Fig. 1; spec §7 check 6",
+          "Shu et al. 2023, Fig. 1; spec §7 check 6",
           "at C = 0.5 and 5, FedZO against FedProx and against SCAFFOLD I paired by seed on "
           + _REACH.format(x="rounds") + "; one-sided exact test at p < 0.05; reproduced: all four hold; partly: "
           "some; not reproduced: none", fig1_fedzo_small_c),
     Claim("fzoos.fig4_cosine", "FZooS's local direction (eq. 8) has a higher cosine to grad F than every FD "
-          "baseline's, and its quality falls with the local step t.", "seed 000 Fig. 4 (App. F.1); spec §7",
+          "baseline's, and its quality falls with the local step t.", "Shu et al. 2023, Fig. 4 (App. F.1); spec §7",
           "cosine of the local direction to grad F at the last round (C = 5, T = 20), FZooS against each FD "
           "baseline, and FZooS's late (t > T/2) against its early (t <= T/2) cosine, each paired by seed (5) and "
           "one-sided exact Wilcoxon at p < 0.05, on the paper preset (SE, l = 1) and the authors'-code preset "
           "(Matern-5/2, ML-II); reproduced: all hold; partly: some; not reproduced: none",
           fig4_cosine),
     Claim("fzoos.fig6b_c50", "At C = 50 (M = 1000) the fixed correction (gamma = 1, x' = x'' = x_{r-1}) "
-          "beats the adaptive one.", "seed 000 Fig. 6(b)",
+          "beats the adaptive one.", "Shu et al. 2023, Fig. 6(b)",
           "at C = 50, M = 1000, final F(x_R) paired by seed (5): the fully fixed correction (gamma = 1 at x_{r-1}) "
           "against the adaptive one, and gamma = 1 at the current point against it; one-sided exact Wilcoxon at "
           "p < 0.05. Reproduced: both hold; partly: one; not reproduced: neither (inconclusive: saturated or "
           "too few seeds)", fig6b_c50),
     Claim("fzoos.fig6b_ablations_c5", "Both the adaptive correction vector and the adaptive length matter "
-          "(small heterogeneity).", "seed 000 Fig. 6(b)",
+          "(small heterogeneity).", "Shu et al. 2023, Fig. 6(b)",
           "at C = 5, M = 1000, final F(x_R) paired by seed (5): the adaptive correction against each ablation "
           "(fixed length, fixed vector, both fixed, none); one-sided exact Wilcoxon at p < 0.05. Reproduced: "
           "below all four; partly: some; not reproduced: none (inconclusive: saturated or too few seeds)",
           fig6b_ablations_c5),
     Claim("fzoos.fig6a_m", "A larger number M of random features is preferred as the heterogeneity C grows; at "
-          "C <= 5 a moderate M is already competitive.", "seed 000 Fig. 6(a), App. F.1",
+          "C <= 5 a moderate M is already competitive.", "Shu et al. 2023, Fig. 6(a), App. F.1",
           "the Fig. 6 runs (same x_0, queries and adaptive correction per seed, 5 seeds), paired by seed: M = "
           "10,000 ends below M = 1000 at C = 50 (final F(x_R)), and the per-seed gain F(x_R; M = 1000) - F(x_R; "
           "M = 10,000) at C = 50 above the gain at C = 5; one-sided exact Wilcoxon at p < 0.05. Reproduced: both "
           "hold; partly: one; not reproduced: neither", fig6a_m).paper_only(),
     Claim("fzoos.fig5_t", "Under a varying number T of local updates FZooS still beats the FD baselines in "
           "communication and query efficiency; a larger T improves FZooS's communication efficiency, but by less "
-          "than T grows (Thm. 2: T does not reduce the heterogeneity term G).", "seed 000 App. F.1, Fig. 5; Thm. 2",
+          "than T grows (Thm. 2: T does not reduce the heterogeneity term G).",
+          "Shu et al. 2023, App. F.1, Fig. 5; Thm. 2",
           f"at T = {', '.join(map(str, FIG5_T))} (C = {C_SMALL:g}, paper preset, the Fig. 1 settings; T = 10 is "
           "Fig. 1's run), paired by seed (5): FZooS against each FD baseline on the rounds and on the queries until "
           "F(x_r) closes 90% of the seed's initial gap (never: censored); FZooS's rounds to each seed's own "
@@ -740,21 +742,22 @@ CLAIMS = [
           f"gain R(T = {FIG5_T[0]}) / R(T = {FIG5_T[-1]}) below {FIG5_T[-1] // FIG5_T[0]} (the factor T grows "
           "by; judged only where T helps); each one-sided exact (Wilcoxon, or sign test when censored) at p < "
           "0.05. Reproduced: all hold; partly: some; not reproduced: none", fig5_t).paper_only(),
-    Claim("fzoos.c50_known", "Known (issue 14): at C = 50 the client drift (about 200 |grad F|^2 at x_0) "
+    Claim("fzoos.c50_known", "Known: at C = 50 the client drift (about 200 |grad F|^2 at x_0) "
           "overwhelms the gamma = 1/t correction; gamma = 1 beats every FD baseline; the code preset's accept "
-          "rule leaves FZooS flat at F(x_0).", "issue 14; seed 000 Fig. 1, Fig. 6(b); [code] settings.py",
+          "rule leaves FZooS flat at F(x_0).",
+          "known behaviour; Shu et al. 2023, Fig. 1, Fig. 6(b); [code] settings.py",
           "reproduced: drift mean >= 100 and gamma = 1 below every FD baseline (beyond twice the larger seed "
           "std) while gamma = 1/t is not and "
           "the code preset's FZooS F(x_R) = F(x_0) on every seed; partly: some of the three; not: none",
           c50_known),
     Claim("fzoos.attack", "FZooS attacks with better communication (and query) efficiency than the FD "
-          "baselines: a lower margin objective.", "seed 000 §6.2, Figs. 2, 7, 8",
+          "baselines: a lower margin objective.", "Shu et al. 2023, §6.2, Figs. 2, 7, 8",
           "FZooS's final objective (the ensemble margin at R = 100) against each FD baseline's, paired by target "
           "(15 MNIST targets; smoke: 1), a one-sided exact Wilcoxon signed-rank test at p < 0.05; reproduced: "
           "every comparison holds; partly: some; not reproduced: none", attack,
           from_record=judge_from_record(attack_judged, "per-target")),
     Claim("fzoos.attack_success", "FZooS's attack success rate after R = 100 rounds is at least every FD "
-          "baseline's.", "seed 000 §6.2, Fig. 8; spec §7 check 9",
+          "baseline's.", "Shu et al. 2023, §6.2, Fig. 8; spec §7 check 9",
           "success at R per target (1: the ensemble margin F(x_R) < 0; 15 MNIST test images, smoke: 1 digits "
           "image), FZooS against each FD baseline paired by target (all methods attack the same targets), a "
           "one-sided exact Wilcoxon signed-rank test at p < 0.05 (FZooS higher); saturated when both attack every "
@@ -763,7 +766,8 @@ CLAIMS = [
           "few targets. The round of each target's first success is reported beside it (judged by fzoos.fig8_T)",
           attack_success, from_record=judge_from_record(attack_success_judged, "per-target")),
     Claim("fzoos.fig8_T", "FZooS's better attack communication efficiency holds for another number of "
-          "local steps: T = 5 (the authors' MNIST setting) beside T = 10.", "seed 000 App. F.2, Fig. 8; spec §3.2",
+          "local steps: T = 5 (the authors' MNIST setting) beside T = 10.",
+          "Shu et al. 2023, App. F.2, Fig. 8; spec §3.2",
           "in each setting, FZooS's round of first success (the first evaluation, every 5 rounds, with the ensemble "
           "margin < 0) against each FD baseline's, paired by target (15 MNIST targets; smoke: 1 digits target); "
           "a target never attacked within R = 100 is censored, so a pair with a never is judged by its order (exact "
@@ -772,47 +776,47 @@ CLAIMS = [
           from_record=judge_from_record(attack_sweep_judged, "per-target")),
     Claim("fzoos.fig8_P", "FZooS's better attack communication efficiency holds under more client "
           "heterogeneity: P = 0.5 beside P = 0.7 (client classifiers on P x 10 classes).",
-          "seed 000 App. F.2, Fig. 8; spec §3.2",
+          "Shu et al. 2023, App. F.2, Fig. 8; spec §3.2",
           "as fzoos.fig8_T, over P in {0.5, 0.7} (the classifiers retrained on P x 10 classes)",
           _attack_sweep("portion"), from_record=judge_from_record(attack_sweep_judged, "per-target")),
     Claim("fzoos.fig8_lower_P", "More client heterogeneity (a lower P) slows every method's attack: each "
           "method's success curve rises later at P = 0.5 than at P = 0.7.",
-          "seed 000 App. F.2, Fig. 8 (its P panels; 'a larger P implies smaller client heterogeneity')",
+          "Shu et al. 2023, App. F.2, Fig. 8 (its P panels; 'a larger P implies smaller client heterogeneity')",
           "per method, the round of first success per target (every 5 rounds; never within R = 100: censored) at "
           "P = 0.7 against P = 0.5, the runs of fzoos.fig8_P; each P has its own 15 targets, so unpaired: "
           "one-sided log-rank test at p < 0.05, effect the difference of restricted mean rounds; reproduced: "
           "later at P = 0.5 for every method; partly: some; not reproduced: none",
           _attack_sweep("portion", lower_p_judged), from_record=judge_from_record(lower_p_judged, "per-target")),
     Claim("fzoos.metric", "FZooS optimises the non-differentiable metric (1 - precision) better than the FD "
-          "baselines.", "seed 000 §6.3, Figs. 3, 9-12",
+          "baselines.", "Shu et al. 2023, §6.3, Figs. 3, 9-12",
           "final 1 - precision of FZooS against each FD baseline, paired by seed (5 seeds), one-sided exact "
           "Wilcoxon at p < 0.05; reproduced: below every baseline; partly: some; not reproduced: none; "
           "inconclusive (flat substitute) when every FD baseline ends exactly at F(x_0) on every seed",
           metric),
     test_claim("fzoos.queries", "FZooS makes 107 queries per client per round at T = 10 and the FD "
-               "baselines 211 (Q = 20).", "seed 000 App. E; spec §7 check 4",
+               "baselines 211 (Q = 20).", "Shu et al. 2023, App. E; spec §7 check 4",
                f"{T_ALG}/test_fzoos_rules.py::test_code_counts_107_queries_per_client_round_and_211_for_fd"),
     test_claim("fzoos.active_queries", "Active queries pick the most uncertain candidates (largest "
-               "posterior variance).", "seed 000 Alg. 2",
+               "posterior variance).", "Shu et al. 2023, Alg. 2",
                f"{T_ALG}/test_fzoos_rules.py::test_active_queries_pick_the_most_uncertain_candidates"),
     test_claim("fzoos.rff", "The RFF kernel is within sqrt(8 ln(2/delta)/M) of k (Lemma C.3) and its "
                "gradient surrogate is the autodiff gradient; the RFF gradient tends to the exact GP's like 1/M.",
-               "seed 000 Lemma C.3, C.4, eqs. 6-7; spec §7 checks 1, 3",
+               "Shu et al. 2023, Lemma C.3, C.4, eqs. 6-7; spec §7 checks 1, 3",
                "tests/estimators/test_rff.py::test_lemma_c3_kernel_approximation_at_m_10000",
                "tests/estimators/test_rff.py::test_rff_gradient_equals_autodiff_of_surrogate",
                "tests/estimators/test_rff.py::test_lemma_c4_rff_gradient_converges_to_exact_gp_like_one_over_m"),
     test_claim("fzoos.gp_gradient", "The derived-GP gradient (eq. 5) is the gradient of the posterior mean, "
                "its error obeys Lemma C.1, and adding points never increases the gradient uncertainty.",
-               "seed 000 eq. 5, Lemma C.1, C.6; spec §7 check 2",
+               "Shu et al. 2023, eq. 5, Lemma C.1, C.6; spec §7 check 2",
                "tests/estimators/test_gp.py::test_mean_grad_equals_autodiff_of_posterior_mean",
                "tests/estimators/test_gp.py::test_lemma_c1_gradient_error_bound_on_exact_gp_samples",
                "tests/estimators/test_gp.py::test_adding_points_never_increases_gradient_uncertainty"),
     test_claim("fzoos.prop1", "The optimal correction length is gamma* = (grad F - g)^T c / ||c||^2.",
-               "seed 000 Prop. 1; spec §7 check 4",
+               "Shu et al. 2023, Prop. 1; spec §7 check 4",
                "tests/estimators/test_gp.py::test_optimal_gamma_minimises_disparity",
                "tests/estimators/test_gp.py::test_optimal_gamma_by_hand_and_zero_without_a_correction"),
     test_claim("fzoos.quadratic", "The federated quadratic averages exactly to F for every C, with x* = 0.475 "
-               "and F* = 1/(10 d) - 0.025.", "seed 000 eq. 98; spec §7 check 4",
+               "and F* = 1/(10 d) - 0.025.", "Shu et al. 2023, eq. 98; spec §7 check 4",
                "tests/tasks/test_tasks.py::test_quadratic_client_average_equals_global",
                "tests/tasks/test_tasks.py::test_quadratic_optimum_and_heterogeneity"),
 ]

@@ -1,4 +1,4 @@
-"""The claims of HiSo and DeComFL (seed 003; ``../shared/specs/hiso.md`` §3, §7).
+"""The claims of HiSo and DeComFL (Li et al. 2025; ``../shared/specs/hiso.md`` §3, §7).
 
 The Table 2 protocol on the offline stand-ins (spec §3.4 (a), §7 item 8): the
 ill-conditioned and the isotropic quadratic of ``hiso_toy_illcond.cfg`` /
@@ -35,7 +35,7 @@ from experiments.reproduce.claims import (
 from experiments.reproduce.report import plot_curves
 from fedsim import api, results
 
-TITLE = "HiSo and DeComFL (seed 003): Hessian-informed scalar-only ZO"
+TITLE = "HiSo and DeComFL (Li et al. 2025): Hessian-informed scalar-only ZO"
 
 T_TASK = "tests/tasks"
 TABLE2_MIN_SPEEDUP = 1.4     # Table 2's smallest speed-up (OPT-1.3B SST-2, 1500 / 1075 rounds)
@@ -60,7 +60,7 @@ def _label_base(label: str) -> str:
 
 def rounds_ratio(runs: dict[str, list[dict]], hiso: str, decomfl: str, metric: str = "optimality_gap",
                  tol: float = TOL) -> dict:
-  """Seed 003 Table 2's rounds ratio, as ``experiments/hiso/rounds_ratio.py`` defines it.
+  """Li et al. 2025, Table 2's rounds ratio, as ``experiments/hiso/rounds_ratio.py`` defines it.
 
   The target is DeComFL's best ``metric`` over every run whose algorithm (the label's part
   before the first ``-``) is ``decomfl`` and over all evaluations; R_DeComFL is the first
@@ -188,7 +188,7 @@ def _lr(label: str) -> float | None:
 
 def edge_tuned(runs: dict[str, list[dict]], label: str) -> bool:
   """Whether ``label``'s lr is the smallest or largest of its variant's lr grid in ``runs`` (the
-  baseline's best lr is then not known to be its tuned lr: issue 34 item 4)."""
+  baseline's best lr is then not known to be its tuned lr)."""
   lrs = [x for k in runs if _label_base(k) == _label_base(label) and (x := _lr(k)) is not None]
   lr = _lr(label)
   return lr is not None and len(lrs) > 1 and lr in (min(lrs), max(lrs))
@@ -531,7 +531,7 @@ CLAIMS = [
           "HiSo reaches DeComFL's best accuracy in 1.4-5.4x fewer rounds at the same 40 B per round "
           "(Table 2); here on the ill-conditioned quadratic (log lambda ~ N(0, 3), d = 1000, M = 64, m = 8, "
           "P = 5, tau = 1), paper presets, both methods on the same lr grid, DeComFL also with a decaying step.",
-          "seed 003 Table 2; spec §3.4 (a), §7 item 8",
+          "Li et al. 2025, Table 2; spec §3.4 (a), §7 item 8",
           f"R = rounds to DeComFL's best gap (within {TOL:.0%}; DeComFL best over the grid and both schedules; "
           "HiSo's best over its grid; never = censored), paired by seed (5): two one-sided exact tests (Wilcoxon; the "
           f"sign test when censored), R_HiSo < R_DeComFL and {TABLE2_MIN_SPEEDUP} R_HiSo < R_DeComFL, each holding "
@@ -541,7 +541,7 @@ CLAIMS = [
     Claim("hiso.table2_illcond_code",
           "The same Table 2 comparison with the authors'-code presets (hiso_code / decomfl_code: P = 1, "
           "eps = 0, weight decay 1e-5, DeComFL with central differences).",
-          "seed 003 Table 2; [code] ZidongLiu/DeComFL 0c426e6",
+          "Li et al. 2025, Table 2; [code] ZidongLiu/DeComFL 0c426e6",
           "as hiso.table2_illcond", hiso_table2_illcond_code),
     Claim("hiso.isotropic_control",
           "On an isotropic quadratic (every eigenvalue mean(lambda), same trace) HiSo's rounds ratio is about 1x.",
@@ -552,32 +552,32 @@ CLAIMS = [
     Claim("hiso.h_curvature",
           "HiSo's learned diagonal H captures the curvature (a diagonal Hessian estimate, §4.2; "
           "long-tailed like the Hessian, Fig. 5 right). Known limitation: " + BOUND_DERIVATION,
-          "seed 003 §4.2, Fig. 5 (right); issue 14",
+          "Li et al. 2025, §4.2, Fig. 5 (right); known limitation",
           f"corr(log H, log lambda) at the end of the ill-conditioned run (best-lr HiSo, mean over seeds); "
           f"reproduced: >= {CORR_FULL} in both preset families; partly: >= {CORR_PART} in one; "
           f"not reproduced: < {CORR_PART} in both", hiso_h_curvature),
     Claim("hiso.bytes", "HiSo and DeComFL send scalars only: 2 tau P 4 = 40 B per client per round at the "
           "paper's settings (P = 5, tau = 1), which gives the KB columns of Tables 2 and 5 (rounds x 40 B).",
-          "seed 003 Tables 2, 5; spec §3.3, §7 item 7",
+          "Li et al. 2025, Tables 2, 5; spec §3.3, §7 item 7",
           "measured on the ledgers of the Table 2 runs (hiso_toy_illcond.cfg, paper presets): reproduced when "
           "HiSo's and DeComFL's bytes per client per round are both exactly 40 and every (rounds, KB) pair "
           "of Tables 2 / 5 equals rounds x that / 1024 within 0.5 %; not reproduced otherwise", hiso_bytes),
     test_claim("hiso.replay", "Clients rebuild the global model exactly from the shared seeds and "
-               "scalars (scalar-only replay).", "seed 003 Alg. 1",
+               "scalars (scalar-only replay).", "Li et al. 2025, Alg. 1",
                f"{T_ALG}/test_hiso.py::test_replay_is_exact_for_every_client"),
     test_claim("hiso.decomfl_reduction", "DeComFL is HiSo with H = I (nu = 0, H_0 = 1), bitwise.",
-               "seed 003 §3", f"{T_ALG}/test_hiso.py::test_hiso_nu0_h0_1_is_decomfl_bitwise"),
+               "Li et al. 2025, §3", f"{T_ALG}/test_hiso.py::test_hiso_nu0_h0_1_is_decomfl_bitwise"),
     test_claim("hiso.estimator_moments", "E dx = H^-1 grad f and E dx^T A dx matches eq. 84 / eq. 120 "
                "(P perturbations), and Lemma 1's fourth moment, by Monte Carlo.",
-               "seed 003 Lemma 1-2, eqs. 9, 84, 120; spec §7 item 4",
+               "Li et al. 2025, Lemma 1-2, eqs. 9, 84, 120; spec §7 item 4",
                f"{T_ALG}/test_hiso.py::test_estimator_mean_and_second_moment",
                f"{T_ALG}/test_hiso.py::test_lemma1_fourth_moment_of_weighted_gaussian"),
     test_claim("hiso.h_fixed_point", "The H update's signal has mean H_j^-1 [S/P + (1 + 1/P) g_j^2 / H_j], so "
                "its fixed point H_j^3 = (S/P) H_j + (1 + 1/P) g_j^2 stays near a multiple of 1.",
-               "issue 14 known limitation; spec §4 last bullet",
+               "known limitation; spec §4 last bullet",
                f"{T_ALG}/test_hiso.py::test_h_signal_moment_fixes_h_near_a_multiple_of_one"),
     test_claim("hiso.fig4_whitening", "The whitening toy: zeta(eps) << L kappa << L d for 200 log-normal "
-               "eigenvalues, zeta(0) = d.", "seed 003 §5.1, Fig. 4; spec §7 item 6",
+               "eigenvalues, zeta(0) = d.", "Li et al. 2025, §5.1, Fig. 4; spec §7 item 6",
                f"{T_TASK}/test_hiso_tasks.py::test_whitening_toy_reproduces_fig4_ordering"),
 ]
 
@@ -586,7 +586,7 @@ CLAIMS = [
 FIG5_CLAIM = Claim("hiso.fig5_mnist",
           "On the MNIST CNN (M = 64, Dirichlet alpha = 1, m = 8, P = 5) HiSo converges significantly faster "
           "than DeComFL at identical bytes per round and to a better final accuracy (smoke: digits MLP).",
-          "seed 003 §6, Fig. 5; spec §3.2",
+          "Li et al. 2025, §6, Fig. 5; spec §3.2",
           f"rounds ratio R_DeComFL / R_HiSo to DeComFL's best test accuracy (within 1 pp) over the lr grid, per seed "
           f"({len(FIG5_SEEDS)} seeds; never reached: censored), against {TABLE2_MIN_SPEEDUP} (Table 2's smallest "
           "speed-up), a one-sided exact one-sample Wilcoxon signed-rank test (the sign test when censored); HiSo's "
@@ -741,7 +741,7 @@ def hiso_dim_free(ctx: Context) -> Evidence:
 CLAIMS += [
     Claim("hiso.dim_free", "Under a low effective rank HiSo's convergence rate is independent of the dimension d "
           "(Corollary 1: O(sqrt(zeta / (m R))), \"independent of both d and L\"; the dimension-free rate of the "
-          "abstract).", "seed 003 Corollary 1, §5; spec §7 item 5",
+          "abstract).", "Li et al. 2025, Corollary 1, §5; spec §7 item 5",
           "hiso_dim_free.cfg (ill-conditioned quadratic with 100 log-normal eigenvalues and the other d - 100 at "
           "1e-4, so Tr A and L are fixed; M = 64, m = 8, P = 5, tau = 1, 3000 rounds), d = 100, 1000, 10000, 5 "
           "seeds (smoke: d = 100, 10000, 1 seed, 300 rounds); per method and d the lr of the grid 2e-3..3.2e-2 "
@@ -752,7 +752,7 @@ CLAIMS += [
           "DeComFL's (Corollary 2) reported beside it", hiso_dim_free),
     Claim("hiso.nu_insensitive", "The EMA rate nu has negligible impact on HiSo's convergence and final accuracy "
           "(\"negligible impact on convergence and final accuracy\", Fig. 5 left; here on the digits MLP "
-          "stand-in, not the paper's MNIST CNN).", "seed 003 §6, Fig. 5 (left); "
+          "stand-in, not the paper's MNIST CNN).", "Li et al. 2025, §6, Fig. 5 (left); "
           "spec §7 item 8",
           f"hiso_nu_sweep.cfg (nu = {', '.join(map(str, NU_GRID))}, 3000 rounds) on the {_SWEEP}: per seed, the "
           "spread (max - min over nu) of the final test accuracy, against 1 pp (spec §7 item 8), one-sided exact "
@@ -760,7 +760,7 @@ CLAIMS += [
           "reproduced: both below 1 pp; partly: one; not reproduced: neither", hiso_nu).paper_only(),
     Claim("hiso.tau_insensitive", "HiSo is notably insensitive to the number tau of local steps while DeComFL "
           "depends highly on it (Fig. 8; here on the digits MLP stand-in, not the paper's MNIST CNN).",
-          "seed 003 App. F.2, Fig. 8; spec §7 item 8",
+          "Li et al. 2025, App. F.2, Fig. 8; spec §7 item 8",
           f"hiso_tau_sweep.cfg (tau = {', '.join(map(str, TAU_GRID))}, 1000 rounds, HiSo lr 0.01, DeComFL 0.03) on "
           f"the {_SWEEP}: per seed, the spread (max - min over tau) of the final test accuracy; HiSo's below "
           "DeComFL's (paired by seed) and below 1 pp, each one-sided exact Wilcoxon at p < 0.05; reproduced: both "
