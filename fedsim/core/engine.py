@@ -71,13 +71,13 @@ def make_chunk(algorithm: FederatedAlgorithm):
   chunk of a run reuses one compilation. Top-level calls only (a compiled program).
   """
   # The state is donated (on every backend, the CPU included): the chunk updates it in place
-  # instead of copying it first (FZooS: a 270 MB copy per chunk at the Fig. 1 setting, issue 37).
+  # instead of copying it first (FZooS: a 270 MB copy per chunk at the Fig. 1 setting).
   # The caller's state is deleted by the call; :func:`simulate` rebinds it to the result.
   return compile_options.jit(round_chunk(algorithm), static_argnums=4, donate_argnums=(0,))
 
 
 class ChunkProgram:
-  """:func:`make_chunk`'s program, compiled ahead of time once and checked for memory (issue 48).
+  """:func:`make_chunk`'s program, compiled ahead of time once and checked for memory (:mod:`fedsim.core.memory`).
 
   ``compile(state, data, rounds_key)`` lowers and compiles the chunk
   (``jax.jit(...).lower(...).compile()``: ``state`` may be abstract, ``jax.eval_shape`` of

@@ -1,4 +1,4 @@
-"""The round chunk's memory: XLA's measured estimate against the memory available (issue 48, item 5).
+"""The round chunk's memory: XLA's measured estimate against the memory available.
 
 :func:`fedsim.core.engine.simulate` compiles its chunk program ahead of time
 (``jax.jit(chunk).lower(...).compile()``, before the initial state is allocated

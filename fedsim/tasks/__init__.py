@@ -45,7 +45,7 @@ class TaskOptions:
 
   hidden_width: int = hparam(64, help="hidden units of the MLP (tasks mlp, finetune)", low=1)
   hidden_layers: int = hparam(1, help="hidden layers of the MLP (task mlp; 2 with hidden_width=32 and "
-                              "activation=leaky_relu: FFGB's MLP weak learner, seed 002 App. B.1)", low=1)
+                              "activation=leaky_relu: FFGB's MLP weak learner, Shen et al. 2022, App. B.1)", low=1)
   activation: str = hparam("relu", help="hidden activation of the MLP (task mlp; leaky_relu: slope 0.01)",
                            choices=ACTIVATIONS)
   dim: int = hparam(300, help="d, dimension of the synthetic tasks (quadratic, illcond_quadratic; ackley and "
@@ -56,7 +56,7 @@ class TaskOptions:
                            low=0, finite=True)
   classifier: str = hparam("mlp", help="attacked classifier: attack_cw: mlp, softmax; attack: cnn, mlp")
   cache_dir: str | None = hparam(None, help="where trained classifiers are cached (None: ~/.cache/fedsim)")
-  spectrum_sigma: float = hparam(3 ** 0.5, help="std of log lambda (task illcond_quadratic; seed 003 §5.1)",
+  spectrum_sigma: float = hparam(3 ** 0.5, help="std of log lambda (task illcond_quadratic; Li et al. 2025, §5.1)",
                                  low=0, finite=True)
   spectrum_rank: int = hparam(0, help="k > 0: only k log-normal eigenvalues, the other d - k 1e-4 (task "
                               "illcond_quadratic); 0: all d", low=0)
@@ -72,7 +72,7 @@ class TaskOptions:
   samples_per_client: int = hparam(40, help="s, samples per client (logistic_soft, ridge, shift_tabular)", low=1)
   num_features: int = hparam(2, help="p, features (logistic_soft, ridge, shift_tabular)", low=1)
   server_samples: int = hparam(8, help="r, the server's samples = FedLRGD's approximate rank (logistic_soft, "
-                               "ridge; <= max_rank; seed 004 App. A)", low=1)
+                               "ridge; <= max_rank; Jadbabaie et al. 2023, App. A)", low=1)
   max_rank: int = hparam(32, help="R >= r: static padding of the server data (logistic_soft, ridge)", low=1)
   mu: float = hparam(0.1, help="L2 weight / strong convexity (logistic_soft, ridge)", low=0, low_open=True,
                      finite=True)
@@ -98,7 +98,7 @@ class TaskOptions:
 # Options whose experiments.run flag has another name: option -> flag.
 OPTION_FLAGS = {"server_samples": "rank", "mu": "l2_penalty"}
 _OPTION_OF_FLAG = {flag: key for key, flag in OPTION_FLAGS.items()}
-# Images: the datasets task attack accepts (seed 000 §6.2).
+# Images: the datasets task attack accepts (Shu et al. 2023, §6.2).
 ATTACK_DATASETS = ("digits", "mnist")
 
 
