@@ -95,7 +95,7 @@ def main(argv):
     print("interrupted (SIGINT) before the end of a chunk; records written so far are kept", file=sys.stderr,
           flush=True)
     sys.exit(130)
-  if config.progress and distributed.is_main():
+  if config.progress and distributed.is_main() and not histories.stored:  # a stored run: its one "complete" line
     print(results_table(histories, time.perf_counter() - start), flush=True)
   if gone := fedsim.api.diverged(histories):
     print(f"finished; stopped on a non-finite objective: {', '.join(gone)} (exit {results.EXIT_DIVERGED})",
