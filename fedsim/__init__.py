@@ -5,6 +5,7 @@ The public surface:
   ExperimentConfig, run   describe and run an experiment (fedsim/api.py)
   simulate                the round engine (fedsim.core.engine.simulate)
   ConfigError             raised on a bad setting, naming it
+  Interrupted             raised when SIGINT / SIGTERM stopped a run at a chunk's end (a KeyboardInterrupt)
   algorithms, tasks       the registries: ``algorithms.REGISTRY``, ``tasks.TASKS``
 
 ``simulate``, ``algorithms`` and ``tasks`` are imported on first use, so
@@ -16,9 +17,9 @@ from __future__ import annotations
 import importlib
 
 from fedsim.api import ExperimentConfig, run
-from fedsim.core.errors import ConfigError
+from fedsim.core.errors import ConfigError, Interrupted
 
-__all__ = ["ConfigError", "ExperimentConfig", "algorithms", "run", "simulate", "tasks"]
+__all__ = ["ConfigError", "ExperimentConfig", "Interrupted", "algorithms", "run", "simulate", "tasks"]
 
 _LAZY = {"simulate": ("fedsim.core.engine", "simulate"), "algorithms": ("fedsim.algorithms", None),
          "tasks": ("fedsim.tasks", None)}
