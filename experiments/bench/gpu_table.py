@@ -15,13 +15,13 @@ Rows (``gpu_table_algorithms``, :data:`ALGORITHMS`; default all of them):
 * ``ffgb``: one row at N = ``ffgb_clients`` (56) with ``ffgb_vmap_oracle_steps`` (100) Adam steps
   of the mlp oracle: the vmap suite's measurement (:func:`experiments.bench.vmap.benchmark_ffgb_loop`).
   Its clients are a homo_ratio partition of digits' 1,437 training images (Shen et al. 2022's
-  setting), so N is bounded by the data, not the device: 10^4 clients would hold no image each.
+  setting), so N is bounded by the data, not the device: at 10^4 clients most would hold no image.
 * ``fzoos``: one row at (N, M) = ``fzoos_vmap`` (50 clients, M = 1,000 random features; d = 300
   quadratic of Fig. 1, float64, T = ``fzoos_steps``): the vmap suite's measurement
   (:func:`experiments.bench.vmap.benchmark_fzoos_loop`). Fig. 1 has N = 5 by design, and each
   client carries its own GP history and RFF fit: the round compiled to 6.3 GiB at N = 500, M = 1,000
   on the CPU (BUILD.md, ``fzoos`` suite), about 13 MiB per client, so 10^4 clients would need
-  ~126 GiB by that (linear) measure, beyond an H100.
+  ~126 GiB by that (linear) measure: beyond an H100's ~78 GiB and most of an H200's ~139 GiB.
 
 Columns:
 
