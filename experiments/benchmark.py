@@ -44,11 +44,12 @@ r"""The benchmark suite: throughput, scaling, roofline, compile time, FZooS and 
    (``--fd_memory_blocks``, default 0,1,4), one vmap over all clients
    (``--fd_memory_client_block``, default 0): compiled temporaries side by side;
    at N <= 10^3 also seconds per round and the state difference.
-9. ``gpu_table`` (``bench/gpu_table.py``; only when named): per algorithm
-   (fedavg, fedzo, decomfl, hiso) and N in ``--gpu_table_clients`` (10^3..10^6):
-   client steps per second, peak device memory, the fraction of the binding
-   roof (matmul FLOP/s and memory bandwidth measured in the same run) and the
-   vmapped engine against the one-client loop.
+9. ``gpu_table`` (``bench/gpu_table.py``; only when named): per row of
+   ``--gpu_table_algorithms`` (fedavg, fedzo_materialised, fedzo_streamed, decomfl,
+   hiso at each N in ``--gpu_table_clients``, 10^3..10^6; ffgb at ``--ffgb_clients``
+   and fzoos at ``--fzoos_vmap``): client steps per second, peak device memory, the
+   fraction of the binding roof (matmul FLOP/s and memory bandwidth measured in the
+   same run; digits-softmax rows only) and the vmapped engine against the one-client loop.
 10. ``sweep_table`` (``bench/sweep_table.py``; only when named): per algorithm
    (``--sweep_table_algorithms``, or ``--algorithm`` when given; default fedavg,
    fedzo, hiso), N in ``--sweep_table_clients`` (10^3, 10^4) and K in
@@ -86,6 +87,7 @@ from collections.abc import Callable, Sequence
 
 from absl import app, flags
 
+from experiments.bench.gpu_table import ALGORITHMS as GPU_TABLE_ALGORITHMS
 from experiments.bench.sweep_table import ALGORITHMS as SWEEP_TABLE_ALGORITHMS
 from experiments.bench.util import DEFAULT_SUITES, SUITES, Settings, environment
 from experiments.bench.vmap import ALGORITHMS, run_benchmark
@@ -197,8 +199,9 @@ def define_flags():
   flags.DEFINE_list("scaling_clients", None, "scaling suite: client counts (default 100,1000,10000,100000)")
   flags.DEFINE_list("scaling_algorithms", None, "scaling suite: algorithms, fedavg and/or fedzo (default fedzo)")
   flags.DEFINE_list("gpu_table_clients", None, "gpu_table suite: client counts (default 1000,10000,100000,1000000)")
-  flags.DEFINE_list("gpu_table_algorithms", None, "gpu_table suite: algorithms among fedavg, fedzo, decomfl, hiso "
-                    "(default all four)")
+  flags.DEFINE_list("gpu_table_algorithms", None, "gpu_table suite: rows among fedavg, fedzo_materialised, "
+                    "fedzo_streamed, decomfl, hiso (at every --gpu_table_clients), ffgb (at --ffgb_clients), fzoos "
+                    "(at --fzoos_vmap) (default: all)")
   flags.DEFINE_list("sweep_table_clients", None, "sweep_table suite: client counts N (default 1000,10000)")
   flags.DEFINE_list("sweep_table_configs", None, "sweep_table suite: configurations K per program (lr x seed; "
                     "default 1,4,16,64)")
@@ -337,7 +340,7 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
   if fd_memory_blocks is not None:
     extra["fd_memory_blocks"] = tuple(parse_ints(fd_memory_blocks, "fd_memory_blocks", low=0))
   for flag, value, accepted in (("scaling_algorithms", scaling_algorithms, ("fedavg", "fedzo")),
-                                ("gpu_table_algorithms", gpu_table_algorithms, ("fedavg", "fedzo", "decomfl", "hiso"))):
+                                ("gpu_table_algorithms", gpu_table_algorithms, GPU_TABLE_ALGORITHMS)):
     if value is None:
       continue
     if not value or any(v not in accepted for v in value):

@@ -73,7 +73,8 @@ class Settings:
     bandwidth_bytes: size of the array whose ``2 x + 1`` measures the memory
       bandwidth (roofline and gpu_table suites; None: the suite's own,
       :data:`ROOF_SIZES`).
-    gpu_table_algorithms, gpu_table_clients: the gpu_table suite's algorithms and N.
+    gpu_table_algorithms, gpu_table_clients: the gpu_table suite's rows (experiments.bench.gpu_table.ALGORITHMS)
+      and N (FZooS and FFGB run at their own N, ``fzoos_vmap`` and ``ffgb_clients``).
     gpu_table_max_block: in the gpu_table suite, N above this runs in client
       blocks of this many clients (fedsim.core.client_map), so one step's
       per-client temporaries stay bounded; N at or below it is one vmap.
@@ -123,7 +124,7 @@ class Settings:
   client_block: int | None = None
   scaling_algorithms: tuple = ("fedzo",)
   bandwidth_bytes: int | None = None
-  gpu_table_algorithms: tuple = ("fedavg", "fedzo", "decomfl", "hiso")
+  gpu_table_algorithms: tuple = ("fedavg", "fedzo_materialised", "fedzo_streamed", "decomfl", "hiso", "ffgb", "fzoos")
   gpu_table_clients: tuple = (1000, 10000, 100000, 1000000)
   gpu_table_max_block: int = 100000
   gpu_table_sequential: int = 200

@@ -257,8 +257,10 @@ def _record(name, n, s, steps, unit, dim, run_chunk, vinfo, timing, length, log,
 
 
 def benchmark_one(name: str, num_clients: int, settings: Settings,
-                  log: Callable[[str], None] = print) -> dict:
+                  log: Callable[[str], None] = print, hparams: dict | None = None) -> dict:
   """Every measurement for one delta-averaging (algorithm, N); one ``log`` line per measurement.
+
+  ``hparams``: config fields set on top of :func:`benchmark_hparams` (e.g. FedZO's ``direction_block``).
 
   The engine chunk, the sequential loops and (zeroth-order algorithms) the raw
   normal and direction-law workloads are timed in alternation
@@ -274,6 +276,7 @@ def benchmark_one(name: str, num_clients: int, settings: Settings,
   task = make_benchmark_task(num_clients, settings.samples_per_client, settings.seed)
   hp = benchmark_hparams(name)
   hp["clients_per_round"] = num_clients
+  hp.update(hparams or {})
   if settings.client_block is not None:
     hp["client_block"] = settings.client_block
   alg = algorithms.build(name, task, **hp)

@@ -357,26 +357,104 @@ def test_quick_gpu_table_rows_and_markdown():
   partials = []
   res = gpu_table.run(settings, log=lambda _: None, on_update=partials.append)
   rows = res["records"]
-  # One partial result per row, before the roofs: a run stopped part-way keeps its rows.
-  assert [len(p["records"]) for p in partials] == list(range(1, 9))
-  assert all(p["peak"] is None and "bound" not in p["records"][-1] for p in partials)
-  assert "not measured yet" in gpu_table.markdown(partials[2]) and "| decomfl | 4 |" in gpu_table.markdown(partials[2])
-  assert [(r["algorithm"], r["num_clients"]) for r in rows] == [
-      (a, n) for n in (4, 16) for a in ("fedavg", "fedzo", "decomfl", "hiso")]
+  # One partial result per row, the softmax rows before the roofs, then the roofed table, then FFGB
+  # and FZooS: a run stopped part-way keeps its rows (and, past the roofs, their roofline cells).
+  assert [len(p["records"]) for p in partials] == [*range(1, 11), 10, 11, 12]
+  assert all(p["peak"] is None and "bound" not in p["records"][-1] for p in partials[:10])
+  assert all(p["peak"] is not None and "bound" in p["records"][0] for p in partials[10:])
+  assert "not measured yet" in gpu_table.markdown(partials[2]) and "| decomfl | 4 |" in gpu_table.markdown(partials[4])
+  softmax = [(a, n) for n in (4, 16) for a in gpu_table.SCALABLE]
+  assert [(r["algorithm"], r["num_clients"]) for r in rows] == softmax + [("ffgb", 4), ("fzoos", 2)]
   for r in rows:
     assert "error" not in r and r["state_finite"], r
-    assert r["client_block"] == (0 if r["num_clients"] <= 8 else 8)
-    assert r["client_steps_per_s"] == pytest.approx(r["num_clients"] * 5 / r["seconds_per_round"]
-                                                    if r["algorithm"] in ("fedavg", "fedzo")
-                                                    else r["num_clients"] / r["seconds_per_round"])
-    assert r["bound"] in ("flops", "memory") and _positive(r["roof_fraction"]) and _positive(r["speedup_vs_loop"])
-    assert r["compiled_bytes"] > 0 and r["sequential_clients_timed"] == 4
-  assert "generator_fraction" in rows[1] and "generator_fraction" not in rows[0]
+    assert _positive(r["speedup_vs_loop"]) and r["compiled_bytes"] > 0
+  steps = {"fedavg": 5, "fedzo_materialised": 5, "fedzo_streamed": 5, "decomfl": 1, "hiso": 1,
+           "ffgb": settings.ffgb_local_steps, "fzoos": settings.fzoos_steps}
+  for r in rows:
+    assert r["client_steps_per_s"] == pytest.approx(r["num_clients"] * steps[r["algorithm"]] / r["seconds_per_round"])
+  for r in rows[:10]:
+    assert r["client_block"] == (0 if r["num_clients"] <= 8 else 8) and r["sequential_clients_timed"] == 4
+    assert r["bound"] in ("flops", "memory") and _positive(r["roof_fraction"])
+  assert {r["algorithm"]: r.get("direction_block") for r in rows[:5]} == {
+      "fedavg": None, "fedzo_materialised": 0, "fedzo_streamed": 4, "decomfl": None, "hiso": None}
+  assert "generator_fraction" in rows[1] and "generator_fraction" in rows[2] and "generator_fraction" not in rows[0]
+  ffgb, fzoos = rows[10:]
+  assert ffgb["rate_unit"] == "learners" and ffgb["oracle_steps"] == settings.ffgb_vmap_oracle_steps
+  assert fzoos["num_rff"] == 64 and fzoos["dtype"] == "float64" and fzoos["sequential_clients_timed"] == 2
+  assert "bound" not in ffgb and "bound" not in fzoos and ffgb["roofline"] == gpu_table.NO_ROOFLINE["ffgb"]
   md = gpu_table.markdown(res)
-  assert md.count("| fedzo |") == 2 and "TFLOP/s" in md
+  assert md.count("| fedzo_streamed (direction_block 4) |") == 2 and "TFLOP/s" in md
+  assert "| ffgb (mlp, 4 Adam steps x 8) | 4 |" in md and "learners/s" in md
+  assert "| fzoos (d = 8, M = 64, float64) | 2 |" in md
   # A failed configuration is a row with its error, and the table goes on.
-  res["records"].append({"algorithm": "fedzo", "num_clients": 10 ** 6, "error": "XlaRuntimeError: out of memory"})
+  res["records"].append({"algorithm": "fzoos", "num_clients": 10 ** 4, "error": "XlaRuntimeError: out of memory"})
   assert "failed: XlaRuntimeError" in gpu_table.markdown(res)
+
+
+def test_gpu_table_rows_labels_and_flag():
+  """The gpu_table rows (issue 49 item 3): two FedZO rows told apart by direction_block, FFGB and FZooS at
+  their own N without roofline cells (a reason instead); the flag accepts exactly these labels."""
+  from experiments.bench import gpu_table
+  from fedsim.estimators.finite_difference import DIRECTION_BLOCK
+  assert gpu_table.ALGORITHMS == ("fedavg", "fedzo_materialised", "fedzo_streamed", "decomfl", "hiso", "ffgb", "fzoos")
+  assert benchmark.Settings.make().gpu_table_algorithms == gpu_table.ALGORITHMS
+  assert gpu_table.direction_block("fedzo_materialised") == 0
+  assert gpu_table.direction_block("fedzo_streamed") == DIRECTION_BLOCK > 0  # the GPU default, on CPU too
+  assert gpu_table.direction_block("fedavg") is None
+  settings = benchmark.Settings.make(ffgb_clients=56, fzoos_vmap=(50, 1000))
+  assert gpu_table.own_clients("ffgb", settings) == 56 and gpu_table.own_clients("fzoos", settings) == 50
+  _, extra = benchmark.validate(["fedavg"], ["8"], suite=["gpu_table"],
+                                gpu_table_algorithms=["fzoos", "fedzo_streamed"])
+  assert extra["gpu_table_algorithms"] == ("fzoos", "fedzo_streamed")
+  with pytest.raises(ConfigError, match="gpu_table_algorithms.*fedzo_materialised"):
+    benchmark.validate(["fedavg"], ["8"], suite=["gpu_table"], gpu_table_algorithms=["fedzo"])
+  # The markdown of stored rows (no measurement): FFGB's rate in learners, its roofline reason below the table.
+  row = {"num_clients": 56, "seconds_per_round": 0.5, "client_steps_per_s": 224.0, "compiled_bytes": 2 ** 20,
+         "device_peak_bytes": None, "speedup_vs_loop": 3.0, "sequential_clients_timed": 56}
+  res = {"peak": {"n": 8192, "flops_per_s": 3e14}, "bandwidth": {"bytes_per_s": 3e12}, "records": [
+      {**row, "algorithm": "ffgb", "rate_unit": "learners", "oracle_steps": 100, "oracle_batch": 128,
+       "roofline": gpu_table.NO_ROOFLINE["ffgb"]},
+      {**row, "algorithm": "fedzo_streamed", "direction_block": 4, "rate_unit": "client steps", "bound": "memory",
+       "arithmetic_intensity": 57.9, "roof_fraction": 0.013}]}
+  md = gpu_table.markdown(res)
+  assert "| ffgb (mlp, 100 Adam steps x 128) | 56 | 224 learners/s | 0.5 | 1.0 | not counted (ffgb, below) | |" in md
+  assert "| fedzo_streamed (direction_block 4) | 56 | 224 | 0.5 | 1.0 | memory (57.9 FLOP/B) | 1.3 |" in md
+  assert f"- ffgb: roofline {gpu_table.NO_ROOFLINE['ffgb']}" in md and "- fedzo" not in md
+
+
+def _fake_python(tmp_path, seconds):
+  fake = tmp_path / "fake_python"
+  fake.write_text(f"#!/bin/sh\nsleep {seconds}\n")
+  fake.chmod(0o755)
+  return str(fake)
+
+
+def _timings(out):
+  return {line.split()[0]: line for line in (out / "timings.txt").read_text().splitlines()}
+
+
+def test_gpu_all_script_limits_fit_the_budget(tmp_path):
+  """gpu_all.sh's step limits: caps 320 / 145 / 60 s inside a 470 s budget; a step gets at most the budget
+  left less the floors of the steps after it, and is skipped (a failure) under 10 s. A stand-in interpreter
+  that returns at once keeps this to a second."""
+  env = dict(os.environ, PYTHON=_fake_python(tmp_path, 0))
+  out = tmp_path / "a"
+  proc = subprocess.run(["bash", "experiments/bench/gpu_all.sh", str(out)], cwd=REPO, env=env, capture_output=True,
+                        text=True, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  t = _timings(out)
+  assert list(t) == ["gpu_table", "sweep_table", "profile", "total"]
+  assert "timeout=320s" in t["gpu_table"] and "timeout=145s" in t["sweep_table"] and "timeout=60s" in t["profile"]
+  assert 320 + 145 + 60 > 470  # the caps alone would not fit: the budget bounds them
+  # A 40 s budget: the table would leave less than 10 s beside the floors (100 + 30 s) kept for the steps
+  # after it, and the sweep less than 10 s beside profile's 30 s: both skipped; profile gets 40 - 5 = 35 s.
+  out = tmp_path / "b"
+  proc = subprocess.run(["bash", "experiments/bench/gpu_all.sh", str(out)], cwd=REPO, capture_output=True,
+                        env=dict(env, GPU_ALL_BUDGET="40"), text=True, timeout=60)
+  assert proc.returncode == 1 and "failed: gpu_table sweep_table" in proc.stderr
+  t = _timings(out)
+  assert "rc=skipped" in t["gpu_table"] and "rc=skipped" in t["sweep_table"]
+  assert "rc=0" in t["profile"] and ("timeout=34s" in t["profile"] or "timeout=35s" in t["profile"])
 
 
 def test_roof_sizes_per_suite():
@@ -423,7 +501,7 @@ def test_quick_fd_memory_suite_streamed_rounds_hold_less():
   assert "| 16 | 0 | 1 |" in fd_memory.markdown(out) and "fd_memory" in util.DEFAULT_SUITES
 
 
-@pytest.mark.slow  # about 2 min on 2 CPU cores; .ci/run runs it (pytest -m slow)
+@pytest.mark.slow  # about 5 min on 2 CPU cores; .ci/run runs it (pytest -m slow)
 def test_gpu_all_script_quick_writes_every_step(tmp_path):
   """Issue 49 item 3: experiments/bench/gpu_all.sh, the one script a lent GPU runs, at --quick sizes."""
   out = tmp_path / "gpu"
@@ -438,6 +516,13 @@ def test_gpu_all_script_quick_writes_every_step(tmp_path):
   assert doc["settings"]["sweep_table_configs"] == [1, 8]  # the script's K flag reaches the suite
   traces = [p for p in (out / "profile").rglob("*") if p.is_file() and p.stat().st_size > 0]
   assert any(p.name.endswith(".xplane.pb") for p in traces), traces
+  # Every gpu_table row at smoke size, the two FedZO rows, FFGB and FZooS included (issue 49 item 3).
+  md = (out / "gpu_table" / "benchmark.md").read_text()
+  for row in ("| fedavg | 4 |", "| fedzo_materialised (direction_block 0) | 4 |",
+              "| fedzo_streamed (direction_block 4) | 16 |", "| decomfl | 16 |", "| hiso | 16 |",
+              "| ffgb (mlp, 4 Adam steps x 8) | 4 |", "| fzoos (d = 8, M = 64, float64) | 2 |"):
+    assert row in md, (row, md)
+  assert "failed" not in md and "- fzoos: roofline not counted" in md
   steps = [line.split()[0] for line in (out / "timings.txt").read_text().splitlines()]
   assert steps == ["gpu_table", "sweep_table", "profile", "total"]
   assert str(out / "gpu_table" / "benchmark.md") in proc.stdout and "total" in proc.stdout
