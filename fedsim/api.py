@@ -338,7 +338,7 @@ class ExperimentConfig:
                                  "every checkpoint_interval_s seconds (the default way to turn checkpoints on); "
                                  "0 = off", low=-1)
   # = fedsim.core.checkpoint.DEFAULT_INTERVAL_S (tests/core/test_checkpoint_time.py)
-  checkpoint_interval_s: float = hparam(60.0, help="with checkpoint_every=-1: save at the first chunk end at least "
+  checkpoint_interval_s: float = hparam(120.0, help="with checkpoint_every=-1: save at the first chunk end at least "
                                         "this many seconds after the start and after the previous save began (none "
                                         "while one is still written); a kill loses at most about this plus one "
                                         "chunk's (eval_every rounds') time; orbax's fixed cost per save (25-75 ms on "

@@ -67,7 +67,7 @@ MAX_TO_KEEP = 2
 # The time cadence's default interval (``checkpoint_every = -1``), seconds; ``fedsim.ExperimentConfig``'s
 # ``checkpoint_interval_s`` default (tests/core/test_checkpoint_time.py checks they agree). BUILD.md,
 # "Checkpoints by time", has the measurements it comes from.
-DEFAULT_INTERVAL_S = 60.0
+DEFAULT_INTERVAL_S = 120.0
 
 
 def _is_key(x) -> bool:
