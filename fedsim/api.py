@@ -334,16 +334,16 @@ class ExperimentConfig:
   comm_budget: int = hparam(0, help="models per client (FFGB m*K a round, FedAvg 2, both start at 2); > 0 sets "
                             "each algorithm's rounds to ceil((budget - 2) / cost); 0 = use rounds", low=0)
   checkpoint_every: int = hparam(0, help="save the full state every K rounds (at the first chunk end at or after "
-                                 "each multiple; last 2 kept) under OUTPUT_DIR/LABEL/checkpoints; -1 = by time, "
-                                 "every checkpoint_interval_s seconds (the default way to turn checkpoints on); "
-                                 "0 = off", low=-1)
+                                 "each multiple, the same rounds in every run; last 2 kept) under OUTPUT_DIR/LABEL/"
+                                 "checkpoints; -1 = by time, every checkpoint_interval_s seconds (the usual way to "
+                                 "turn checkpoints on); 0 = off", low=-1)
   # = fedsim.core.checkpoint.DEFAULT_INTERVAL_S (tests/core/test_checkpoint_time.py)
   checkpoint_interval_s: float = hparam(120.0, help="with checkpoint_every=-1: save at the first chunk end at least "
                                         "this many seconds after the start and after the previous save began (none "
-                                        "while one is still written); a kill loses at most about this plus one "
-                                        "chunk's (eval_every rounds') time; orbax's fixed cost per save (25-75 ms on "
-                                        "2 CPU cores, BUILD.md) stays under 5% of the run", low=0, low_open=True,
-                                        finite=True, source="orbax ContinuousCheckpointingPolicy")
+                                        "while one is being written): a kill loses at most about this plus one "
+                                        "chunk's (eval_every rounds') time, and saves cost at most one save's time / "
+                                        "this (BUILD.md, 'Checkpoints by time')", low=0, low_open=True, finite=True,
+                                        source="orbax ContinuousCheckpointingPolicy, counted from the start")
   resume: bool = hparam(False, help="continue each algorithm from its newest checkpoint in OUTPUT_DIR/LABEL/"
                         "checkpoints (metrics.jsonl kept up to it and appended); refused when OUTPUT_DIR/"
                         "config.json has other settings (each named, stored and given) or there is no "
