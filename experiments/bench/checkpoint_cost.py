@@ -80,16 +80,19 @@ def cadence_job(job: str, rounds: int, repeats: int, log: Callable[[str], None] 
     v = t[name]
     saves = statistics.median(v["saves"])
     extra_s = statistics.median(v["seconds"]) - statistics.median(off["seconds"])
+    extra_cpu_s = statistics.median(v["cpu_seconds"]) - statistics.median(off["cpu_seconds"])
     recs.append({"job": job, "rounds": rounds, "cadence": name, "checkpoint_every": k,
                  "interval_s": DEFAULT_INTERVAL_S if k == -1 else None, "saves": saves, "best_s": min(v["seconds"]),
                  "seconds": v["seconds"], "cpu_seconds": v["cpu_seconds"],
                  "ratio": paired_median(v["seconds"], off["seconds"]),
                  "cpu_ratio": paired_median(v["cpu_seconds"], off["cpu_seconds"]),
-                 "per_save_s": extra_s / saves if saves else None, "cpu_per_wall": v["cpu_per_wall"],
+                 "per_save_s": extra_s / saves if saves else None,
+                 "per_save_cpu_s": extra_cpu_s / saves if saves else None, "cpu_per_wall": v["cpu_per_wall"],
                  "same_records": v["records_equal_to_first"]})
   base = recs[0]["best_s"]
   for r in recs[1:]:
-    per = f", {r['per_save_s']:.3f} s a save" if r["per_save_s"] is not None else ""
+    per = (f", {r['per_save_s']:.3f} s ({r['per_save_cpu_s']:.3f} s CPU) a save" if r["per_save_s"] is not None
+           else "")
     target = f" (target {TIME_TARGET}x)" if r["checkpoint_every"] == -1 else ""
     log(f"[checkpoint {job}, {rounds} rounds] {r['cadence']}: {r['saves']:g} saves a run, {r['best_s']:.2f} s "
         f"against {base:.2f} s without: ratio {r['ratio']:.3f}x{target} (CPU {r['cpu_ratio']:.3f}x){per}; "
@@ -179,10 +182,10 @@ def markdown(result: dict) -> str:
                 f"| {r['run_cpu_ratio']:.2f}x | {r['run_ckpt_cpu_per_wall']:.2f} | {r['same_records']} |")
   if result.get("cadence"):
     rows += ["", "| job | rounds | cadence | saves a run | fedsim.run s (best) | ratio | CPU ratio | s a save "
-             "| cpu/wall | same records |", "|" + "---|" * 10]
+             "| CPU s a save | cpu/wall | same records |", "|" + "---|" * 11]
     for r in result["cadence"]:
       name = f"default (-1, {r['interval_s']:g} s)" if r["checkpoint_every"] == -1 else r["cadence"]
-      per = f"{r['per_save_s']:.3f}" if r["per_save_s"] is not None else "-"
+      per = "- | -" if r["per_save_s"] is None else f"{r['per_save_s']:.3f} | {r['per_save_cpu_s']:.3f}"
       rows.append(f"| {r['job']} | {r['rounds']} | {name} | {r['saves']:g} | {r['best_s']:.2f} | {r['ratio']:.3f}x "
                   f"| {r['cpu_ratio']:.3f}x | {per} | {r['cpu_per_wall']:.2f} | {r['same_records']} |")
   return "\n".join(rows) + "\n"
