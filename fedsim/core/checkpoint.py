@@ -211,8 +211,7 @@ def save(mngr: ocp.CheckpointManager, state, round_: int, totals: dict, wall_tim
   meta = {"round": int(round_), "totals": {k: int(v) for k, v in totals.items()},
           "wall_time_s": float(wall_time_s), "algorithm": algorithm, "key_impls": impls, "empty": empty}
   blob = np.frombuffer(json.dumps(meta).encode(), np.uint8)
-  # force: the caller decided (a round multiple, or :func:`due`); orbax's policy is not asked again.
-  mngr.save(int(round_), args=ocp.args.StandardSave({"state": raw, "meta": blob}), force=True)
+  mngr.save(int(round_), args=ocp.args.StandardSave({"state": raw, "meta": blob}))
 
 
 def restore(mngr: ocp.CheckpointManager, abstract_state, mesh=None, algorithm: str = ""):
