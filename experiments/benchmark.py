@@ -37,7 +37,11 @@ r"""The benchmark suite: throughput, scaling, roofline, compile time, FZooS and 
    rounds, with ``--checkpoint_every=20`` against without, side by side in one
    process (``simulate`` alone and the whole ``fedsim.run``): the ratio, which
    the target bounds at 1.25; ``--checkpoint_task=mlp --checkpoint_clients_per_round=100``
-   times the same with longer rounds.
+   times the same with longer rounds. Then whole jobs from their flagfiles,
+   each cadence side by side: the main job at ``--checkpoint_main_job_rounds`` (3,000)
+   rounds without checkpoints, at the default time cadence (``--checkpoint_every=-1``) and
+   at ``--checkpoint_every=20``; FZooS Fig. 1 (FZooS alone) at ``--checkpoint_fzoos_rounds``
+   (20) rounds without, at the default cadence and at ``--checkpoint_every=5``.
 8. ``fd_memory`` (``bench/fd_memory.py``): one FedZO round (digits softmax,
    paper defaults) at N in ``--fd_memory_clients`` (10^3, 10^5) with its
    directions materialised (``direction_block`` 0) or streamed in blocks
@@ -245,6 +249,10 @@ def define_flags():
   flags.DEFINE_integer("checkpoint_rounds", None, "checkpoint suite: rounds of the main-job FedAvg runs (default 200)")
   flags.DEFINE_integer("checkpoint_main_every", None, "checkpoint suite: --checkpoint_every of the runs with "
                        "checkpoints (default 20)")
+  flags.DEFINE_integer("checkpoint_main_job_rounds", None, "checkpoint suite: rounds of the main-job cadence "
+                       "runs (default 3000; 0 = skipped)")
+  flags.DEFINE_integer("checkpoint_fzoos_rounds", None, "checkpoint suite: rounds of the FZooS Fig. 1 cadence runs "
+                       "(default 20; 0 = skipped)")
   flags.DEFINE_string("checkpoint_task", None, "checkpoint suite: the task (default softmax, the main job's; "
                       "mlp: longer rounds, the same per-save cost)")
   flags.DEFINE_integer("checkpoint_clients_per_round", None, "checkpoint suite: clients per round (default 10, "
@@ -282,6 +290,7 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
              gpu_table_clients=None, gpu_table_algorithms=None, bandwidth_bytes=None, compile_main_job_rounds=None,
              compile_sweep_rounds=None, compile_emitters_clients=None, checkpoint_rounds=None,
              checkpoint_main_every=None, checkpoint_task=None, checkpoint_clients_per_round=None,
+             checkpoint_main_job_rounds=None, checkpoint_fzoos_rounds=None,
              sweep_table_clients=None, sweep_table_configs=None, sweep_table_algorithms=None,
              sweep_table_lrs=None, sweep_table_max_block=None, fd_memory_clients=None, fd_memory_blocks=None,
              fd_memory_client_block=None, algorithm_given=False):
@@ -317,6 +326,8 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
                            ("checkpoint_rounds", checkpoint_rounds, 1),
                            ("checkpoint_main_every", checkpoint_main_every, 1),
                            ("checkpoint_clients_per_round", checkpoint_clients_per_round, 1),
+                           ("checkpoint_main_job_rounds", checkpoint_main_job_rounds, 0),
+                           ("checkpoint_fzoos_rounds", checkpoint_fzoos_rounds, 0),
                            ("sweep_table_lrs", sweep_table_lrs, 1),
                            ("sweep_table_max_block", sweep_table_max_block, 1),
                            ("fd_memory_client_block", fd_memory_client_block, 0)):

@@ -491,7 +491,7 @@ HELP_GROUPS = (
               "quantity_sigma", "homo_ratio")),
     ("task (each option applies to the tasks it names)", ("task", *TASK_OPTION_FLAGS)),
     ("algorithm selection", ("algorithm",)),
-    ("output", ("output_dir", "overwrite", "resume", "checkpoint_every", "save_learners")),
+    ("output", ("output_dir", "overwrite", "resume", "checkpoint_every", "checkpoint_interval_s", "save_learners")),
     ("compute", ("x64", "num_devices", "blas_threads", "compilation_cache", "xla_cpu_emitters", "watchdog_s",
                  "profile_dir")),
     ("multi-host", ("coordinator_address", "num_processes", "process_id")),

@@ -238,7 +238,9 @@ class ExperimentConfig:
     seed: root seed >= 0 (data partition, initialisation, all randomness).
     comm_budget: > 0 sets each algorithm's rounds to ``comm_rounds(...)``.
     checkpoint_every: K > 0 saves each algorithm's state every K rounds under
-      ``<output_dir>/<label>/checkpoints`` (needs an output directory).
+      ``<output_dir>/<label>/checkpoints`` (needs an output directory); -1 saves
+      it every ``checkpoint_interval_s`` seconds (at chunk ends); 0 never.
+    checkpoint_interval_s: seconds between saves with ``checkpoint_every = -1``.
     resume: continue each algorithm from its newest checkpoint there
       (metrics.jsonl kept up to it and appended; a finished algorithm is kept);
       refused when the output directory's ``config.json`` has other settings
@@ -318,7 +320,16 @@ class ExperimentConfig:
   comm_budget: int = hparam(0, help="models per client (FFGB m*K a round, FedAvg 2, both start at 2); > 0 sets "
                             "each algorithm's rounds to ceil((budget - 2) / cost); 0 = use rounds", low=0)
   checkpoint_every: int = hparam(0, help="save the full state every K rounds (at the first chunk end at or after "
-                                 "each multiple; last 2 kept) under OUTPUT_DIR/LABEL/checkpoints; 0 = off", low=0)
+                                 "each multiple, the same rounds in every run; last 2 kept) under OUTPUT_DIR/LABEL/"
+                                 "checkpoints; -1 = by time, every checkpoint_interval_s seconds (the usual way to "
+                                 "turn checkpoints on); 0 = off", low=-1)
+  # = fedsim.core.checkpoint.DEFAULT_INTERVAL_S (tests/core/test_checkpoint_time.py)
+  checkpoint_interval_s: float = hparam(120.0, help="with checkpoint_every=-1: save at the first chunk end at least "
+                                        "this many seconds after the start and after the previous save began (none "
+                                        "while one is being written): a kill loses at most about this plus one "
+                                        "chunk's (eval_every rounds') time, and saves cost at most one save's time / "
+                                        "this (BUILD.md, 'Checkpoints by time')", low=0, low_open=True, finite=True,
+                                        source="orbax ContinuousCheckpointingPolicy, counted from the start")
   resume: bool = hparam(False, help="continue each algorithm from its newest checkpoint in OUTPUT_DIR/LABEL/"
                         "checkpoints (metrics.jsonl kept up to it and appended); refused when OUTPUT_DIR/"
                         "config.json has other settings (each named, stored and given) or there is no "
@@ -662,7 +673,7 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
 
   where = output_dir if output_dir is not None else config.output_dir
   out_dir = os.fspath(where) if where is not None else None
-  if (config.checkpoint_every > 0 or config.resume or config.save_learners) and out_dir is None:
+  if (config.checkpoint_every != 0 or config.resume or config.save_learners) and out_dir is None:
     raise FieldError("output_dir", "checkpoint_every, resume and save_learners need an output directory")
   if config.num_devices > jax.device_count():
     raise FieldError("num_devices", f"must be in [0, {jax.device_count()}]; got {config.num_devices}")
@@ -787,6 +798,7 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
   try:
     simulate(alg, run_task, rounds, config.eval_every, jax.random.key(config.seed), on_eval=writer,
              checkpoint_dir=ckpt_dir, checkpoint_every=config.checkpoint_every, resume=config.resume,
+             checkpoint_interval_s=config.checkpoint_interval_s,
              profile_dir=os.path.join(config.profile_dir, label) if config.profile_dir else None,
              on_compile=writer.compiled, stop=stop)
   except DivergenceError as e:

@@ -59,7 +59,7 @@ def refusal(field: str, message: Callable[[dict], str]) -> FieldError:
 # as each label's resolved hyperparameters.
 RECORD_EXEMPT = ("rounds", "comm_budget", "checkpoint_every", "resume", "overwrite", "save_learners",
                  "num_devices", "blas_threads", "compilation_cache", "xla_cpu_emitters", "watchdog_s", "profile_dir",
-                 "output_dir", "progress",
+                 "output_dir", "progress", "checkpoint_interval_s",
                  "flags", "source_names", "hparams", "algorithms")
 _TASK_OPTIONS_EXEMPT = ("cache_dir",)
 

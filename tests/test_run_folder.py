@@ -251,3 +251,18 @@ def test_a_signalled_run_without_checkpoints_says_how_to_enable_them(tmp_path):
   code, err = _interrupt_cli(tmp_path / "cut", signal.SIGTERM)
   assert code == 143 and "Traceback" not in err, err
   assert "no checkpoint to resume from (add --checkpoint_every=K" in err.strip().splitlines()[-1]
+
+
+def test_a_stop_saves_a_checkpoint_whatever_the_time_cadence_says(tmp_path):
+  from fedsim.core import checkpoint
+  cfg = fedsim.ExperimentConfig(**{**TINY, "rounds": 12, "checkpoint_every": -1, "checkpoint_interval_s": 3600.0})
+  want = fedsim.run(dataclasses_replace(cfg, checkpoint_every=0), output_dir=str(tmp_path / "ref"))
+
+  def ctrl_c(label, rec):
+    if rec["round"] == 4:
+      os.kill(os.getpid(), signal.SIGINT)
+  with pytest.raises(Interrupted) as e:
+    fedsim.run(cfg, output_dir=str(tmp_path / "cut"), callbacks=(ctrl_c,))
+  assert e.value.checkpoint_round == 4 == checkpoint.latest_round(str(tmp_path / "cut" / "gd" / "checkpoints"))
+  got = fedsim.run(dataclasses_replace(cfg, resume=True), output_dir=str(tmp_path / "cut"))
+  assert _strip(got["gd"]) == _strip(want["gd"])

@@ -81,6 +81,8 @@ class Settings:
     gpu_table_sequential: clients timed one at a time in the gpu_table suite.
     checkpoint_rounds, checkpoint_main_every: the checkpoint suite's main-job FedAvg rounds and
       its ``--checkpoint_every`` (200 and 20).
+    checkpoint_main_job_rounds, checkpoint_fzoos_rounds: rounds of the checkpoint suite's cadence jobs (the
+      main job, FZooS Fig. 1; 0 = skipped).
     checkpoint_task, checkpoint_clients_per_round: the checkpoint suite's task and M (the main
       job's ``softmax`` and 10; ``mlp`` with M = 100 makes rounds several times longer at about
       the same per-save cost).
@@ -132,6 +134,8 @@ class Settings:
   checkpoint_main_every: int = 20
   checkpoint_task: str = "softmax"
   checkpoint_clients_per_round: int = 10
+  checkpoint_main_job_rounds: int = 3000
+  checkpoint_fzoos_rounds: int = 20
   sweep_table_algorithms: tuple = ("fedavg", "fedzo", "hiso")
   sweep_table_clients: tuple = (1000, 10000)
   sweep_table_configs: tuple = (1, 4, 16, 64)
@@ -165,7 +169,7 @@ class Settings:
           fzoos_dim=8, fzoos_steps=2, fzoos_configs=((2, 64),), fzoos_vmap=(2, 64),
           ffgb_clients=4, ffgb_oracle_steps=4, ffgb_batch=8, ffgb_vmap_oracle_steps=4,
           bandwidth_bytes=1 << 22, gpu_table_clients=(4, 16), gpu_table_max_block=8, gpu_table_sequential=4,
-          checkpoint_rounds=20, checkpoint_main_every=10,
+          checkpoint_rounds=20, checkpoint_main_every=10, checkpoint_main_job_rounds=0, checkpoint_fzoos_rounds=0,
           sweep_table_clients=(8,), sweep_table_configs=(1, 4),
           fd_memory_clients=(16,), fd_memory_time_clients=16)
     given = {k: v for k, v in overrides.items() if v is not None}

@@ -4,7 +4,8 @@ Rounds run inside a ``jax.lax`` loop in chunks of ``eval_every`` rounds; each
 chunk is one compiled call (one compiled program per configuration: the round count is traced),
 so Python only runs between chunks, where the solution is evaluated, the
 ledgers are accumulated, the record is handed to ``on_eval`` and, every
-``checkpoint_every`` rounds, the full state is saved (``fedsim.core.checkpoint``).
+``checkpoint_every`` rounds or (``checkpoint_every = -1``) every
+``checkpoint_interval_s`` seconds, the full state is saved (``fedsim.core.checkpoint``).
 
 Padded client data (``sharding.shard_task`` when N does not divide the device
 count) is cut back to the real N inside every compiled chunk and evaluation
@@ -198,7 +199,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
              state=None, start_round: int = 0, totals: dict | None = None,
              checkpoint_dir: str | None = None, checkpoint_every: int = 0, resume: bool = False,
              profile_dir: str | None = None, on_compile: Callable[[dict], None] | None = None,
-             stop: Callable[[], bool] | None = None):
+             stop: Callable[[], bool] | None = None, checkpoint_interval_s: float | None = None):
   """Runs ``num_rounds`` communication rounds and evaluates every ``eval_every``.
 
   Args:
@@ -220,7 +221,12 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     checkpoint_dir: where checkpoints go (orbax, ``fedsim.core.checkpoint``; the last 2 are kept).
     checkpoint_every: K > 0 saves the full state (algorithm state with its PRNG
       keys, round, ledger totals, elapsed time) at the first chunk end at or
-      after each multiple of K; 0 never saves.
+      after each multiple of K (the saved rounds depend only on K and
+      ``eval_every``); -1 saves by time: at the first chunk end at least
+      ``checkpoint_interval_s`` seconds after the run started and after the
+      previous save began, none while a save is still being written
+      (``checkpoint.SinceStartPolicy``, orbax's ``ContinuousCheckpointingPolicy``),
+      so a kill loses at most about the interval plus one chunk's time; 0 never saves.
     resume: continue from the newest checkpoint in ``checkpoint_dir`` (if there
       is one; otherwise start from round 0). The continuation is
       bitwise-identical to an uninterrupted run when checkpoints sit at chunk
@@ -237,8 +243,10 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       fedsim.core.memory.MemoryEstimate, "compile_s": seconds compiling the chunk, "round":
       the first chunk's first round, "wall_time_s": the run's clock then}`` (:class:`ChunkProgram`).
     stop: polled at every chunk boundary (after the chunk's record and scheduled checkpoint);
-      True ends the run there: with ``checkpoint_every > 0`` the state is saved at that round
+      True ends the run there: with checkpointing on (``checkpoint_every != 0``) the state is saved at that round
       first, then :class:`~fedsim.core.errors.Interrupted` is raised (``fedsim.interrupts``).
+    checkpoint_interval_s: seconds between saves with ``checkpoint_every = -1``
+      (> 0; None: ``checkpoint.DEFAULT_INTERVAL_S``); unused otherwise.
 
   Returns:
     (final state, list of records).
@@ -255,17 +263,21 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
   """
   if eval_every < 1:
     raise ValueError(f"eval_every must be >= 1; got {eval_every}")
-  if checkpoint_every < 0:
-    raise ValueError(f"checkpoint_every must be >= 0; got {checkpoint_every}")
-  if (checkpoint_every > 0 or resume) and not checkpoint_dir:
-    raise ValueError("checkpoint_every > 0 and resume need checkpoint_dir")
+  if checkpoint_every < -1:
+    raise ValueError(f"checkpoint_every must be >= -1 (-1: by time); got {checkpoint_every}")
+  if checkpoint_interval_s is not None and not 0 < checkpoint_interval_s < math.inf:
+    raise ValueError(f"checkpoint_interval_s must be > 0 and finite; got {checkpoint_interval_s}")
+  if (checkpoint_every != 0 or resume) and not checkpoint_dir:
+    raise ValueError("checkpoint_every != 0 and resume need checkpoint_dir")
   t0 = time.perf_counter()
   mesh = sharding_lib.mesh_of(task.data)
   multi = jax.process_count() > 1 and mesh is not None
   mngr = None
-  if checkpoint_dir and (checkpoint_every > 0 or resume):
+  by_time = checkpoint_every == -1
+  if checkpoint_dir and (checkpoint_every != 0 or resume):
     from fedsim.core import checkpoint
-    mngr = checkpoint.manager(checkpoint_dir)
+    interval = checkpoint_interval_s if checkpoint_interval_s is not None else checkpoint.DEFAULT_INTERVAL_S
+    mngr = checkpoint.manager(checkpoint_dir, interval_s=interval if by_time else None)
   init_keys = rng.init_keys(key)                  # (stream "init", stream "shared")
   saved = None                                    # the round of the newest checkpoint
   rounds_key = rng.stream(key, "rounds")
@@ -324,8 +336,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       record(0)
     while r < num_rounds:
       if stop is not None and stop():   # SIGINT / SIGTERM: a clean stop at this chunk boundary
-        if mngr is not None and checkpoint_every > 0 and saved != r:
-          checkpoint.save(mngr, state, r, totals, time.perf_counter() - t0, algorithm.name)
+        if mngr is not None and checkpoint_every != 0 and saved != r:
+          checkpoint.save(mngr, state, r, totals, time.perf_counter() - t0, algorithm.name, force=True)
         raise Interrupted(r, None)
       length = min(eval_every, num_rounds - r)   # rounds in this chunk (traced: one program for all)
       if profile_dir and not traced and r > start_round:   # the first chunk has compiled the program
@@ -345,6 +357,11 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
         assert mngr is not None  # checkpoint_every > 0 needs checkpoint_dir (checked above)
         checkpoint.save(mngr, state, r, totals, time.perf_counter() - t0, algorithm.name)
         saved, next_save = r, (r // checkpoint_every + 1) * checkpoint_every
+      elif by_time:  # orbax's time policy decides at each chunk end
+        assert mngr is not None  # checkpoint_every = -1 needs checkpoint_dir (checked above)
+        if checkpoint.due(mngr, r):
+          checkpoint.save(mngr, state, r, totals, time.perf_counter() - t0, algorithm.name)
+          saved = r
   finally:
     if tracing:   # a run that ended (or stopped) before round 3
       jax.profiler.stop_trace()

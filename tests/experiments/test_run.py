@@ -28,7 +28,7 @@ def _run(*args, timeout=300):
     (["--fedzo_lr=-1"], "--fedzo_lr"),
     (["--algorithm=hiso_code", "--hiso_code_weight_decay=-1"], "--hiso_code_weight_decay"),
     (["--num_clients=abc"], "num_clients"),
-    (["--checkpoint_every=-1"], "--checkpoint_every"),
+    (["--checkpoint_every=-2"], "--checkpoint_every"),
     (["--blas_threads=-1"], "--blas_threads"),
     (["--num_processes=0"], "--num_processes"),
     (["--num_processes=2", "--process_id=2", "--coordinator_address=localhost:1"], "--process_id"),
