@@ -171,7 +171,7 @@ def test_lenet_needs_images(tmp_path):
   from fedsim.tasks import make_task
   from tests.data.test_libsvm import write_random
   write_random(tmp_path / "tab", 50, 6, ["-1", "+1"], 0)
-  with pytest.raises(ConfigError, match=r"^--task: lenet needs image data; libsvm"):
+  with pytest.raises(ConfigError, match=r"^task: lenet needs image data; libsvm"):
     make_task("lenet", dataset="libsvm", data_dir=str(tmp_path / "tab"), num_clients=2, partition="iid")
 
 
