@@ -696,10 +696,10 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
         histories[label] = folder.done.get(label) or _run_algorithm(config, task, label, r, folder, callbacks,
                                                                    watchdog, stop, main)
         _plot(histories, folder.path, task, main)
-        if stop() and label != next(reversed(resolved)):
+        if stop() and label != next(reversed(resolved)):  # between algorithms: this one is finished
           from fedsim.core.errors import Interrupted
-          raise Interrupted(histories[label][-1]["round"] if histories[label] else 0, None, stop.requested,
-                            label, folder.path)
+          last = histories[label][-1]["round"] if histories[label] else 0
+          raise Interrupted(last, last if folder.path is not None else None, stop.requested, label, folder.path)
   if echo and out_dir is not None:
     curves = ", curves.png" if _plottable(histories) else " (no curves.png: no algorithm ran a round)"
     print(f"wrote {out_dir}/config.json, */metrics.jsonl{curves}", flush=True)

@@ -266,3 +266,18 @@ def test_a_stop_saves_a_checkpoint_whatever_the_time_cadence_says(tmp_path):
   assert e.value.checkpoint_round == 4 == checkpoint.latest_round(str(tmp_path / "cut" / "gd" / "checkpoints"))
   got = fedsim.run(dataclasses_replace(cfg, resume=True), output_dir=str(tmp_path / "cut"))
   assert _strip(got["gd"]) == _strip(want["gd"])
+
+
+def test_a_stop_between_algorithms_keeps_the_finished_one_and_resume_runs_the_rest(tmp_path):
+  cfg = fedsim.ExperimentConfig(**{**TINY, "algorithms": ("gd", "gd:step_size=0.1"), "rounds": 4})
+  want = fedsim.run(cfg, output_dir=str(tmp_path / "ref"))
+
+  def ctrl_c(label, rec):
+    if label == "gd" and rec["round"] == 4:   # the first algorithm's last record
+      os.kill(os.getpid(), signal.SIGINT)
+  with pytest.raises(Interrupted) as e:
+    fedsim.run(cfg, output_dir=str(tmp_path / "cut"), callbacks=(ctrl_c,))
+  assert (e.value.label, e.value.round, e.value.checkpoint_round) == ("gd", 4, 4)
+  assert not (tmp_path / "cut" / "gd-step_size=0.1" / "metrics.jsonl").exists()
+  got = fedsim.run(dataclasses_replace(cfg, resume=True), output_dir=str(tmp_path / "cut"))
+  assert {k: _strip(v) for k, v in got.items()} == {k: _strip(v) for k, v in want.items()}
