@@ -33,8 +33,8 @@ metadata file (``save_root_metadata``), no write metrics
 When to save: the engine saves at chunk ends only (the state exists on the host
 nowhere else). With a round cadence (``checkpoint_every = K``) the engine picks
 the first chunk end at or after each multiple of K, so the saved rounds depend
-only on K and ``eval_every``. With the time cadence (``checkpoint_every = -1``,
-issue 48 item 7) the manager carries a save decision policy,
+only on K and ``eval_every``. With the time cadence (``checkpoint_every = -1``)
+the manager carries a save decision policy,
 :class:`SinceStartPolicy` (orbax's ``ContinuousCheckpointingPolicy`` with
 ``minimum_interval_secs``, its interval counted from the run's start too), and
 the engine asks it at every chunk end (:func:`due`, about 30 microseconds): a
