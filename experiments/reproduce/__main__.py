@@ -137,10 +137,16 @@ def _with_history(rec: dict, old: dict | None) -> dict:
   """``rec`` carrying ``old``'s history, plus ``old``'s verdict and criterion when either changed
   (a criterion is fixed before its runs; a later change keeps the old verdict)."""
   history = list(old.get("history", [])) if old else []
-  if old and (old["verdict"] != rec["verdict"] or old["criterion"] != rec["criterion"]):
+  if old and (old["verdict"] != rec["verdict"] or old["criterion"] != rec["criterion"]
+              or old.get("digest") != rec.get("digest")):
+    if "digest" in rec and "digest" not in old:
+      reason = "judged by the verdict protocol"  # the claim became a declaration (VERDICTS.md)
+    elif old["criterion"] != rec["criterion"] or old.get("digest") != rec.get("digest"):
+      reason = "criterion changed"
+    else:
+      reason = "new runs"
     history.append({"verdict": old["verdict"], "criterion": old["criterion"], "scale": old["scale"],
-                    "replaced": time.strftime("%Y-%m-%d"),
-                    "reason": "criterion changed" if old["criterion"] != rec["criterion"] else "new runs"})
+                    "replaced": rec.get("declared") or time.strftime("%Y-%m-%d"), "reason": reason})
   if history:
     rec["history"] = history
   return rec
@@ -187,6 +193,12 @@ def _from_evidence(paper: str, folder: str, stored: str, only=()) -> list[dict]:
     rec["evidence"] = True
     print(f"[{paper}] {cid}: {rec['verdict']} (re-judged from stored evidence)", flush=True)
     out.append(rec)
+  for claim in papers.PAPERS[paper]:  # a claim declared "not evaluated" needs no evidence: it is written as declared
+    if claim.kind == "not evaluated" and claim.id not in done and (not only or claim.id in only):
+      ev = claim.evaluate(None)
+      out.append(report.claim_record(claim, ev, "paper", 0.0))
+  order = {c.id: i for i, c in enumerate(papers.PAPERS[paper])}
+  out.sort(key=lambda r: order.get(r["id"], len(order)))
   report.write_paper(folder, paper, papers.TITLES[paper], out, committed.get("pending", []))
   return out
 

@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 
 from fedsim import results
 
-VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "inconclusive")
-KINDS = ("paper", "check", "diagnostic")
+VERDICTS = ("reproduced", "partly reproduced", "mixed", "not reproduced", "inconclusive", "not evaluated")
+KINDS = ("paper", "check", "diagnostic", "not evaluated")
 """A claim's kind: ``paper``, a figure, table or theorem of the paper; ``check``, an
 implementation property (ledgers, bytes, identities, batches of unit tests), which cannot fail as a paper
 result; ``diagnostic``, a hypothesis of ours that explains a paper result. Only ``paper`` claims are
@@ -60,6 +60,16 @@ class Stat:
 
   def __str__(self) -> str:
     return f"{self.mean:.4g} ± {self.std:.2g} (n={self.n})"
+
+
+def plain_number(v: float) -> float | str:
+  """A number for claims.json (strict JSON): ``"never"`` for ``inf`` (a censored time), ``"-never"`` for
+  ``-inf``, ``"nan"`` for NaN."""
+  if isinstance(v, float) and math.isinf(v):
+    return "never" if v > 0 else "-never"
+  if isinstance(v, float) and math.isnan(v):
+    return "nan"
+  return v
 
 
 def values_of(number) -> list[float]:
@@ -138,6 +148,9 @@ class Evidence:
     commands: filled by :class:`Context` with every command the claim ran.
     comparisons: the paired (or censored, or unpaired) comparisons that decided the verdict
       (:func:`experiments.reproduce.stats.compare`); empty for a claim judged otherwise.
+    results: a declared claim's comparisons by the protocol (:func:`experiments.reproduce.engine.judge`:
+      :class:`~experiments.reproduce.protocol.Result` rows as dicts, Holm-corrected and gated).
+    effect: a declared claim's headline effect (``value``, ``unit``, ``ratio``, ``over``).
   """
   verdict: str
   why: str
@@ -145,6 +158,8 @@ class Evidence:
   figures: list = dataclasses.field(default_factory=list)
   commands: list = dataclasses.field(default_factory=list)
   comparisons: list = dataclasses.field(default_factory=list)
+  results: list = dataclasses.field(default_factory=list)
+  effect: dict = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     if self.verdict not in VERDICTS:
@@ -170,6 +185,8 @@ class Claim:
     kind: one of :data:`KINDS`.
     headline: one of the paper's headline claims (its abstract, its main figures): the report's
       summary lists it.
+    declaration: the claim's :class:`~experiments.reproduce.engine.Declaration` (None for a claim
+      not yet declared as data).
     from_record: ``record -> Evidence`` for a claim whose earlier runs' metrics were not stored but whose
       record keeps the per-seed (per-target) numbers its test needs: ``--from_evidence`` then judges it
       from those numbers with the same function as ``evaluate`` (instead of keeping the record's verdict).
@@ -185,6 +202,7 @@ class Claim:
   kind: str = "paper"
   headline: bool = False
   from_record: Callable[[dict], Evidence] | None = None
+  declaration: object = None
 
   def __post_init__(self):
     if self.kind not in KINDS:

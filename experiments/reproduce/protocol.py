@@ -62,6 +62,8 @@ class Result:
     effect: the headline effect in ``unit`` (median paired difference, median rate, ...);
       interval: an exact interval for it (sign-test order statistics) or (NaN, NaN).
     ratio: claimed / baseline median where natural (else NaN).
+    p_other: the one-sided p-value the other way (an ``opposite`` needs it below ALPHA after Holm).
+    gate: the gate that decided the outcome (section 3), empty when the test did.
     per_seed: the per-seed values the test used (differences, rates, ...).
     power: the test's power at the declared smallest effect of interest, or None.
     note: a short reason (the gate's numbers, the test's name).
@@ -79,6 +81,8 @@ class Result:
   power: float | None = None
   note: str = ""
   p_holm: float = math.nan
+  p_other: float = math.nan
+  gate: str = ""
 
 
 def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
@@ -184,7 +188,7 @@ def better(setting: str, claimed: Sequence[float], baseline: Sequence[float], *,
     pw = power(better_test, len(d), smallest_effect, float(np.std(finite, ddof=1)) or abs(smallest_effect))
   return Result(setting, "better", _outcome(greater, less, len(d)), float(greater), effect, unit,
                 median_interval(d), ratio, tuple(float(v) for v in d), pw,
-                "sign test (censored)" if censored else "Wilcoxon signed-rank")
+                "sign test (censored)" if censored else "Wilcoxon signed-rank", p_other=float(less))
 
 
 def ordered(setting: str, table: Sequence[Sequence[float]], *, increasing: bool, unit: str) -> Result:
@@ -200,7 +204,8 @@ def ordered(setting: str, table: Sequence[Sequence[float]], *, increasing: bool,
   steps = np.diff(x, axis=1) * (1 if increasing else -1)
   return Result(setting, "ordered", _outcome(p, p_other), p, float(np.median(x[:, -1] - x[:, 0])), unit,
                 median_interval(x[:, -1] - x[:, 0]), per_seed=tuple(float(v) for v in x[:, -1] - x[:, 0]),
-                note=f"Page's L; adjacent steps in the claimed direction: {int(np.sum(steps > 0))} of {steps.size}")
+                note=f"Page's L; adjacent steps in the claimed direction: {int(np.sum(steps > 0))} of {steps.size}",
+                p_other=p_other)
 
 
 def equivalent(setting: str, a: Sequence[float], b: Sequence[float], *, margin: float, unit: str) -> Result:
@@ -219,18 +224,20 @@ def equivalent(setting: str, a: Sequence[float], b: Sequence[float], *, margin: 
     lo, hi = float(np.mean(d) - half), float(np.mean(d) + half)
   outcome = "holds" if p < ALPHA else "opposite" if (lo > margin or hi < -margin) else "undecided"
   return Result(setting, "equivalent", outcome, p, float(np.mean(d)), unit, (lo, hi), per_seed=tuple(map(float, d)),
-                note=f"TOST, margin ±{margin:g} {unit}, 90% interval")
+                note=f"TOST, margin ±{margin:g} {unit}, 90% interval", p_other=0.0 if outcome == "opposite" else 1.0)
 
 
-def bound(setting: str, rates: Sequence[float], bound_rate: float, *, unit: str = "decades per decade") -> Result:
-  """``bound`` form: per-seed decay rates (log-log slopes, negative = decaying) at least as fast
-  as the bound's ``bound_rate``. Holds when significantly at or below it (a steeper decay is
-  consistent); ``opposite`` when significantly shallower."""
+def bound(setting: str, rates: Sequence[float], bound_rate: float, *, unit: str = "decades per decade",
+          lower_is_better: bool = True) -> Result:
+  """``bound`` form: per-seed rates (log-log slopes, negative = decaying) at least as good as the
+  bound's ``bound_rate``: at or below it when ``lower_is_better`` (a steeper decay is consistent),
+  at or above it otherwise (a speed-up at least linear). ``opposite`` when significantly worse."""
   r = np.asarray(rates, dtype=float)
-  d = bound_rate - r        # > 0: steeper than the bound
+  d = (bound_rate - r) if lower_is_better else (r - bound_rate)   # > 0: better than the bound
   greater, less = _signed_test(d, False)
   return Result(setting, "bound", _outcome(greater, less, len(d)), float(greater), float(np.median(r)), unit,
-                median_interval(r), per_seed=tuple(float(v) for v in r), note=f"bound rate {bound_rate:g}")
+                median_interval(r), per_seed=tuple(float(v) for v in r), note=f"bound rate {bound_rate:g}",
+                p_other=float(less))
 
 
 def contrast(claimed: Result, control: Result) -> Result:
@@ -250,7 +257,8 @@ def value(setting: str, values: Sequence[float], target: float, *, greater_is_be
   d = (x - target) if greater_is_better else (target - x)
   greater, less = _signed_test(d, False)
   return Result(setting, "value", _outcome(greater, less, len(d)), float(greater), float(np.median(x)), unit,
-                median_interval(x), per_seed=tuple(float(v) for v in x), note=f"against {target:g} {unit}")
+                median_interval(x), per_seed=tuple(float(v) for v in x), note=f"against {target:g} {unit}",
+                p_other=float(less))
 
 
 # --- gates ----------------------------------------------------------------------------------
@@ -272,13 +280,15 @@ def gated(result: Result, *, baseline_works: bool = True, claimed_diverges: bool
   baseline works is ``opposite``; a broken baseline, a saturated pair or a measure too coarse to
   separate the arms (most pairs tie) replaces the outcome with the gate's name."""
   if claimed_diverges and baseline_works:
-    return dataclasses.replace(result, outcome="opposite", note="the claimed method diverges where the baseline works")
+    return dataclasses.replace(result, outcome="opposite", gate="claimed diverges",
+                               note="the claimed method diverges where the baseline works")
   if not baseline_works:
-    return dataclasses.replace(result, outcome="broken baseline")
+    return dataclasses.replace(result, outcome="broken baseline", gate="broken baseline")
   if saturated:
-    return dataclasses.replace(result, outcome="saturated")
+    return dataclasses.replace(result, outcome="saturated", gate="saturated")
   if tied_fraction > 0.5:
-    return dataclasses.replace(result, outcome="resolution", note=f"{tied_fraction:.0%} of the pairs tie")
+    return dataclasses.replace(result, outcome="resolution", gate="resolution",
+                               note=f"{tied_fraction:.0%} of the pairs tie")
   return result
 
 
@@ -299,17 +309,34 @@ class Verdict:
 
 
 def holm(results: Sequence[Result]) -> list[Result]:
-  """The counted comparisons' p-values after Holm's step-down correction; each outcome then
-  uses the corrected p (a hold needs p_holm < ALPHA). Gated comparisons are returned as they are."""
+  """The counted comparisons after Holm's step-down correction over the claim (section 4), in
+  each direction: a hold needs its corrected p below ALPHA, and so does an ``opposite`` (its
+  ``p_other`` corrected over the same family; a comparison without one keeps its outcome).
+  Gated comparisons are returned as they are."""
   from statsmodels.stats.multitest import multipletests
-  idx = [i for i, r in enumerate(results) if r.outcome in COUNTED and not math.isnan(r.p)]
+  idx = [i for i, r in enumerate(results) if r.outcome in COUNTED and not math.isnan(r.p) and not r.gate]
   out = list(results)
   if not idx:
     return out
   corrected = multipletests([results[i].p for i in idx], alpha=ALPHA, method="holm")[1]
-  for i, p in zip(idx, corrected):
+  others = [results[i].p_other for i in idx]
+  other = (multipletests([1.0 if math.isnan(q) else q for q in others], alpha=ALPHA, method="holm")[1]
+           if any(not math.isnan(q) for q in others) else [math.nan] * len(idx))
+  signed = ("better", "bound", "value", "contrast")  # exact signed tests: the smallest p at n seeds is 2^-n
+  for i, p, q in zip(idx, corrected, other):
     r = results[i]
-    outcome = "undecided" if r.outcome == "holds" and p >= ALPHA else r.outcome
+    outcome = r.outcome
+    if r.form in signed and r.per_seed and len(idx) * 0.5 ** len(r.per_seed) >= ALPHA:
+      # Even n unanimous seeds cannot hold after the correction over this family: more seeds, not a verdict.
+      out[i] = dataclasses.replace(r, p_holm=float(p), outcome="too few seeds",
+                                   note=(r.note + "; " if r.note else "")
+                                   + f"{len(idx)} comparisons at n = {len(r.per_seed)}: unanimity gives p = "
+                                   f"{len(idx) * 0.5 ** len(r.per_seed):.2g} after Holm")
+      continue
+    if outcome == "holds" and p >= ALPHA:
+      outcome = "undecided"
+    if outcome == "opposite" and not math.isnan(r.p_other) and q >= ALPHA:
+      outcome = "undecided"
     out[i] = dataclasses.replace(r, p_holm=float(p), outcome=outcome)
   return out
 

@@ -132,6 +132,17 @@ def claim_record(claim: Claim, ev: Evidence, scale: str, seconds: float, run_sec
          "criterion": claim.criterion, "verdict": ev.verdict, "scale": scale, "why": ev.why,
          "numbers": {k: _number(v) for k, v in ev.numbers.items()}, "figures": list(ev.figures),
          "commands": list(ev.commands), "seconds": round(seconds, 1), "run_seconds": round(run_seconds, 1)}
+  decl = claim.declaration
+  if decl is not None:  # a declared claim (experiments.reproduce.engine): the declaration's data travel with it
+    rec.update(form=decl.form or None, quote=decl.quote or None, deviations=list(decl.deviations),
+               declared=decl.declared or None, after_data=decl.after_data, digest=decl.digest)
+    if decl.finding:
+      rec["finding"] = decl.finding
+    if decl.kind == "not evaluated":
+      rec["needs"] = decl.needs
+    rec = {k: v for k, v in rec.items() if v is not None}
+  if ev.results:
+    rec.update(effect=ev.effect, results=ev.results)
   if ev.comparisons:
     head = weakest(ev.comparisons)  # the claim is as strong as its weakest comparison
     rec.update(statistic=head.test, effect=head.effect, effect_name=head.effect_name, ci95=list(head.ci95),
@@ -211,6 +222,51 @@ def _held(r: dict) -> str:
                  + ", ".join(f"{outcomes.count(o)} {o}" for o in dict.fromkeys(outcomes)) + ")"])
   reason = r["why"].split(":")[0] + "; " if r["verdict"] == "inconclusive" else ""
   return (f"{reason}comparisons holding (p < 0.05, n = {'/'.join(map(str, n))}): " + ", ".join(parts))
+
+
+VERDICT_RANK = {"not reproduced": 0, "inconclusive": 1, "mixed": 2, "partly reproduced": 3, "reproduced": 4}
+"""The order in which a post-data criterion change moves a verdict up or down (the index counts them)."""
+
+
+def moves(records: list[dict]) -> tuple[int, int, int]:
+  """(post-data criteria, moved up, moved down) over the paper claims: a record declared after its runs
+  counts once; its last history entry, if any, gives the direction its verdict moved."""
+  post = up = down = 0
+  for r in records:
+    if r.get("kind", "paper") != "paper" or not r.get("after_data"):
+      continue
+    post += 1
+    if r.get("history"):
+      a, b = VERDICT_RANK.get(r["history"][-1]["verdict"]), VERDICT_RANK.get(r["verdict"])
+      if a is not None and b is not None:
+        up += b > a
+        down += b < a
+  return post, up, down
+
+
+def one_minute(records: list[dict], info: dict) -> list[str]:
+  """The one-minute summary of VERDICTS.md §9 for a paper with declared claims: what ran and what did not,
+  one row per headline claim (its key number in units, verdict and one-clause reason), the mechanism
+  findings, and the deviations that could flip a verdict (``info``: the declarations' ``[paper]`` table)."""
+  papers_ = [r for r in records if r.get("kind", "paper") in ("paper", "not evaluated")]
+  lines = ["**Summary.** " + info.get("ran", "").strip()
+           + (f" Not run here: {info['not_run'].strip()}" if info.get("not_run") else ""), ""]
+  lines += ["| headline claim | key number | verdict | reason |", "|---|---|---|---|"]
+  for r in (r for r in papers_ if r.get("headline")):
+    reason = r.get("finding") or (r.get("needs") if r["verdict"] == "not evaluated" else r["why"])
+    lines.append(f"| [{r['id']}](#{anchor(r['id'])}): {_first_sentence(r['statement'], 120)} ({r['source']}) | "
+                 f"{key_number(r) if r.get('effect') else '-'} | **{r['verdict']}** | {_first_sentence(reason, 160)} |")
+  lines.append("")
+  if info.get("mechanisms"):
+    lines += ["Mechanisms:", *(f"- {m}" for m in info["mechanisms"]), ""]
+  if info.get("flips"):
+    lines += ["Deviations that could flip a verdict:", *(f"- {m}" for m in info["flips"]), ""]
+  counts = {v: sum(r["verdict"] == v for r in papers_) for v in (*VERDICT_RANK, "not evaluated")}
+  post, up, down = moves(records)
+  lines.append(f"{len(papers_)} paper claims: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+               + f"; {len(records) - len(papers_)} checks and diagnostics counted apart; {post} criteria fixed after "
+               f"their runs ({up} moved the verdict up, {down} down).")
+  return lines
 
 
 def summary(records: list[dict], pending: list[str]) -> list[str]:
@@ -348,8 +404,11 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
     lines += [fedsim_papers.reference(fedsim_papers.PAPERS[key])[2:], ""]
   if smoke:
     lines += [f"**{SMOKE_NOTE}**", ""]
-  lines += [*summary(records, pending), ""]
-  kinds = (("paper", "Paper claims"), ("check", "Checks (implementation properties, not paper results)"),
+  from experiments.reproduce import engine
+  info = engine.paper_info(paper)
+  lines += [*(one_minute(records, info) if info else summary(records, pending)), ""]
+  kinds = (("paper", "Paper claims"), ("not evaluated", "Not evaluated here (paper claims that cannot run here)"),
+           ("check", "Checks (implementation properties, not paper results)"),
            ("diagnostic", "Diagnostics (our hypotheses about a paper result)"))
   for kind, heading in kinds:
     mine = [r for r in records if r.get("kind", "paper") == kind]
@@ -378,6 +437,16 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
       if r["criterion"] == TEST_CRITERION and not r.get("history"):  # a batch of unit tests: one paragraph
         lines += [f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']} **Verdict**: {r['verdict']} "
                   f"({r['why']}{'; ' + _scale(r, records).rstrip(', ') if _scale(r, records) else ''}).", ""]
+        lines += _commands(r, seen_commands)
+        continue
+      if "digest" in r:  # a declared claim: judged by the protocol (experiments.reproduce.engine)
+        lines += _declared_section(r, records)
+        fkey = tuple(r["figures"])
+        if fkey in seen_figures:
+          lines += [f"Figures: as [{seen_figures[fkey]}](#{anchor(seen_figures[fkey])}).", ""]
+        else:
+          seen_figures.setdefault(fkey, r["id"])
+          lines += [*(f"![figure]({p})" for p in r["figures"]), ""]
         lines += _commands(r, seen_commands)
         continue
       criterion = _criterion_text(r, seen_criteria)
@@ -413,6 +482,76 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
       lines += ["", *_commands(r, seen_commands)]
   with open(os.path.join(folder, "report.md"), "w") as f:
     f.write("\n".join(lines).rstrip("\n") + "\n")
+
+
+def anchor(cid: str) -> str:
+  """The report.md anchor of claim ``cid``'s section (its heading ``## cid``, as GitHub and MyST slug it)."""
+  return cid.replace(".", "").lower()
+
+
+def unit_number(x, unit: str) -> str:
+  """``x`` with its unit (``"8 rounds"``, ``"never"``)."""
+  if isinstance(x, str):
+    return x
+  return f"{_num(x)} {unit}".rstrip()
+
+
+def key_number(r: dict) -> str:
+  """A declared record's headline effect in units, with the ratio to the baseline where there is one
+  (VERDICTS.md §6): ``"8 rounds fewer (0.6x the baseline), median of the comparisons that hold"``."""
+  e = r.get("effect") or {}
+  if not isinstance(e, dict) or "value" not in e:
+    return "-"
+  text = unit_number(e["value"], e.get("unit", "")) + " in the claim's favour"
+  if "ratio" in e:
+    text += f" ({_num(e['ratio'])}x the baseline)"
+  return text + f", median over {e.get('over', 'the comparisons')}"
+
+
+
+def _seeds(values: list) -> str:
+  """Per-seed values, listed (n <= 10) or summarised by their median and range."""
+  if len(values) <= 10:
+    return ", ".join(v if isinstance(v, str) else f"{v:.3g}" for v in values)
+  nums = sorted(v for v in values if not isinstance(v, str))
+  return f"median {nums[len(nums) // 2]:.3g}, range [{nums[0]:.3g}, {nums[-1]:.3g}] (n = {len(values)})"
+
+
+def _declared_section(r: dict, records: list[dict]) -> list[str]:
+  """A declared claim's section: the claim and its quote, the form and when it was fixed, the verdict
+  with its key number, the deviations, and one row per comparison with its per-seed values."""
+  quote = f" \"{r['quote']}\"" if r.get("quote") else ""
+  when = (f"declared {r['declared']}" if r.get("declared") else "declared") + (
+      " after its runs (a post-data criterion)" if r.get("after_data") else " before its runs")
+  lines = [f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']}{quote}", ""]
+  if r["verdict"] == "not evaluated":
+    return [*lines, f"**Not evaluated** here: {r.get('needs', r['why'])}", ""]
+  lines += [f"**Form**: {r.get('form') or 'rule of its own'} — {r['criterion']} ({when}; declaration "
+            f"{r['digest']}).", "",
+            f"**Verdict**: {r['verdict']}" + (f" ({r['why']})" if r["why"] else "")
+            + (f"; key number: {key_number(r)}" if r.get("effect") else "")
+            + f" ({_scale(r, records)}{_timing(r)}{_earlier(r)}).", ""]
+  if r.get("finding"):
+    lines += [f"**Finding**: {r['finding']}", ""]
+  if r.get("deviations"):
+    lines += ["**Deviations**: " + "; ".join(r["deviations"]) + ".", ""]
+  if r.get("data"):
+    lines += ["**Data**: " + "; ".join(r["data"].values()), ""]
+  if r.get("results"):
+    lines += ["| comparison | effect [interval] | per seed | p (Holm) | outcome |", "|---|---|---|---|---|"]
+    for c in r["results"]:
+      lo, hi = c["interval"]
+      p = "-" if isinstance(c["p"], str) else f"{c['p']:.2g}"
+      ph = "" if isinstance(c["p_holm"], str) else f" ({c['p_holm']:.2g})"
+      lines.append(f"| {c['setting']} | {unit_number(c['effect'], c['unit'])} [{_numx(lo)}, {_numx(hi)}] | "
+                   f"{_seeds(c['per_seed'])} | {p}{ph} | {c['outcome']}" + (f": {c['note']}" if c["note"] else "")
+                   + " |")
+    lines.append("")
+  return lines
+
+
+def _numx(x) -> str:
+  return x if isinstance(x, str) else _num(x)
 
 
 TEST_NUMBERS = {"test cases passed", "test cases"}  # a test claim's numbers (its verdict line says them)
@@ -536,11 +675,12 @@ def _comparison_table(comparisons: list[dict]) -> list[str]:
 
 
 def write_index(root: str, papers: dict[str, str]) -> None:
-  """Writes ``root/report.md``: each paper's *paper* claims (checks and diagnostics are counted
-  apart) by verdict, the claims on offline substitutes of its data (:func:`on_substitutes`), and a
-  total; at smoke scale the verdicts are not counted (:data:`SMOKE_NOTE`)."""
-  verdicts = ("reproduced", "partly reproduced", "not reproduced", "inconclusive")
-  rows, total = [], [0] * 6
+  """Writes ``root/report.md``: each paper's *paper* claims by verdict (checks and diagnostics counted apart),
+  its ``not evaluated`` claims, the criteria fixed after their runs with the direction each moved the verdict
+  (:func:`moves`), the claims on offline substitutes of its data (:func:`on_substitutes`), and a total; at
+  smoke scale the verdicts are not counted (:data:`SMOKE_NOTE`)."""
+  verdicts = ("reproduced", "partly reproduced", "mixed", "not reproduced", "inconclusive")
+  rows, total = [], [0] * 10
   smoke_only = True
   for paper, title in papers.items():
     path = os.path.join(root, paper, "claims.json")
@@ -550,24 +690,29 @@ def write_index(root: str, papers: dict[str, str]) -> None:
       data = json.load(f)
     recs = data["claims"]
     mine = [r for r in recs if r.get("kind", "paper") == "paper"]
+    missing = sum(r.get("kind") == "not evaluated" for r in recs) + len(data.get("pending", []))
     smoke_only &= all(r["scale"] == "smoke" for r in recs)
-    counts = [sum(r["verdict"] == v for r in mine) for v in verdicts]
-    cells = [*counts, len(mine), len(recs) - len(mine)]
+    post, up, down = moves(recs)
+    cells = [*(sum(r["verdict"] == v for r in mine) for v in verdicts), len(mine), missing, post, up, down]
     total = [t + c for t, c in zip(total, cells)]
+    others = sum(r.get("kind") in ("check", "diagnostic") for r in recs)
     scales = ", ".join(f"{s} {sum(r['scale'] == s for r in recs)}" for s in sorted({r["scale"] for r in recs})) or "-"
-    rows.append((title, paper, scales, cells, len(data.get("pending", [])), len(on_substitutes(mine))))
+    rows.append((title, paper, scales, cells, others, len(on_substitutes(mine))))
   lines = ["# fedsim reproduction report", ""]
   if smoke_only and rows:
-    lines += [f"**{SMOKE_NOTE}**", "", "| paper | claims per scale | paper claims | checks and diagnostics | pending |",
-              "|---|---|---|---|---|"]
-    lines += [f"| [{t}]({p}/report.md) | {s} | {c[4]} | {c[5]} | {pend} |" for t, p, s, c, pend, _ in rows]
+    lines += [f"**{SMOKE_NOTE}**", "", "| paper | claims per scale | paper claims | checks and diagnostics | "
+              "not evaluated |", "|---|---|---|---|---|"]
+    lines += [f"| [{t}]({p}/report.md) | {s} | {c[5]} | {o} | {c[6]} |" for t, p, s, c, o, _ in rows]
   else:
-    lines += ["Paper claims only (a figure, table or theorem of the paper); checks and diagnostics are counted apart.",
-              "", "| paper | claims per scale | reproduced | partly | not reproduced | inconclusive | paper claims "
-              "| checks and diagnostics | pending | on offline substitutes |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| [{t}]({p}/report.md) | {s} | " + " | ".join(map(str, c)) + f" | {pend} | {sub} |"
-              for t, p, s, c, pend, sub in rows]
-    lines.append("| **total** | | " + " | ".join(map(str, total)) + " | | |")
+    lines += ["Paper claims only (a figure, table or theorem of the paper), judged by one protocol "
+              "([VERDICTS](README.md)); checks and diagnostics are counted apart. *Post-data* counts the criteria "
+              "fixed after the runs they judge, and how many of them moved the verdict up or down.", "",
+              "| paper | claims per scale | reproduced | partly | mixed | not reproduced | inconclusive | paper claims "
+              "| not evaluated | post-data (up / down) | checks and diagnostics | on offline substitutes |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| [{t}]({p}/report.md) | {s} | " + " | ".join(map(str, c[:7])) + f" | {c[7]} ({c[8]} / {c[9]}) | "
+              f"{o} | {sub} |" for t, p, s, c, o, sub in rows]
+    lines.append("| **total** | | " + " | ".join(map(str, total[:7])) + f" | {total[7]} ({total[8]} / {total[9]}) "
+                 "| | |")
   with open(os.path.join(root, "report.md"), "w") as f:
     f.write("\n".join(lines) + "\n")

@@ -195,9 +195,10 @@ def test_reports_and_resume(tmp_path, monkeypatch):
   main_mod.reproduce("toy", "paper", str(tmp_path))  # another scale is evaluated again
   assert calls == ["good", "bad", "good", "bad"]
   report.write_index(str(tmp_path), {"toy": "Toy paper"})
-  # reproduced, partly, not reproduced, inconclusive, paper claims, checks and diagnostics, pending, substitutes
+  # reproduced, partly, mixed, not reproduced, inconclusive, paper claims, not evaluated (the pending item),
+  # post-data (up / down), checks and diagnostics, substitutes
   index = (tmp_path / "report.md").read_text()
-  assert "| [Toy paper](toy/report.md) | paper 2 | 1 | 0 | 1 | 0 | 2 | 0 | 1 | 0 |" in index
+  assert "| [Toy paper](toy/report.md) | paper 2 | 1 | 0 | 0 | 1 | 0 | 2 | 1 | 0 (0 / 0) | 0 | 0 |" in index
   data = json.loads((tmp_path / "toy" / "claims.json").read_text())
   data["claims"][1]["note"] = "evaluated under an earlier criterion"
   report.write_paper(str(tmp_path / "toy"), "toy", "Toy paper", data["claims"], [])

@@ -29,7 +29,7 @@ import os
 from collections.abc import Sequence
 
 from experiments.fzoos.fig1_table import best_within
-from experiments.reproduce import declare, stats
+from experiments.reproduce import declare, engine, stats
 from experiments.reproduce.claims import (
   REPO,
   T_ALG,
@@ -160,6 +160,16 @@ def _fig1_declared(ctx: Context, variant: str, measure: declare.Measure) -> Evid
   if verdict != "reproduced" and variant == "paper":
     why += ". At C = 50 see fzoos.c50_known (the client drift against the gamma = 1/t correction)"
   return Evidence(verdict, why, numbers, figures, comparisons=comparisons)
+
+
+def _fig1_measured(ctx: Context, variant: str, x: str) -> engine.Measured:
+  """Fig. 1 of one preset at every C: the runs per setting, for a declared curve measure, and their figures."""
+  settings = {f"C={c:g}": _fig1(ctx, variant, c) for c in _cs(ctx, variant)}
+  figures = [_fig(ctx, f"fzoos_fig1_{variant}_C{name[2:]}_{'queries' if x == 'queries' else 'rounds'}.png", runs,
+                  "objective", x, "F(x_r)", f"FZooS Fig. 1 ({variant} preset), {name.replace('=', ' = ')}"
+                  + (", against queries" if x == "queries" else ""))
+             for name, runs in settings.items()]
+  return engine.Measured(runs=settings, figures=figures)
 
 
 def fig1_final_paper(ctx: Context) -> Evidence:
@@ -833,3 +843,4 @@ CLAIMS = classify(
     CLAIMS,
     diagnostics=("fzoos.c50_known",),
     headlines=("fzoos.attack",))
+CLAIMS = engine.apply("fzoos", CLAIMS, {"fzoos.fig1_rounds_paper": lambda ctx: _fig1_measured(ctx, "paper", "round")})
