@@ -206,7 +206,7 @@ def test_reports_and_resume(tmp_path, monkeypatch):
   data["claims"][0]["scale"], data["claims"][1]["scale"] = "paper", "smoke"  # the index counts each scale
   (tmp_path / "toy" / "claims.json").write_text(json.dumps(data))
   report.write_index(str(tmp_path), {"toy": "Toy paper"})
-  assert "| [Toy paper](toy/report.md) | paper 1, smoke 1 | 1 | 0 | 1 | 0 | 2 | 0 | 1 | 0 |" in (
+  assert "| [Toy paper](toy/report.md) | paper 1, smoke 1 | 1 | 0 | 0 | 1 | 0 | 2 | 1 | 0 (0 / 0) | 0 | 0 |" in (
       tmp_path / "report.md").read_text()
 
 
