@@ -126,11 +126,12 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
 
 
 def _kept(claim: claims_lib.Claim, rec: dict) -> dict:
-  """A record kept from ``claims.json``, with the claim's current ``kind`` and ``headline`` (properties of
-  the declaration, not of the runs)."""
+  """A record kept from ``claims.json``, with the claim's current ``kind``, ``headline``, statement and source
+  (properties of the declaration, not of the runs: its criterion and verdict stay as judged)."""
   head = {"headline": True} if claim.headline else {}
   return {"id": rec["id"], "kind": claim.kind, **head,
-          **{k: v for k, v in rec.items() if k not in ("id", "kind", "headline")}}
+          **{k: v for k, v in rec.items() if k not in ("id", "kind", "headline")},
+          "statement": claim.statement, "source": claim.source}
 
 
 def _with_history(rec: dict, old: dict | None) -> dict:
@@ -168,6 +169,9 @@ def _from_evidence(paper: str, folder: str, stored: str, only=()) -> list[dict]:
     claim = by_id.get(cid)
     if claim is None or (only and cid not in only):
       out.append(old if claim is None else _kept(claim, old))
+      continue
+    if claim.kind == "not evaluated":  # as declared: nothing to judge, no evidence
+      out.append(report.claim_record(claim, claim.evaluate(None), "paper", 0.0))
       continue
     scale = old["scale"]
     ctx = claims_lib.Context(folder, scale, log=lambda _: None, batch_tests=tuple(
