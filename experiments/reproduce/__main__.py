@@ -197,10 +197,25 @@ def _from_evidence(paper: str, folder: str, stored: str, only=()) -> list[dict]:
     rec["evidence"] = True
     print(f"[{paper}] {cid}: {rec['verdict']} (re-judged from stored evidence)", flush=True)
     out.append(rec)
-  for claim in papers.PAPERS[paper]:  # a claim declared "not evaluated" needs no evidence: it is written as declared
-    if claim.kind == "not evaluated" and claim.id not in done and (not only or claim.id in only):
-      ev = claim.evaluate(None)
-      out.append(report.claim_record(claim, ev, "paper", 0.0))
+  for claim in papers.PAPERS[paper]:  # claims with no committed record: judged if their evidence is stored
+    if claim.id in done or (only and claim.id not in only):
+      continue
+    if claim.kind == "not evaluated":  # needs no evidence: written as declared
+      out.append(report.claim_record(claim, claim.evaluate(None), "paper", 0.0))
+      continue
+    ctx = claims_lib.Context(folder, "paper", log=lambda _: None, substitutes=papers.SUBSTITUTES.get(paper, {}),
+                             evidence_dir=os.path.join(stored, "evidence"), from_evidence=True,
+                             command_root=os.path.join(claims_lib.DEFAULT_OUTPUT, paper))
+    try:
+      ev = claim.evaluate(ctx)
+    except claims_lib.MissingEvidence as e:
+      print(f"[{paper}] {claim.id}: not judged ({e})", flush=True)
+      continue
+    ev.commands = list(dict.fromkeys(ctx.commands))
+    rec = report.claim_record(claim, ev, "paper", 0.0, sum(ctx.run_seconds.values()), ctx.data)
+    rec["evidence"] = True
+    print(f"[{paper}] {claim.id}: {rec['verdict']} (re-judged from stored evidence)", flush=True)
+    out.append(rec)
   order = {c.id: i for i, c in enumerate(papers.PAPERS[paper])}
   out.sort(key=lambda r: order.get(r["id"], len(order)))
   report.write_paper(folder, paper, papers.TITLES[paper], out, committed.get("pending", []))

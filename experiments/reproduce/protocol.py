@@ -46,7 +46,9 @@ POWER_DRAWS = 2000    # simulated replications of a power computation (fixed gen
 POWER_SEED = 0
 FORMS = ("better", "ordered", "equivalent", "bound", "contrast", "value")
 COUNTED = ("holds", "opposite", "undecided")
-GATES = ("broken baseline", "saturated", "resolution", "does not discriminate", "too few seeds")
+GATES = ("broken baseline", "saturated", "resolution", "does not discriminate", "too few seeds", "baseline untuned")
+"""Outcomes that are not counted (VERDICTS.md §3-4); ``baseline untuned``: a baseline's best learning rate sits
+at its grid's edge, so it is not known to work at its best."""
 VERDICTS = ("reproduced", "partly reproduced", "mixed", "not reproduced", "inconclusive")
 
 
