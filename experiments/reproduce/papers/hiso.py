@@ -122,6 +122,12 @@ def _lr(label: str) -> float | None:
   return float(m.group(1)) if m else None
 
 
+def at_edge(runs: dict[str, list[dict]], label: str) -> bool:
+  """``label``'s lr is the smallest or largest of its variant's grid (of 2 or more lrs) in ``runs``."""
+  lrs = sorted(x for k in runs if _label_base(k) == _label_base(label) and (x := _lr(k)) is not None)
+  return len(lrs) > 1 and _lr(label) in (lrs[0], lrs[-1])
+
+
 def _never(ratio: float) -> float:
   """A per-seed rounds ratio R_DeComFL / R_HiSo as the tests read it: :func:`_ratio`'s 0.0 (HiSo never reaches
   DeComFL's best) is censored, ``-inf`` on this higher-is-better scale, never a ratio of 0."""
@@ -135,8 +141,8 @@ def _table2(ctx: Context, family: str) -> engine.Measured:
   mine = _toy(ctx, "illcond")
   rr = [rounds_ratio(runs, hiso, decomfl) for runs in mine]
   variants = [hiso, f"{hiso}-preconditioner=scalar", f"{hiso}-oracle"]
-  untuned = [f"seed {i}: {b}" for i, (runs, b) in enumerate((runs, r["decomfl_label"]) for runs, r in zip(mine, rr))
-             if _lr(b) in {f(_lr(k) for k in runs if _label_base(k) == _label_base(b)) for f in (min, max)}]
+  untuned = [f"seed {i}: {r['decomfl_label']}" for i, (runs, r) in enumerate(zip(mine, rr))
+             if at_edge(runs, r["decomfl_label"])]
   numbers: dict = {f"rounds to DeComFL's best gap {v}": ["never" if r["variants"][v]["r"] is None
                                                           else r["variants"][v]["r"] for r in rr] for v in variants}
   numbers["R_DeComFL (rounds to its own best)"] = [r["r_decomfl"] for r in rr]
@@ -149,10 +155,9 @@ def _table2(ctx: Context, family: str) -> engine.Measured:
                     _best_curves(mine, (decomfl, f"{decomfl}-schedule=decay", *variants), "optimality_gap", False),
                     "round", "F(x) - F* (best lr each)", f"Table 2 protocol, illcond quadratic, {family} presets",
                     logy=True)
-  where = "illcond quadratic"
-  return engine.Measured(values={where: {"hiso": [_never(r["variants"][hiso]["ratio"]) for r in rr]}},
-                         gates={where: {"hiso": "baseline untuned"}} if untuned else {}, numbers=numbers,
-                         figures=[os.path.relpath(fig, ctx.root)])
+  return engine.Measured(values={"illcond quadratic": {"hiso": [_never(r["variants"][hiso]["ratio"]) for r in rr]}},
+                         gates={"illcond quadratic": {"hiso": "baseline untuned"}} if untuned else {},
+                         numbers=numbers, figures=[os.path.relpath(fig, ctx.root)])
 
 
 def _best_labels(seeds: list[dict[str, list[dict]]], base: str, key: str | None = None) -> list:
@@ -254,8 +259,8 @@ def fig5_from_record(decl: engine.Declaration, which: str):
   return lambda record: engine.judge(decl, fig5_measured(dict(record["numbers"]), which))
 
 
-def hiso_fig5(ctx: Context) -> dict:
-  """Fig. 5's numbers on the flagfile's lr grid (a claim at ``--scale=paper`` only).
+def hiso_fig5(ctx: Context, which: str) -> engine.Measured:
+  """Fig. 5's numbers for claim ``which`` (:func:`fig5_measured`) on the flagfile's lr grid (``--scale=paper``).
 
   "Each with its own tuned lr" (§6): where, on some seed, a method's every lr diverged or its best is the grid's
   smallest, both methods (and the scalar-H ablation, in runs of its own) also run one step below the grid (same
@@ -280,13 +285,13 @@ def hiso_fig5(ctx: Context) -> dict:
     grid = f"the grid down to lr {lr:g}"
   rr = [rounds_ratio(r, "hiso", "decomfl", metric="test_accuracy") for r in runs]
   variants = [v for v in ("hiso", "hiso-preconditioner=scalar") if v in rr[0]["variants"]]
-  numbers: dict = {f"rounds ratio {v} (0 = never)": Stat.of(r["variants"][v]["ratio"] for r in rr)
-                   for v in variants}
+  numbers: dict = {f"rounds ratio {v} (0 = never)": Stat.of(r["variants"][v]["ratio"] for r in rr) for v in
+                   variants}
   numbers.update({FIG5_ACC.format(v): Stat.of(_finals(r, v, "test_accuracy", True) for r in runs)
                   for v in ("decomfl", *variants)})
   for v in ("hiso", "decomfl", *variants[1:]):
     numbers[f"lrs that diverged {v} (per seed)"] = Stat.of(
-        sum(api.diverged({"run": h}) for k, h in r.items() if _label_base(k) == v) for r in runs)
+        sum(bool(api.diverged({"run": h})) for k, h in r.items() if _label_base(k) == v) for r in runs)
   best_h = [max((k for k in r if _label_base(k) == "hiso"), key=lambda k, r=r: final(r[k], "test_accuracy"))
             for r in runs]
   numbers["q99.9(H) / median(H) at the end, hiso (Fig. 5 right)"] = Stat.of(
@@ -297,12 +302,7 @@ def hiso_fig5(ctx: Context) -> dict:
                     _best_curves(runs, ("hiso", "decomfl", *variants[1:]), "test_accuracy", True), "round",
                     "test accuracy (best lr each)",
                     "Fig. 5: MNIST CNN, M = 64, m = 8")
-  return {"numbers": numbers, "figure": os.path.relpath(fig, ctx.root)}
-
-
-def _fig5(which: str):
-  return lambda ctx: (lambda m: dataclasses.replace(fig5_measured(m["numbers"], which), figures=[m["figure"]]))(
-      hiso_fig5(ctx))
+  return dataclasses.replace(fig5_measured(numbers, which), figures=[os.path.relpath(fig, ctx.root)])
 
 
 NU_GRID = (0.01, 0.05, 0.1, 0.3)       # hiso_nu_sweep.cfg (the paper does not list its values)
@@ -364,7 +364,8 @@ def hiso_dim_free(ctx: Context) -> engine.Measured:
   numbers: dict = {f"{m} d={d}: best lr ({label}), rounds to {1 - DIM_FREE_FRACTION:.0%} of the gap":
                    [plain_number(v) for v in rounds] for (m, d), (label, rounds) in best.items()}
   grid = {m: [_lr(k) for k in by_dim[dims[0]][0] if _label_base(k) == m] for m in ("hiso", "decomfl")}
-  edge = sorted({label for (m, _), (label, _) in best.items() if _lr(label) in (min(grid[m]), max(grid[m]))})
+  edge = sorted({label for (m, _), (label, r) in best.items()
+                 if _lr(label) in (min(grid[m]), max(grid[m])) and any(map(math.isfinite, r))})
   if edge:
     numbers["best lr at the grid's edge"] = ", ".join(edge)
   values = {f"d={d}": {m: [a / b if math.isfinite(b) else math.inf
@@ -389,7 +390,7 @@ def _finish(claims: list, decls: dict) -> list:
 
 
 CLAIMS = _finish(engine.claims("hiso", {
-    "hiso.fig5_mnist": _fig5("ratio"), "hiso.fig5_final_accuracy": _fig5("accuracy"),
+    **{c: (lambda ctx, w=w: hiso_fig5(ctx, w)) for c, w in FIG5.items()},
     "hiso.dim_free": hiso_dim_free, "hiso.nu_insensitive": hiso_nu, "hiso.tau_insensitive": hiso_tau,
     "hiso.table2_illcond": lambda ctx: _table2(ctx, "paper"),
     "hiso.table2_illcond_code": lambda ctx: _table2(ctx, "code"),
