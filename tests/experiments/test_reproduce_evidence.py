@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 
+from experiments.reproduce import claims as C
 from experiments.reproduce import papers
 from experiments.reproduce.claims import REPO
 
@@ -48,3 +49,22 @@ def test_every_record_has_a_kind_and_every_judged_paper_claim_its_statistics():
       assert r["kind"] == kinds[r["id"]], r["id"]
       if r["kind"] == "paper" and r.get("evidence") and r.get("comparisons"):
         assert {"statistic", "effect", "ci95", "n", "p"} <= r.keys(), r["id"]
+
+
+def test_every_declared_paper_record_has_its_form_deviations_effect_unit_and_per_seed_values():
+  from experiments.reproduce import engine
+  for paper in papers.PAPERS:
+    with open(os.path.join(DOCS, paper, "claims.json")) as f:
+      records = json.load(f)["claims"]
+    declared = engine.load(paper) if os.path.exists(os.path.join(engine.FOLDER, f"{paper}.toml")) else {}
+    for r in records:
+      if r["id"] not in declared or (r["kind"] in ("check", "diagnostic") and "digest" not in r):
+        continue  # (a check kept from before its declaration: its tests' evidence was not stored)
+      assert r["digest"] == declared[r["id"]].digest, f"{r['id']}: judged under another declaration"
+      if r["kind"] == "not evaluated":
+        assert r["verdict"] == "not evaluated" and r["needs"], r["id"]
+      elif r["kind"] == "paper":
+        assert r["form"] and "deviations" in r and r["verdict"] in C.VERDICTS, r["id"]
+        assert r["results"] and r["effect"]["unit"], r["id"]
+        for c in r["results"]:
+          assert c["per_seed"] and len(c["per_seed"]) <= 10 and c["unit"] == r["effect"]["unit"], r["id"]
