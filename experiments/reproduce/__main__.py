@@ -126,11 +126,12 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
 
 
 def _kept(claim: claims_lib.Claim, rec: dict) -> dict:
-  """A record kept from ``claims.json``, with the claim's current ``kind`` and ``headline`` (properties of
-  the declaration, not of the runs)."""
+  """A record kept from ``claims.json``, with the claim's current ``kind``, ``headline``, statement and source
+  (properties of the declaration, not of the runs: its criterion and verdict stay as judged)."""
   head = {"headline": True} if claim.headline else {}
   return {"id": rec["id"], "kind": claim.kind, **head,
-          **{k: v for k, v in rec.items() if k not in ("id", "kind", "headline")}}
+          **{k: v for k, v in rec.items() if k not in ("id", "kind", "headline")},
+          "statement": claim.statement, "source": claim.source}
 
 
 def _with_history(rec: dict, old: dict | None) -> dict:
@@ -169,6 +170,9 @@ def _from_evidence(paper: str, folder: str, stored: str, only=()) -> list[dict]:
     if claim is None or (only and cid not in only):
       out.append(old if claim is None else _kept(claim, old))
       continue
+    if claim.kind == "not evaluated":  # as declared: nothing to judge, no evidence
+      out.append(report.claim_record(claim, claim.evaluate(None), "paper", 0.0))
+      continue
     scale = old["scale"]
     ctx = claims_lib.Context(folder, scale, log=lambda _: None, batch_tests=tuple(
         dict.fromkeys(n for c in papers.PAPERS[paper] if c.id in done and c.tests for n in c.tests)),
@@ -193,10 +197,25 @@ def _from_evidence(paper: str, folder: str, stored: str, only=()) -> list[dict]:
     rec["evidence"] = True
     print(f"[{paper}] {cid}: {rec['verdict']} (re-judged from stored evidence)", flush=True)
     out.append(rec)
-  for claim in papers.PAPERS[paper]:  # a claim declared "not evaluated" needs no evidence: it is written as declared
-    if claim.kind == "not evaluated" and claim.id not in done and (not only or claim.id in only):
-      ev = claim.evaluate(None)
-      out.append(report.claim_record(claim, ev, "paper", 0.0))
+  for claim in papers.PAPERS[paper]:  # claims with no committed record: judged if their evidence is stored
+    if claim.id in done or (only and claim.id not in only):
+      continue
+    if claim.kind == "not evaluated":  # needs no evidence: written as declared
+      out.append(report.claim_record(claim, claim.evaluate(None), "paper", 0.0))
+      continue
+    ctx = claims_lib.Context(folder, "paper", log=lambda _: None, substitutes=papers.SUBSTITUTES.get(paper, {}),
+                             evidence_dir=os.path.join(stored, "evidence"), from_evidence=True,
+                             command_root=os.path.join(claims_lib.DEFAULT_OUTPUT, paper))
+    try:
+      ev = claim.evaluate(ctx)
+    except claims_lib.MissingEvidence as e:
+      print(f"[{paper}] {claim.id}: not judged ({e})", flush=True)
+      continue
+    ev.commands = list(dict.fromkeys(ctx.commands))
+    rec = report.claim_record(claim, ev, "paper", 0.0, sum(ctx.run_seconds.values()), ctx.data)
+    rec["evidence"] = True
+    print(f"[{paper}] {claim.id}: {rec['verdict']} (re-judged from stored evidence)", flush=True)
+    out.append(rec)
   order = {c.id: i for i, c in enumerate(papers.PAPERS[paper])}
   out.sort(key=lambda r: order.get(r["id"], len(order)))
   report.write_paper(folder, paper, papers.TITLES[paper], out, committed.get("pending", []))

@@ -38,7 +38,10 @@ them); ``bound``: ``claimed``, ``bound`` (the bound's rate); ``value``: ``claime
 ``contrast``: ``claimed``, ``controls`` and ``test`` (the inner form: ``better`` against
 ``arms[0]``, ``value`` against ``target``, or ``bound`` against ``bound``).
 ``not evaluated`` needs ``needs`` (the command or data it would take). ``check`` claims name
-their ``tests`` (pytest node ids).
+their ``tests`` (pytest node ids). Optional: ``scales = ["paper"]`` (its runs exceed the smoke
+budget), ``paper_data = "cifar10"`` (it runs only on the paper's own data set), and a measure
+function with a ``from_record`` attribute (record -> :class:`Measured`) judges a record whose runs'
+metrics were not stored from the per-seed numbers it keeps.
 """
 
 from __future__ import annotations
@@ -123,6 +126,8 @@ class Declaration:
   needs: str = ""
   tests: tuple[str, ...] = ()
   headline: bool = False
+  scales: tuple[str, ...] = ()
+  paper_data: str = ""
   table: Mapping = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
   @property
@@ -450,7 +455,8 @@ def headline_effect(verdict: protocol.Verdict, unit: str) -> dict:
   pool, over = (held, "the comparisons that hold") if held else (allowed, "the comparisons with a working baseline") \
       if allowed else (list(verdict.results), "all comparisons")
   effects = [r.effect for r in pool if not math.isnan(r.effect)]
-  ratios = [r.ratio for r in pool if math.isfinite(r.ratio)]
+  log_scale = any(w in unit for w in ("decade", "log"))  # a ratio of logarithms means nothing
+  ratios = [] if log_scale else [r.ratio for r in pool if math.isfinite(r.ratio)]
   out = {"value": float(np.median(effects)) if effects else math.nan, "unit": unit, "over": over}
   if ratios and len(ratios) == len(pool):
     out["ratio"] = float(np.median(ratios))
@@ -522,8 +528,23 @@ def claims(paper: str, measures: Mapping[str, Callable[[Context], Measured | Evi
         raise DeclarationError(f"{paper}: {d.id}: a paper claim declares a form")
       c = Claim(d.id, d.statement, d.source, d.criterion(), _evaluate(d, measures[d.id]),
                 kind="paper" if d.kind == "paper" else d.kind)
+    if d.scales:  # e.g. ["paper"]: its runs exceed the smoke budget
+      c = dataclasses.replace(c, scales=d.scales)
+    if d.paper_data:  # runs only on the paper's own data set (a key of claims.PAPER_DATA)
+      c = c.on_paper_data(d.paper_data)
+    from_record = getattr(measures.get(d.id), "from_record", None)
+    if from_record is not None:  # record -> Measured: its runs' metrics were not stored, its numbers were
+      c = dataclasses.replace(c, from_record=_judged_record(d, from_record))
     out.append(dataclasses.replace(c, headline=d.headline, declaration=d))
   return out
+
+
+def _judged_record(decl: Declaration, from_record: Callable[[dict], Measured]) -> Callable[[dict], Evidence]:
+  def judged(record: dict) -> Evidence:
+    ev = judge(decl, from_record(record))
+    ev.why += "; judged from the record's per-seed numbers (its runs' metrics were not stored; a re-run stores them)"
+    return ev
+  return judged
 
 
 def apply(paper: str, python_claims: Sequence[Claim], measures: Mapping[str, Callable[[Context], Measured | Evidence]],

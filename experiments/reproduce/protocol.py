@@ -46,7 +46,9 @@ POWER_DRAWS = 2000    # simulated replications of a power computation (fixed gen
 POWER_SEED = 0
 FORMS = ("better", "ordered", "equivalent", "bound", "contrast", "value")
 COUNTED = ("holds", "opposite", "undecided")
-GATES = ("broken baseline", "saturated", "resolution", "does not discriminate", "too few seeds")
+GATES = ("broken baseline", "saturated", "resolution", "does not discriminate", "too few seeds", "baseline untuned")
+"""Outcomes that are not counted (VERDICTS.md §3-4); ``baseline untuned``: a baseline's best learning rate sits
+at its grid's edge, so it is not known to work at its best."""
 VERDICTS = ("reproduced", "partly reproduced", "mixed", "not reproduced", "inconclusive")
 
 
@@ -59,8 +61,9 @@ class Result:
     outcome: ``holds``, ``opposite``, ``undecided`` or a gate (:data:`GATES`).
     p: the one-sided p-value in the claimed direction (NaN for a gate); p_holm: after Holm's
       correction over the claim's counted comparisons (:func:`aggregate` fills it).
-    effect: the headline effect in ``unit`` (median paired difference, median rate, ...);
-      interval: an exact interval for it (sign-test order statistics) or (NaN, NaN).
+    effect: the headline effect in ``unit``, positive in the claim's favour (the median paired difference,
+      the median distance beyond a bound or a target, the median first-to-last change of an ordered
+      measure); interval: an exact interval for it (sign-test order statistics) or (NaN, NaN).
     ratio: claimed / baseline median where natural (else NaN).
     p_other: the one-sided p-value the other way (an ``opposite`` needs it below ALPHA after Holm).
     gate: the gate that decided the outcome (section 3), empty when the test did.
@@ -202,8 +205,9 @@ def ordered(setting: str, table: Sequence[Sequence[float]], *, increasing: bool,
   p = float(stats.page_trend_test(x, predicted_ranks=up).pvalue)
   p_other = float(stats.page_trend_test(x, predicted_ranks=down).pvalue)
   steps = np.diff(x, axis=1) * (1 if increasing else -1)
-  return Result(setting, "ordered", _outcome(p, p_other), p, float(np.median(x[:, -1] - x[:, 0])), unit,
-                median_interval(x[:, -1] - x[:, 0]), per_seed=tuple(float(v) for v in x[:, -1] - x[:, 0]),
+  span = (x[:, -1] - x[:, 0]) * (1 if increasing else -1)  # > 0: the last level is better, as claimed
+  return Result(setting, "ordered", _outcome(p, p_other), p, float(np.median(span)), unit,
+                median_interval(span), per_seed=tuple(float(v) for v in x[:, -1] - x[:, 0]),
                 note=f"Page's L; adjacent steps in the claimed direction: {int(np.sum(steps > 0))} of {steps.size}",
                 p_other=p_other)
 
@@ -235,8 +239,9 @@ def bound(setting: str, rates: Sequence[float], bound_rate: float, *, unit: str 
   r = np.asarray(rates, dtype=float)
   d = (bound_rate - r) if lower_is_better else (r - bound_rate)   # > 0: better than the bound
   greater, less = _signed_test(d, False)
-  return Result(setting, "bound", _outcome(greater, less, len(d)), float(greater), float(np.median(r)), unit,
-                median_interval(r), per_seed=tuple(float(v) for v in r), note=f"bound rate {bound_rate:g}",
+  return Result(setting, "bound", _outcome(greater, less, len(d)), float(greater), float(np.median(d)), unit,
+                median_interval(d), per_seed=tuple(float(v) for v in r),
+                note=f"bound rate {bound_rate:g}; median rate {np.median(r):.3g}",
                 p_other=float(less))
 
 
@@ -256,8 +261,9 @@ def value(setting: str, values: Sequence[float], target: float, *, greater_is_be
   x = np.asarray(values, dtype=float)
   d = (x - target) if greater_is_better else (target - x)
   greater, less = _signed_test(d, False)
-  return Result(setting, "value", _outcome(greater, less, len(d)), float(greater), float(np.median(x)), unit,
-                median_interval(x), per_seed=tuple(float(v) for v in x), note=f"against {target:g} {unit}",
+  return Result(setting, "value", _outcome(greater, less, len(d)), float(greater), float(np.median(d)), unit,
+                median_interval(d), per_seed=tuple(float(v) for v in x),
+                note=f"against {target:g} {unit}; median {np.median(x):.3g}",
                 p_other=float(less))
 
 

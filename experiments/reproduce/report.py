@@ -431,7 +431,7 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
   seen_commands: dict[tuple, str] = {}
   seen_numbers: dict[str, str] = {}
   seen_criteria: dict[str, str] = {}
-  seen_figures: dict[tuple, str] = {(): ""}
+  seen_figures: dict[tuple, str] = {}
   for kind, _ in kinds:
     for r in (r for r in records if r.get("kind", "paper") == kind):
       if r["criterion"] == TEST_CRITERION and not r.get("history"):  # a batch of unit tests: one paragraph
@@ -442,7 +442,7 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
       if "digest" in r:  # a declared claim: judged by the protocol (experiments.reproduce.engine)
         lines += _declared_section(r, records)
         fkey = tuple(r["figures"])
-        if fkey in seen_figures:
+        if fkey and fkey in seen_figures:
           lines += [f"Figures: as [{seen_figures[fkey]}](#{anchor(seen_figures[fkey])}).", ""]
         else:
           seen_figures.setdefault(fkey, r["id"])
@@ -474,8 +474,8 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
             lines.append(f"| ... {len(items) - MAX_NUMBERS} more in claims.json | |")
           lines.append("")
       fkey = tuple(r["figures"])
-      if fkey in seen_figures:
-        lines += [f"Figures: as [{seen_figures[fkey]}](#{seen_figures[fkey].replace('.', '').lower()})."]
+      if fkey and fkey in seen_figures:  # (a claim without figures says nothing of them)
+        lines += [f"Figures: as [{seen_figures[fkey]}](#{anchor(seen_figures[fkey])})."]
       else:
         seen_figures.setdefault(fkey, r["id"])
         lines += [f"![figure]({p})" for p in r["figures"]]
