@@ -198,7 +198,7 @@ def _from_evidence(paper: str, folder: str, stored: str, only=()) -> list[dict]:
     print(f"[{paper}] {cid}: {rec['verdict']} (re-judged from stored evidence)", flush=True)
     out.append(rec)
   for claim in papers.PAPERS[paper]:  # claims with no committed record: judged if their evidence is stored
-    if claim.id in done or (only and claim.id not in only):
+    if claim.id in done or (only and claim.id not in only) or claim.missing("paper", None):
       continue
     if claim.kind == "not evaluated":  # needs no evidence: written as declared
       out.append(report.claim_record(claim, claim.evaluate(None), "paper", 0.0))
