@@ -13,7 +13,6 @@ import pytest
 from experiments.reproduce import __main__ as main_mod
 from experiments.reproduce import claims as C
 from experiments.reproduce import papers, report
-from experiments.reproduce.papers import fedzo as fedzo_claims
 
 
 def test_stat_is_mean_and_sample_std():
@@ -141,18 +140,6 @@ def test_test_claim_verdicts(tmp_path):
   assert ev.verdict == "not reproduced" and "tests.t::test_b[2]" in ev.why
   ev = claim.evaluate(FakeContext(tmp_path, tests={"tests.t::test_a": True}))
   assert ev.verdict == "not reproduced" and "tests/t.py::test_b" in ev.why  # not collected
-
-
-def _hist(final):
-  return [{"round": 0, "objective": 7.0}, {"round": 20, "objective": final}]
-
-
-def test_fedzo_fig1a_h_at_one_seed_is_inconclusive(tmp_path):
-  labels = (*fedzo_claims.H_LABELS, "dzopa", "zone_s")
-  runs = {"fedzo_fig1a_s0": {label: _hist(v) for label, v in zip(labels, (6.0, 5.0, 4.0, 3.0, 6.5, 6.6))}}
-  ev = fedzo_claims.fedzo_fig1a_h(FakeContext(tmp_path, runs=runs))  # one seed (smoke): no paired test can decide
-  assert ev.verdict == "inconclusive" and ev.why.startswith("too few seeds")
-  assert os.path.exists(tmp_path / ev.figures[0])
 
 
 def test_every_claim_is_well_formed():
