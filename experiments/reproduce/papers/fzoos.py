@@ -344,8 +344,8 @@ def attack_numbers(runs, key: str = "") -> dict:
 
 
 def _per_target(v) -> list[float]:
-  """A number's per-target values: a list, or a record's ``{"values": ...}``."""
-  return list(v["values"] if isinstance(v, dict) else v)
+  """A number's per-target values: a list, a :class:`Stat`, or a record's ``{"values": ...}``."""
+  return list(v.values if isinstance(v, Stat) else v["values"] if isinstance(v, dict) else v)
 
 
 def attack_values(numbers: dict, metric: str = "first") -> dict[str, dict[str, list[float]]]:
