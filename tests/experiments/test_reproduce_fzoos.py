@@ -232,6 +232,11 @@ def test_fig6a_gain_pairs_each_seed_at_c5_and_c50(tmp_path):
   assert _judge("fzoos.fig6a_m_gain", ctx).verdict == "reproduced"
   assert _judge("fzoos.fig6a_m", ctx).verdict == "reproduced"
   assert os.path.exists(tmp_path / "fig" / "fzoos_fig6a_M.png")
+  # Both M rise above F(x_0) = 3 at C = 50 (as here): M = 1000 is a broken baseline there, and the gain too.
+  runs.update(_paper_fig6(50, {**base, "adaptive": 4.0, "M=10000": 4.5}))
+  ctx = Ctx(tmp_path, runs, scale="paper")
+  assert fz.fig6a_m_gain(ctx).gates == {"gain of M = 10,000": {"C=5": "broken baseline"}}
+  assert _judge("fzoos.fig6a_m_gain", ctx).why.startswith("broken baseline")
 
 
 def _drop(at, n=25):
