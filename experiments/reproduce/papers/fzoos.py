@@ -1,17 +1,11 @@
-"""The claims of FZooS (Shu et al. 2023; ``../shared/specs/fzoos.md`` §3, §7): what each measures.
+"""The measures of FZooS's claims (Shu et al. 2023; ``../shared/specs/fzoos.md``), declared in
+``experiments/reproduce/declarations/fzoos.toml`` and judged by :mod:`experiments.reproduce.engine`: each
+returns an :class:`~experiments.reproduce.engine.Measured` (runs per setting, or per-seed / per-target values),
+never a verdict; the diagnostics ``fzoos.c50_known`` and ``fzoos.fig8_lower_P`` keep a rule of their own.
 
-The claims are declared in ``experiments/reproduce/declarations/fzoos.toml`` (statement, quote, form,
-measure, arms, settings, deviations) and judged by :mod:`experiments.reproduce.engine`; each function
-here returns an :class:`~experiments.reproduce.engine.Measured` (the runs per setting, or per-seed /
-per-target values), never a verdict. The diagnostics ``fzoos.c50_known`` and ``fzoos.fig8_lower_P`` keep
-a rule of their own.
-
-Settings. Paper scale keeps App. E: federated quadratic d = 300, N = 5, T = 10, R = 50, M = 10,000,
-5 seeds, C in {0.5, 5, 50}, evaluated every round; Fig. 4 and Fig. 6 use their flagfiles; the attack
-runs 15 target images (MNIST if the data cache has ``mnist/``), the metric task 5 seeds on digits.
-Smoke scale (every FZooS variant costs about 12 CPU s of compilation whatever its size): d = 20,
-M = 200, R = 4 evaluated every 2 rounds, one seed, C in {0.5, 50} for the paper preset and C = 50 only
-(FZooS and FedZO) for the authors'-code preset; attack and metric on digits with small classifiers, R = 2.
+Paper scale keeps App. E (quadratic d = 300, N = 5, T = 10, R = 50, M = 10,000, 5 seeds, C in {0.5, 5, 50});
+the attack runs 15 MNIST targets (digits without ``mnist/`` in the data cache), the metric task 5 seeds on
+digits. Smoke scale: d = 20, M = 200, R = 4, one seed, C in {0.5, 50}, attack and metric on digits, R = 2.
 """
 
 from __future__ import annotations
@@ -78,10 +72,8 @@ def _fig1(ctx: Context, variant: str, c: float) -> list[dict[str, list[dict]]]:
                    for s in _seeds(ctx)])
 
 
-def _fig(ctx: Context, name: str, runs, metric: str, x: str, ylabel: str, title: str, logy=False,
-         bounds=None) -> str:
-  path = plot_curves(os.path.join(ctx.root, "fig", name), curves(runs, metric, x), x, ylabel, title, logy=logy,
-                     bounds=bounds)
+def _fig(ctx: Context, name: str, runs, metric: str, x: str, ylabel: str, title: str, bounds=None) -> str:
+  path = plot_curves(os.path.join(ctx.root, "fig", name), curves(runs, metric, x), x, ylabel, title, bounds=bounds)
   return os.path.relpath(path, ctx.root)
 
 
@@ -311,11 +303,10 @@ def _attack_runs(ctx: Context, **setting) -> tuple[list[dict[str, list[dict]]], 
   return runs, ("mnist" if not data else "digits")
 
 
-def first_success(history: list[dict]) -> tuple[float, float]:
-  """(round, queries) of the first evaluation with ``success_rate`` 1 (the ensemble margin F < 0);
-  (last round + 1, nan) when the attack never succeeds (censored)."""
-  hit = next((r for r in history if r["success_rate"] >= 1.0), None)
-  return (float(history[-1]["round"] + 1), math.nan) if hit is None else (float(hit["round"]), float(hit["queries"]))
+def first_success(history: list[dict]) -> float:
+  """The round of the first evaluation with ``success_rate`` 1 (the ensemble margin F < 0); the last round + 1
+  when the attack never succeeds (censored)."""
+  return float(next((r["round"] for r in history if r["success_rate"] >= 1.0), history[-1]["round"] + 1))
 
 
 ATTACK_FLAGFILE = "fzoos_attack_mnist.cfg"
@@ -343,7 +334,7 @@ def attack_numbers(runs, key: str = "") -> dict:
   out: dict = {}
   for lab in runs[0]:
     out[f"{RATE}{lab}{sep}"] = [final(r[lab], "success_rate") for r in runs]
-    out[f"{FIRST}{lab}{sep}{NEVER}"] = [first_success(r[lab])[0] for r in runs]
+    out[f"{FIRST}{lab}{sep}{NEVER}"] = [first_success(r[lab]) for r in runs]
   return out
 
 
@@ -422,11 +413,9 @@ def attack(metric: str = "first", flag: str | None = None):
 
 
 def lower_p_judged(numbers: dict) -> Evidence:
-  """Diagnostic rule of fzoos.fig8_lower_P (the engine's ``better`` form pairs by seed; these are not paired):
-  per method, the round of first success per target at the larger P against the smaller P's. Each P has its
-  own targets (the first 15 test images the ensemble of that P's classifiers gets right), so unpaired, a
-  target never attacked within R censored, judged by the one-sided log-rank test
-  (:func:`experiments.reproduce.stats.compare`, ``paired=False``), Holm-free as before."""
+  """fzoos.fig8_lower_P's own rule (each P has its own 15 targets, and the engine's forms pair by seed): per
+  method, the first-success rounds at the larger P against the smaller P's, unpaired, never censored: the
+  one-sided log-rank test (:func:`experiments.reproduce.stats.compare`, ``paired=False``), no Holm."""
   by_p = {s: v for s, v in attack_values(numbers).items() if s.startswith("P=")}
   low, high = sorted(by_p, key=lambda s: float(s[2:]))
   comparisons = [stats.compare(f"{lab}: round of first success, P = {high[2:]} before P = {low[2:]}",
@@ -473,16 +462,13 @@ def metric(ctx: Context) -> engine.Measured:
   return engine.Measured(runs={"digits": runs}, numbers=diag, figures=figs)
 
 
-def _small_c(ctx: Context, variant: str) -> list[float]:
-  return [c for c in _cs(ctx, variant) if c <= C_SMALL]
-
-
 MEASURES = {
     "fzoos.fig1_rounds_paper": fig1("paper", "round"), "fzoos.fig1_queries_paper": fig1("paper", "queries"),
     "fzoos.fig1_final_paper": fig1("paper", "round"), "fzoos.fig1_rounds_code": fig1("code", "round"),
     "fzoos.fig1_queries_code": fig1("code", "queries"), "fzoos.fig1_final_code": fig1("code", "round"),
     "fzoos.fig1_heterogeneity": fig1_heterogeneity, "fzoos.fig1_scaffold": fig1("paper", "round", _cs),
-    "fzoos.fig1_fedzo_small_c": fig1("paper", "round", _small_c), "fzoos.fig4_cosine": fig4_cosine,
+    "fzoos.fig1_fedzo_small_c": fig1("paper", "round", lambda ctx, v: [c for c in _cs(ctx, v) if c <= C_SMALL]),
+    "fzoos.fig4_cosine": fig4_cosine,
     "fzoos.fig4_steps": fig4_steps, "fzoos.fig5_t": fig5_t, "fzoos.fig5_t_queries": fig5_t,
     "fzoos.fig5_t_helps": fig5_t_helps, "fzoos.fig5_t_gain": fig5_t_gain, "fzoos.fig6b_c50": fig6b_c50,
     "fzoos.fig6b_ablations_c5": fig6b_ablations_c5, "fzoos.fig6a_m": fig6a_m, "fzoos.fig6a_m_gain": fig6a_m_gain,
