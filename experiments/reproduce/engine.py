@@ -79,6 +79,9 @@ class MeasureSpec:
     unit: the unit every effect is written in (``rounds``, ``F``, ``pp``, ``decades``).
     lower_is_better: True for losses, rounds, errors; False for accuracies.
     name: the measure in words (default from the other fields).
+    optimum: the known optimum F* of the metric (quadratics, convex tasks): a ``reach`` target and the
+      working-baseline gate then measure the gap to it (VERDICTS.md §3, targets); None: to the best value any
+      arm of the seed reached.
   """
   kind: str
   unit: str
@@ -87,6 +90,7 @@ class MeasureSpec:
   fraction: float = 0.1
   lower_is_better: bool = True
   name: str = ""
+  optimum: float | None = None
 
   def describe(self) -> str:
     if self.name:
@@ -284,8 +288,9 @@ class Curves:
 def reduce_runs(runs: Sequence[Mapping[str, list[dict]]], arms: Sequence[str], measure: MeasureSpec) -> Curves:
   """The measure of every arm on every seed, with the start, end, floor and divergence per seed.
 
-  The floor of a seed is the best finite value any of its arms reached (the target of a ``reach``
-  measure is ``floor + fraction (start - floor)``, the start the seed's round-0 value of the first arm).
+  The floor of a seed is the measure's known ``optimum`` if declared, else the best finite value any of its
+  arms reached (the target of a ``reach`` measure is ``floor + fraction (start - floor)``, the start the
+  seed's round-0 value of the first arm).
   """
   sign = 1.0 if measure.lower_is_better else -1.0
   vals: dict[str, list[float]] = {a: [] for a in arms}
@@ -296,7 +301,7 @@ def reduce_runs(runs: Sequence[Mapping[str, list[dict]]], arms: Sequence[str], m
   for run in runs:
     finite = [sign * r[measure.metric] for a in arms for r in run[a]
               if r.get(measure.metric) is not None and math.isfinite(r[measure.metric])]
-    floor = sign * min(finite)
+    floor = measure.optimum if measure.optimum is not None else sign * min(finite)
     first = run[arms[0]][0][measure.metric]
     target = floor + measure.fraction * (first - floor)
     floors.append(floor)
@@ -434,8 +439,14 @@ def results(decl: Declaration, measured: Measured) -> list[protocol.Result]:
       levels = [a for a in decl.arms if a in values]
       if len(levels) >= 3:
         table = np.asarray([values[a] for a in levels], dtype=float).T
-        out.append(protocol.ordered(f"{where}: {' < '.join(levels)}", table, increasing=not lower,
-                                    unit=decl.measure.unit))
+        name = f"{where}: {' < '.join(levels)}"
+        if table.shape[0] < 2:  # Page's test needs two seeds at least
+          out.append(protocol.Result(name, "ordered", "too few seeds", math.nan, math.nan, decl.measure.unit,
+                                     gate="too few seeds"))
+          continue
+        r = protocol.ordered(name, table, increasing=not lower, unit=decl.measure.unit)
+        gate = next((gates[a] for a in levels if gates.get(a)), None)  # a gated level gates the trend
+        out.append(_gate(r, gate))
     elif decl.form == "contrast":
       ref = decl.arms[0] if decl.test == "better" else None
       if decl.claimed in values and (ref is None or ref in values):

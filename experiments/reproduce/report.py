@@ -514,7 +514,11 @@ def _seeds(values: list) -> str:
   if len(values) <= 10:
     return ", ".join(v if isinstance(v, str) else f"{v:.3g}" for v in values)
   nums = sorted(v for v in values if not isinstance(v, str))
-  return f"median {nums[len(nums) // 2]:.3g}, range [{nums[0]:.3g}, {nums[-1]:.3g}] (n = {len(values)})"
+  words = [v for v in values if isinstance(v, str)]  # "never" and the like
+  said = f"; {len(words)} {', '.join(sorted(set(words)))}" if words else ""
+  if not nums:
+    return f"all {len(values)} {', '.join(sorted(set(words)))}"
+  return f"median {nums[len(nums) // 2]:.3g}, range [{nums[0]:.3g}, {nums[-1]:.3g}]{said} (n = {len(values)})"
 
 
 def _declared_section(r: dict, records: list[dict]) -> list[str]:
