@@ -26,7 +26,9 @@ CODE_PAPER_LEARNER = "ffgb_code:mlp_init=default:mlp_output_act=false"
 PAPER_CODE_LEARNER = "ffgb:mlp_init=faithful:mlp_output_act=true"
 
 DATA = {"digits": dict(cfg="ffgb_digits_s0{s}.cfg", clients=14, smoke_budget=58),
-        "mnist10k": dict(cfg="ffgb_mnist10k_s0{s}.cfg", clients=56, smoke_budget=114)}
+        "mnist10k": dict(cfg="ffgb_mnist10k_s0{s}.cfg", clients=56, smoke_budget=114),
+        # the paper's Fig. 1 (K = 4 / 3, eta0 = 10 / 20, CNN learner) where --data_dir holds CIFAR-10
+        "cifar10": dict(cfg="ffgb_cifar10_s0{s}.cfg", clients=56, smoke_budget=None)}
 K_MAIN = 2  # the digits / MNIST flagfiles' local steps (paper MNIST K = 2)
 ACC = "final test accuracy"
 
@@ -35,7 +37,9 @@ def _label(spec: str) -> str:
   return spec.replace(":", "-")
 
 
-def _versus_algs(ctx: Context) -> list[str]:
+def _versus_algs(ctx: Context, data: str = "digits") -> list[str]:
+  if data == "cifar10":  # the flagfile's own: the paper form, its no-residual ablation, FedAvg
+    return ["ffgb", "ffgb_nores", "fedavg"]
   return ["ffgb", "ffgb_code", CODE_PAPER_LEARNER, "fedavg"] + ctx.pick([], ["ffgb_nores", PAPER_CODE_LEARNER])
 
 
@@ -45,12 +49,14 @@ def _versus(ctx: Context, data: str, s: int) -> list[dict[str, list[dict]]]:
   code's learner). The paper-form and code-preset claims share these runs.
 
   Smoke: 1 seed, a budget of 2 FFGB rounds on digits (1 on MNIST), 20 oracle steps.
-  Paper: the flagfile (budget 2000; 200 oracle steps) with 5 seeds.
+  Paper: the flagfile (budget 2000; 200 oracle steps) with 5 seeds; CIFAR-10 (paper scale, with the data only)
+  the paper's settings and its flagfile's algorithms.
   """
   d = DATA[data]
-  extra = ctx.pick(dict(comm_budget=d["smoke_budget"], oracle_steps=20, eval_every=2), {})
-  return ctx.runs([(f"{data}_s0{s}_seed{seed}", d["cfg"].format(s=s), dict(algorithm=_versus_algs(ctx), seed=seed,
-                                                                          **extra))
+  extra = ctx.paper_data("cifar10") if data == "cifar10" else ctx.pick(
+      dict(comm_budget=d["smoke_budget"], oracle_steps=20, eval_every=2), {})
+  return ctx.runs([(f"{data}_s0{s}_seed{seed}", d["cfg"].format(s=s),
+                    dict(algorithm=_versus_algs(ctx, data), seed=seed, **extra))
                    for seed in ctx.pick((0,), (0, 1, 2, 3, 4))])
 
 
