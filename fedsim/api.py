@@ -663,7 +663,6 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
       where ``resume`` continues).
   """
   config, output_dir, callbacks = check_run_arguments(config, output_dir, callbacks)
-  config, output_dir, callbacks = check_run_arguments(config, output_dir, callbacks)
   import jax
 
   from fedsim.core import distributed
@@ -773,7 +772,6 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
   import jax
 
   from fedsim import algorithms
-  from fedsim.core import checkpoint
   from fedsim.core.engine import simulate
   from fedsim.core.errors import Interrupted
   from fedsim.runner import ProgressWriter
@@ -788,7 +786,7 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
       assert alg_dir is not None  # save_learners needs an output directory (checked in run)
       alg = ffgb.attach_learner_writer(alg, os.path.join(alg_dir, "learners"), alg.hparams, r.name)
   ckpt_dir = os.path.join(alg_dir, "checkpoints") if alg_dir is not None else None
-  resumed = checkpoint.latest_round(ckpt_dir) if config.resume and ckpt_dir is not None else None
+  resumed = _latest_round(ckpt_dir) if config.resume and ckpt_dir is not None else None
   writer = ProgressWriter(label, os.path.join(alg_dir, "metrics.jsonl") if alg_dir else None,
                           rounds, keep_until=resumed, write=main, echo=config.progress,
                           callbacks=(*callbacks, lambda lab, rec: watchdog.beat(f"{lab} round {rec['round']}")))
@@ -807,11 +805,20 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
   except Interrupted as e:
     writer.close()
     e.signum, e.label, e.output_dir = stop.requested, label, folder.path
-    e.checkpoint_round = checkpoint.latest_round(ckpt_dir) if ckpt_dir is not None else None
+    e.checkpoint_round = _latest_round(ckpt_dir) if ckpt_dir is not None else None
     raise
   finally:
     writer.close()
   return writer.history
+
+
+def _latest_round(ckpt_dir: str) -> int | None:
+  """The newest checkpoint's round in ``ckpt_dir`` (None: none); orbax is imported only when
+  that folder exists (a run without checkpoints never pays for the import)."""
+  if not os.path.isdir(ckpt_dir):
+    return None
+  from fedsim.core import checkpoint
+  return checkpoint.latest_round(ckpt_dir)
 
 
 def _plot(histories: Mapping[str, list[dict]], out_dir: str | None, task, main: bool) -> None:
