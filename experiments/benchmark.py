@@ -411,7 +411,7 @@ def main(argv):
       sys.exit(2)
   if FLAGS.quick and not FLAGS["num_clients"].present:
     ns = [8]
-  blas = set_blas_threads(FLAGS.blas_threads)
+  blas = set_blas_threads(FLAGS.blas_threads, load=True)
   # Every Settings field with a flag of the same name (list flags as validate parsed them).
   given = {f.name: FLAGS[f.name].value for f in dataclasses.fields(Settings) if f.name in FLAGS}
   settings = Settings.make(FLAGS.quick, **{**given, **extra})

@@ -774,6 +774,7 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
   from fedsim import algorithms
   from fedsim.core.engine import simulate
   from fedsim.core.errors import Interrupted
+  from fedsim.run_folder import latest_checkpoint
   from fedsim.runner import ProgressWriter
   alg = algorithms.build(r.name, task, **r.values)  # on the sharded task (cheap: builders close over functions)
   alg_dir = folder.label_dir(label)
@@ -786,7 +787,7 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
       assert alg_dir is not None  # save_learners needs an output directory (checked in run)
       alg = ffgb.attach_learner_writer(alg, os.path.join(alg_dir, "learners"), alg.hparams, r.name)
   ckpt_dir = os.path.join(alg_dir, "checkpoints") if alg_dir is not None else None
-  resumed = _latest_round(ckpt_dir) if config.resume and ckpt_dir is not None else None
+  resumed = latest_checkpoint(ckpt_dir) if config.resume and ckpt_dir is not None else None
   writer = ProgressWriter(label, os.path.join(alg_dir, "metrics.jsonl") if alg_dir else None,
                           rounds, keep_until=resumed, write=main, echo=config.progress,
                           callbacks=(*callbacks, lambda lab, rec: watchdog.beat(f"{lab} round {rec['round']}")))
@@ -805,20 +806,11 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
   except Interrupted as e:
     writer.close()
     e.signum, e.label, e.output_dir = stop.requested, label, folder.path
-    e.checkpoint_round = _latest_round(ckpt_dir) if ckpt_dir is not None else None
+    e.checkpoint_round = latest_checkpoint(ckpt_dir) if ckpt_dir is not None else None
     raise
   finally:
     writer.close()
   return writer.history
-
-
-def _latest_round(ckpt_dir: str) -> int | None:
-  """The newest checkpoint's round in ``ckpt_dir`` (None: none); orbax is imported only when
-  that folder exists (a run without checkpoints never pays for the import)."""
-  if not os.path.isdir(ckpt_dir):
-    return None
-  from fedsim.core import checkpoint
-  return checkpoint.latest_round(ckpt_dir)
 
 
 def _plot(histories: Mapping[str, list[dict]], out_dir: str | None, task, main: bool) -> None:
