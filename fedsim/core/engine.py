@@ -53,12 +53,15 @@ def round_chunk(algorithm: FederatedAlgorithm) -> Callable:
 
     def round_at(s, r):
       return algorithm.round(s, rng.round_key(rounds_key, r), data)
-    stats_shape = jax.eval_shape(round_at, state, first_round)[1]
-    stats = jax.tree_util.tree_map(lambda a: jnp.zeros((length,) + a.shape, a.dtype), stats_shape)
+    # The round is traced once: its jaxpr gives the stats' shapes and is replayed in the loop.
+    closed, out_shape = jax.make_jaxpr(round_at, return_shape=True)(state, first_round)
+    out_tree = jax.tree_util.tree_structure(out_shape)
+    stats = jax.tree_util.tree_map(lambda a: jnp.zeros((length,) + a.shape, a.dtype), out_shape[1])
 
     def body(i, carry):
       s, stacked = carry
-      s, st = round_at(s, first_round + i)
+      flat = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves((s, first_round + i)))
+      s, st = jax.tree_util.tree_unflatten(out_tree, flat)
       return s, jax.tree_util.tree_map(lambda b, x: b.at[i].set(x), stacked, st)
     # A while loop when count is traced (the engine); lax.fori_loop makes static bounds a scan.
     return jax.lax.fori_loop(jnp.int32(0), jnp.asarray(count, jnp.int32), body, (state, stats))
