@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 from collections.abc import Callable
 
@@ -162,6 +163,32 @@ def task_evaluator(evaluate: Callable) -> Callable:
   return compile_options.jit(evaluate_task)
 
 
+def _compile_first_record(init, init_keys, solve, evaluate_task, abstract_state, data) -> None:
+  """Compiles (into JAX's caches, running nothing) the programs :func:`simulate` runs before its
+  first chunk: ``init``, the solution and the task's evaluation, for the state's shapes."""
+  init.lower(*init_keys).compile()
+  params, _ = solve.lower(abstract_state).compile().out_info  # shapes with the shardings the call returns
+  evaluate_task.lower(params, data).compile()
+
+
+class _Beside(threading.Thread):
+  """Runs ``fn`` in a daemon thread started now, under the caller's ``jax_enable_x64`` (a
+  thread-local setting); an error is dropped: the program it was compiling compiles again, and
+  raises, where it is first called."""
+
+  def __init__(self, fn: Callable[[], None]):
+    super().__init__(name="fedsim-compile", daemon=True)
+    self.fn, self.x64 = fn, bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]
+    self.start()
+
+  def run(self):
+    try:
+      with jax.enable_x64(self.x64):
+        self.fn()
+    except Exception:  # pylint: disable=broad-except  # recompiled (and raised) on first use
+      pass
+
+
 def _apply_setup(algorithm: FederatedAlgorithm, state):
   """``algorithm.setup(state)`` (if any) placed as ``state`` is: committed leaves on their
   shardings, uncommitted ones (``init`` on one default device while the task is sharded
@@ -285,6 +312,11 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
   saved = None                                    # the round of the newest checkpoint
   rounds_key = rng.stream(key, "rounds")
   capacity = max(1, min(eval_every, num_rounds))    # the chunk's static size: the same for every cut of this run
+  evaluate_task = task_evaluator(task.evaluate)     # one program per task, not per algorithm
+  # The algorithm's part: its solution and its own metrics, one small program.
+  def solve(s):
+    return algorithm.solution(s), (algorithm.metrics(s) if algorithm.metrics is not None else {})
+  solve = compile_options.jit(solve)
   # Compiled once, ahead of time, with its memory checked (fedsim.core.memory).
   program = ChunkProgram(algorithm, capacity, on_compile, clock=lambda: time.perf_counter() - t0)
   if resume:
@@ -306,14 +338,16 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     else:
       init = compile_options.jit(algorithm.init)
     if start_round < num_rounds:   # refuse a program that does not fit before allocating its state
-      program.compile(jax.eval_shape(init, *init_keys), task.data, rounds_key, start_round)
+      abstract = jax.eval_shape(init, *init_keys)
+      # The first record's programs (init, solution, evaluation) compile beside the round chunk:
+      # XLA compiles without the GIL, so another core hides them (the same programs, the same bits).
+      beside = _Beside(functools.partial(_compile_first_record, init, init_keys, solve, evaluate_task, abstract,
+                                         task.data))
+      try:
+        program.compile(abstract, task.data, rounds_key, start_round)
+      finally:
+        beside.join()
     state = _apply_setup(algorithm, init(*init_keys))
-  evaluate_task = task_evaluator(task.evaluate)     # one program per task, not per algorithm
-  # The algorithm's part: its solution and its own metrics, one small program.
-  def solve(s):
-    return algorithm.solution(s), (algorithm.metrics(s) if algorithm.metrics is not None else {})
-  solve = compile_options.jit(solve)
-
   def evaluate(s, data):
     params, own = solve(s)
     return {**evaluate_task(params, data), **own}
