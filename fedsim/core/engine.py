@@ -172,18 +172,20 @@ def _compile_first_record(init, init_keys, solve, evaluate_task, abstract_state,
 
 
 class _Beside(threading.Thread):
-  """Runs ``fn`` in a daemon thread started now, under the caller's ``jax_enable_x64`` (a
-  thread-local setting); an error is dropped: the program it was compiling compiles again, and
-  raises, where it is first called."""
+  """Runs ``fn`` in a daemon thread started now, under the caller's ``jax_enable_x64`` and
+  ``jax_log_compiles`` (settings a context may scope to the caller's thread); an error is dropped:
+  the program it was compiling compiles again, and raises, where it is first called. A program
+  traced otherwise here than in the caller is another program: the caller compiles its own."""
 
   def __init__(self, fn: Callable[[], None]):
     super().__init__(name="fedsim-compile", daemon=True)
-    self.fn, self.x64 = fn, bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]
+    self.fn = fn
+    self.x64, self.log = bool(jax.config.jax_enable_x64), bool(jax.config.jax_log_compiles)  # type: ignore[attr-defined]
     self.start()
 
   def run(self):
     try:
-      with jax.enable_x64(self.x64):
+      with jax.enable_x64(self.x64), jax.log_compiles(self.log):
         self.fn()
     except Exception:  # pylint: disable=broad-except  # recompiled (and raised) on first use
       pass
