@@ -152,15 +152,14 @@ def test_warmup_runs_the_main_job_beside_a_baseline_worktree():
   baseline in a git worktree that is removed afterwards; both trees print the same final loss.
   No timing is asserted (the speed target lives in the suite's output)."""
   from experiments.bench import compile_time
-  before = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
   w = compile_time.warmup(rounds=2, repeats=1, baseline="HEAD", log=lambda _: None)
   assert [(r["tree"], r["cache"]) for r in w["summary"]] == [
       ("this tree", "cold"), ("this tree", "warm"), ("baseline", "cold"), ("baseline", "warm")]
   assert len(w["runs"]) == 4 and set(w["ratios"]) == {"cold", "warm"}
   assert all(0 < r["first_round_s"] <= r["final_s"] <= r["exit_s"] for r in w["runs"])
   assert len({r["final_objective"] for r in w["runs"]}) == 1
-  after = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
-  assert after == before
+  listed = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
+  assert "fedsim_warmup_" not in listed  # the baseline's worktree is gone
   table = compile_time.warmup_markdown(w)
   assert table.count("| this tree |") == 2 and "cold cache, this tree / baseline HEAD" in table
 
