@@ -98,7 +98,8 @@ def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np
   rng = np.random.RandomState(seed)
   n_i = _approximate_mode(class_counts, n_train, rng)
   t_i = _approximate_mode(class_counts - n_i, n_test, rng)
-  train, test = [], []
+  train: list = []
+  test: list = []
   for i in range(classes.size):
     perm = class_indices[i].take(rng.permutation(class_counts[i]), mode="clip")
     train.extend(perm[:n_i[i]])
