@@ -26,7 +26,8 @@ r"""The benchmark suite: throughput, scaling, roofline, compile time, FZooS and 
    FLOP/s (analytic counts) against a float32 matmul measured in the same run;
    FedZO directions per second against the raw generator.
 4. ``compile`` (``bench/compile_time.py``): compile time against rounds per
-   chunk (1, 10, 100) and N (10^2..10^4).
+   chunk (1, 10, 100) and N (10^2..10^4); the main job's warm-up, process start to
+   first round, cold and warm cache, beside ``--baseline=REV``'s tree.
 5. ``fzoos`` (``bench/fzoos_speed.py``): seconds per FZooS round at d = 300,
    N = 5, T = 10, M = 10,000 (Fig. 1), against the authors' 33 s; rounds per
    second for N in {5, 50, 500} (M = 1,000 at 500); a per-piece profile.
@@ -232,6 +233,13 @@ def define_flags():
                     "the timed programs (fedsim.core.compile_options; the engine's default: classic)")
   flags.DEFINE_integer("compile_sweep_rounds", None, "compile suite: rounds of the sweep_fedzo_alpha.cfg runs, seeds "
                        "batched and one after another (default 300; 0 = skipped)")
+  flags.DEFINE_integer("compile_warmup_repeats", None, "compile suite: runs per tree and cache state of the "
+                       "main-job warm-up (FedAvg, process start to first round; default 3, --quick 0; 0 = skipped)")
+  flags.DEFINE_integer("compile_warmup_rounds", None, "compile suite: rounds of the warm-up runs (default 100)")
+  flags.DEFINE_string("baseline", None, "compile suite: a git revision whose tree runs the warm-up side by side "
+                      "with this one, in a temporary git worktree (default: none)")
+  flags.DEFINE_list("compile_parts", None, "compile suite: parts among chunks, main_job, emitters, sweep, warmup "
+                    "(default: all)")
   flags.DEFINE_integer("roofline_clients", None, "roofline suite: N (default 1000)")
   flags.DEFINE_integer("matmul_size", None, "roofline and gpu_table suites: n of the n x n float32 matmul "
                        "(default: roofline 2048, gpu_table 8192)")
@@ -288,7 +296,8 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
              roofline_clients=None, matmul_size=None, fzoos_configs=None, fzoos_vmap=None, ffgb_clients=None,
              ffgb_oracle_steps=None, blas_threads=1, client_block=None, scaling_algorithms=None,
              gpu_table_clients=None, gpu_table_algorithms=None, bandwidth_bytes=None, compile_main_job_rounds=None,
-             compile_sweep_rounds=None, compile_emitters_clients=None, checkpoint_rounds=None,
+             compile_sweep_rounds=None, compile_emitters_clients=None, compile_warmup_repeats=None,
+             compile_warmup_rounds=None, compile_parts=None, checkpoint_rounds=None,
              checkpoint_main_every=None, checkpoint_task=None, checkpoint_clients_per_round=None,
              checkpoint_main_job_rounds=None, checkpoint_fzoos_rounds=None,
              sweep_table_clients=None, sweep_table_configs=None, sweep_table_algorithms=None,
@@ -323,6 +332,8 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
                            ("compile_main_job_rounds", compile_main_job_rounds, 0),
                            ("compile_sweep_rounds", compile_sweep_rounds, 0),
                            ("compile_emitters_clients", compile_emitters_clients, 0),
+                           ("compile_warmup_repeats", compile_warmup_repeats, 0),
+                           ("compile_warmup_rounds", compile_warmup_rounds, 1),
                            ("checkpoint_rounds", checkpoint_rounds, 1),
                            ("checkpoint_main_every", checkpoint_main_every, 1),
                            ("checkpoint_clients_per_round", checkpoint_clients_per_round, 1),
@@ -365,6 +376,12 @@ def validate(algorithm: Sequence[str], num_clients: Sequence[str], *, suite: Seq
       raise ConfigError(st_flag, "the sweep_table suite accepts comma-separated algorithms among "
                         f"{', '.join(SWEEP_TABLE_ALGORITHMS)}; got {','.join(sweep_table_algorithms)!r}")
     extra["sweep_table_algorithms"] = tuple(sweep_table_algorithms)
+  if compile_parts is not None:
+    parts = ("chunks", "main_job", "emitters", "sweep", "warmup")
+    if not compile_parts or any(v not in parts for v in compile_parts):
+      raise ConfigError("compile_parts", f"must be comma-separated among {', '.join(parts)}; "
+                        f"got {','.join(compile_parts)!r}")
+    extra["compile_parts"] = tuple(compile_parts)
   if fzoos_configs is not None:
     extra["fzoos_configs"] = tuple(parse_ints(fzoos_configs, "fzoos_configs", pairs=True))
   if fzoos_vmap is not None:
@@ -394,7 +411,7 @@ def main(argv):
       sys.exit(2)
   if FLAGS.quick and not FLAGS["num_clients"].present:
     ns = [8]
-  blas = set_blas_threads(FLAGS.blas_threads)
+  blas = set_blas_threads(FLAGS.blas_threads, load=True)
   # Every Settings field with a flag of the same name (list flags as validate parsed them).
   given = {f.name: FLAGS[f.name].value for f in dataclasses.fields(Settings) if f.name in FLAGS}
   settings = Settings.make(FLAGS.quick, **{**given, **extra})

@@ -663,7 +663,6 @@ def run(config: ExperimentConfig, output_dir: str | None = None,
       where ``resume`` continues).
   """
   config, output_dir, callbacks = check_run_arguments(config, output_dir, callbacks)
-  config, output_dir, callbacks = check_run_arguments(config, output_dir, callbacks)
   import jax
 
   from fedsim.core import distributed
@@ -773,9 +772,9 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
   import jax
 
   from fedsim import algorithms
-  from fedsim.core import checkpoint
   from fedsim.core.engine import simulate
   from fedsim.core.errors import Interrupted
+  from fedsim.run_folder import latest_checkpoint
   from fedsim.runner import ProgressWriter
   alg = algorithms.build(r.name, task, **r.values)  # on the sharded task (cheap: builders close over functions)
   alg_dir = folder.label_dir(label)
@@ -788,7 +787,7 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
       assert alg_dir is not None  # save_learners needs an output directory (checked in run)
       alg = ffgb.attach_learner_writer(alg, os.path.join(alg_dir, "learners"), alg.hparams, r.name)
   ckpt_dir = os.path.join(alg_dir, "checkpoints") if alg_dir is not None else None
-  resumed = checkpoint.latest_round(ckpt_dir) if config.resume and ckpt_dir is not None else None
+  resumed = latest_checkpoint(ckpt_dir) if config.resume and ckpt_dir is not None else None
   writer = ProgressWriter(label, os.path.join(alg_dir, "metrics.jsonl") if alg_dir else None,
                           rounds, keep_until=resumed, write=main, echo=config.progress,
                           callbacks=(*callbacks, lambda lab, rec: watchdog.beat(f"{lab} round {rec['round']}")))
@@ -807,7 +806,7 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
   except Interrupted as e:
     writer.close()
     e.signum, e.label, e.output_dir = stop.requested, label, folder.path
-    e.checkpoint_round = checkpoint.latest_round(ckpt_dir) if ckpt_dir is not None else None
+    e.checkpoint_round = latest_checkpoint(ckpt_dir) if ckpt_dir is not None else None
     raise
   finally:
     writer.close()

@@ -28,6 +28,20 @@ and FedAvg on the CNN at N / 5: each chunk (``rounds_per_chunk`` rounds) is
 compiled under both (``compile_cpu_s``), run once from the same state (``same_bits``:
 the states agree bit for bit), then timed in alternation (``time_interleaved``).
 
+``compile_parts`` picks among ``chunks`` (the sweeps above), ``main_job``, ``emitters``,
+``sweep`` and ``warmup`` (default: all).
+
+``warmup``: the main job's FedAvg (``python -m experiments.run --algorithm=fedavg
+--rounds=R``, R = ``compile_warmup_rounds``) timed from the process's start (just before it
+is spawned) to its first round (the first progress line past round 0, the end of the
+first ``eval_every`` chunk) and to its final loss (round R's line), with a fresh empty
+persistent compilation cache (``cold``: a new ``--compilation_cache`` folder and
+``XDG_CACHE_HOME``) and again with that cache filled (``warm``), ``compile_warmup_repeats``
+times (0 = skipped). With ``baseline`` (a git revision) the same runs go in a ``git worktree``
+of that revision, alternating with this tree's (A B B A ...), each tree byte-compiled and run once
+untimed first; per tree and cache the median, and ``ratio`` = the median of this tree's over the
+baseline's, pair by pair (:func:`warmup`).
+
 ``sweep``: ``experiments/flagfiles/sweep_fedzo_alpha.cfg`` (FedZO, 3 Dirichlet
 alphas x ``compile_sweep_seeds`` seeds, ``compile_sweep_rounds`` rounds; 0 =
 skipped) with the seeds batched and one after another, each in a fresh process
@@ -38,9 +52,14 @@ faster, wall and CPU).
 from __future__ import annotations
 
 import json
+import os
+import re
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 
 from experiments.bench.util import Settings, compile_chunk, make_benchmark_task
@@ -86,6 +105,121 @@ def main_job(rounds: int, log: Callable[[str], None] = print) -> list[dict]:
           f"{rec['cpu_s']:.1f} s CPU")
       out.append(rec)
   return out
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_ROUND_LINE = re.compile(r"^\[fedavg\] round (\d+)/(\d+) objective (\S+)")
+
+
+def warmup_run(tree: str, rounds: int, cache_home: str, output_dir: str) -> dict:
+  """One main-job FedAvg run of ``tree`` in a fresh process (``experiments.run``), timed from outside.
+
+  The persistent compilation cache is ``cache_home/fedsim/jax`` and ``XDG_CACHE_HOME`` is
+  ``cache_home`` (an empty folder: a first run; the same folder again: a cached run).
+
+  Returns:
+    ``{"first_round_s", "final_s", "exit_s", "cpu_s", "final_objective"}``: wall seconds from just
+    before the spawn to the first progress line past round 0, to round ``rounds``' line and to the
+    exit; the child's CPU seconds; the final objective as printed.
+
+  Raises:
+    RuntimeError: the run failed or printed no round line.
+  """
+  env = {**os.environ, "XDG_CACHE_HOME": cache_home, "PYTHONPATH": tree}
+  cmd = [sys.executable, "-m", "experiments.run", "--algorithm=fedavg", f"--rounds={rounds}",
+         f"--output_dir={output_dir}", f"--compilation_cache={os.path.join(cache_home, 'fedsim', 'jax')}"]
+  before = resource.getrusage(resource.RUSAGE_CHILDREN)
+  t0 = time.perf_counter()
+  proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          bufsize=1)
+  first = final = objective = None
+  assert proc.stdout is not None
+  for line in proc.stdout:
+    m = _ROUND_LINE.match(line.strip())
+    if m and int(m.group(1)) > 0:
+      now = time.perf_counter() - t0
+      first = now if first is None else first
+      if int(m.group(1)) == rounds:
+        final, objective = now, m.group(3)
+  err = proc.stderr.read() if proc.stderr is not None else ""
+  code = proc.wait()
+  exit_s = time.perf_counter() - t0
+  after = resource.getrusage(resource.RUSAGE_CHILDREN)
+  if code != 0 or first is None or final is None:
+    raise RuntimeError(f"{' '.join(cmd)} in {tree} failed (exit {code}): {err[-2000:]}")
+  return {"first_round_s": first, "final_s": final, "exit_s": exit_s, "final_objective": objective,
+          "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)}
+
+
+def warmup(rounds: int, repeats: int, baseline: str = "", log: Callable[[str], None] = print) -> dict:
+  """This tree's main-job warm-up, cold and warm cache, side by side with ``baseline`` (module docstring).
+
+  Args:
+    rounds: R of the FedAvg runs.
+    repeats: runs per tree and cache state (the median is reported).
+    baseline: a git revision of this repository ("" = this tree alone).
+
+  Returns:
+    ``{"rounds", "repeats", "trees": {name: commit}, "runs": [per run], "summary": [per tree and
+    cache: medians], "ratios": {cache: {figure: median ratio this / baseline}}}``.
+
+  Raises:
+    RuntimeError: a run failed, or the baseline's worktree could not be made.
+  """
+  def git(*args, cwd=ROOT):
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+  tmp = tempfile.mkdtemp(prefix="fedsim_warmup_")
+  trees = {"this tree": ROOT}
+  commits = {"this tree": git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain") else "")}
+  try:
+    if baseline:
+      base_dir = os.path.join(tmp, "baseline")
+      try:
+        git("worktree", "add", "--detach", base_dir, baseline)
+      except subprocess.CalledProcessError as e:
+        raise RuntimeError(f"baseline {baseline!r}: git worktree add failed: {e.stderr.strip()}") from None
+      trees["baseline"] = base_dir
+      commits["baseline"] = git("rev-parse", "--short", "HEAD", cwd=base_dir)
+    for tree in trees.values():  # bytecode and the OS's file cache, not timed
+      subprocess.run([sys.executable, "-m", "compileall", "-q", "fedsim", "experiments"], cwd=tree, check=True,
+                     capture_output=True)
+      home = tempfile.mkdtemp(dir=tmp)
+      warmup_run(tree, rounds, home, os.path.join(home, "out"))
+    runs = []
+    order = list(trees)
+    for rep in range(repeats):
+      for name in (order if rep % 2 == 0 else order[::-1]):
+        home = tempfile.mkdtemp(dir=tmp)  # empty: the cold run fills it, the warm run reads it
+        for cache in ("cold", "warm"):
+          rec = {"tree": name, "commit": commits[name], "cache": cache, "repeat": rep,
+                 **warmup_run(trees[name], rounds, home, os.path.join(home, f"out_{cache}"))}
+          log(f"[compile warmup {name} {commits[name]}, {cache} cache, run {rep + 1}/{repeats}] first round "
+              f"{rec['first_round_s']:.2f} s, final loss {rec['final_s']:.2f} s, exit {rec['exit_s']:.2f} s, "
+              f"CPU {rec['cpu_s']:.2f} s")
+          runs.append(rec)
+  finally:
+    if "baseline" in trees:
+      subprocess.run(["git", "worktree", "remove", "--force", trees["baseline"]], cwd=ROOT, capture_output=True)
+    subprocess.run(["rm", "-rf", tmp], check=False)
+  figures = ("first_round_s", "final_s", "exit_s", "cpu_s")
+  summary = []
+  for name in trees:
+    for cache in ("cold", "warm"):
+      mine = [r for r in runs if r["tree"] == name and r["cache"] == cache]
+      summary.append({"tree": name, "commit": commits[name], "cache": cache, "runs": len(mine),
+                      **{f: statistics.median(r[f] for r in mine) for f in figures},
+                      "final_objective": mine[-1]["final_objective"]})
+  ratios = {}
+  if baseline:
+    for cache in ("cold", "warm"):
+      pairs = [(a, b) for a in runs for b in runs if a["cache"] == b["cache"] == cache
+               and a["repeat"] == b["repeat"] and a["tree"] == "this tree" and b["tree"] == "baseline"]
+      ratios[cache] = {f: statistics.median(a[f] / b[f] for a, b in pairs) for f in figures}
+      log(f"[compile warmup, {cache} cache] this tree / baseline {baseline}: first round "
+          f"{ratios[cache]['first_round_s']:.2f}x, final loss {ratios[cache]['final_s']:.2f}x (target <= 0.5x "
+          "for the first round)")
+  return {"rounds": rounds, "repeats": repeats, "baseline": baseline, "trees": commits, "runs": runs,
+          "summary": summary, "ratios": ratios}
 
 
 EMITTER_CASES = (("fedavg", "softmax"), ("fedzo", "softmax"), ("decomfl", "softmax"), ("hiso", "softmax"),
@@ -181,6 +315,8 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
   """Runs the suite; returns ``{"records": [...], "rounds_ratio": {alg: ratio}, "main_job": [...]}``."""
   from experiments.bench.vmap import benchmark_hparams
   from fedsim import algorithms
+  if "chunks" not in settings.compile_parts:
+    return _runs(settings, log, {"records": [], "rounds_ratio": {}, "rounds_ratio_cpu": {}})
   rounds, clients = list(settings.compile_rounds), list(settings.compile_clients)
   n_mid = clients[min(1, len(clients) - 1)]
   r_mid = rounds[min(1, len(rounds) - 1)]
@@ -205,23 +341,32 @@ def run(settings: Settings, log: Callable[[str], None] = print) -> dict:
     cc = [r["compile_cpu_s"] for r in records if r["algorithm"] == name and r["sweep"] == "rounds"]
     ratio_cpu[name] = max(cc) / max(min(cc), 1e-12)
     log(f"[compile {name}] compile time max/min over rounds per chunk {rounds}: {ratio[name]:.2f}")
-  jobs = main_job(settings.compile_main_job_rounds, log) if settings.compile_main_job_rounds > 0 else []
-  emit = emitters(settings, log) if settings.compile_emitters_clients > 0 else []
+  return _runs(settings, log, {"records": records, "rounds_ratio": ratio, "rounds_ratio_cpu": ratio_cpu})
+
+
+def _runs(settings: Settings, log: Callable[[str], None], out: dict) -> dict:
+  """The suite's whole-process and emitter parts, added to ``out``."""
+  parts = settings.compile_parts
+  jobs = (main_job(settings.compile_main_job_rounds, log)
+          if settings.compile_main_job_rounds > 0 and "main_job" in parts else [])
+  emit = emitters(settings, log) if settings.compile_emitters_clients > 0 and "emitters" in parts else []
   sweeps = (sweep_job(settings.compile_sweep_rounds, settings.compile_sweep_seeds, log)
-            if settings.compile_sweep_rounds > 0 else [])
-  return {"records": records, "rounds_ratio": ratio, "rounds_ratio_cpu": ratio_cpu, "main_job": jobs,
-          "emitters": emit, "sweep": sweeps}
+            if settings.compile_sweep_rounds > 0 and "sweep" in parts else [])
+  warm = (warmup(settings.compile_warmup_rounds, settings.compile_warmup_repeats, settings.baseline, log)
+          if settings.compile_warmup_repeats > 0 and "warmup" in parts else {})
+  return {**out, "main_job": jobs, "emitters": emit, "sweep": sweeps, "warmup": warm}
 
 
 def markdown(result: dict) -> str:
   """The suite's markdown table."""
   rows = ["| algorithm | sweep | N | rounds per chunk | lower s | compile s | compile CPU s | HLO chars |",
-          "|" + "---|" * 8]
+          "|" + "---|" * 8] if result["records"] else []
   for r in result["records"]:
     rows.append(f"| {r['algorithm']} | {r['sweep']} | {r['num_clients']} | {r['rounds_per_chunk']} "
                 f"| {r['lower_s']:.2f} | {r['compile_s']:.2f} | {r['compile_cpu_s']:.2f} | {r['hlo_chars'] or 'n/a'} |")
   ratios = [f"{k} {v:.2f}; {result['rounds_ratio_cpu'][k]:.2f}" for k, v in result["rounds_ratio"].items()]
-  rows.append("\ncompile time max/min over the rounds sweep (wall; CPU): " + ", ".join(ratios))
+  if ratios:
+    rows.append("\ncompile time max/min over the rounds sweep (wall; CPU): " + ", ".join(ratios))
   if result.get("main_job"):
     rows += ["", "| main job | rounds | compile s | programs (compiled or loaded) | cache hits | run wall s "
              "| run CPU s |", "|" + "---|" * 7]
@@ -240,4 +385,19 @@ def markdown(result: dict) -> str:
     b = result["sweep"][0]
     rows.append(f"\nbatched seeds: {b['speedup_wall']:.2f}x faster (wall), {b['speedup_cpu']:.2f}x (CPU); "
                 "target >= 2x")
+  if result.get("warmup"):
+    rows += ["", warmup_markdown(result["warmup"])]
   return "\n".join(rows) + "\n"
+
+
+def warmup_markdown(w: dict) -> str:
+  """The warm-up table: per tree and cache state, the medians; then the ratios to the baseline."""
+  rows = [f"| main job FedAvg, {w['rounds']} rounds | commit | cache | runs | to first round s | to final loss s "
+          "| to exit s | CPU s |", "|" + "---|" * 8]
+  rows += [f"| {r['tree']} | {r['commit']} | {r['cache']} | {r['runs']} | {r['first_round_s']:.2f} "
+           f"| {r['final_s']:.2f} | {r['exit_s']:.2f} | {r['cpu_s']:.2f} |" for r in w["summary"]]
+  for cache, q in w.get("ratios", {}).items():
+    rows.append(f"\n{cache} cache, this tree / baseline {w['baseline']} (median of paired ratios): first round "
+                f"{q['first_round_s']:.2f}x, final loss {q['final_s']:.2f}x, exit {q['exit_s']:.2f}x, CPU "
+                f"{q['cpu_s']:.2f}x")
+  return "\n".join(rows)

@@ -58,6 +58,12 @@ class Settings:
       emitters comparison (the CNN runs at N / 5; 0 = skipped).
     compile_sweep_rounds, compile_sweep_seeds: the compile suite's sweep_fedzo_alpha.cfg
       runs (rounds 0 = skipped).
+    compile_warmup_rounds, compile_warmup_repeats: the compile suite's main-job warm-up runs
+      (FedAvg, process start to first round and to final loss, cold and warm cache; repeats
+      0 = skipped).
+    baseline: a git revision whose tree the compile suite's warm-up runs side by side with
+      this one ("" = none).
+    compile_parts: the compile suite's parts among chunks, main_job, emitters, sweep, warmup.
     roofline_clients: N of the roofline suite.
     matmul_size: n of the n x n float32 matmul that measures the machine's peak
       (None: the suite's own, :data:`ROOF_SIZES`).
@@ -112,6 +118,10 @@ class Settings:
   compile_emitters_clients: int = 1000
   compile_sweep_rounds: int = 300
   compile_sweep_seeds: int = 5
+  compile_warmup_rounds: int = 100
+  compile_warmup_repeats: int = 3
+  baseline: str = ""
+  compile_parts: tuple = ("chunks", "main_job", "emitters", "sweep", "warmup")
   roofline_clients: int = 1000
   matmul_size: int | None = None
   fzoos_dim: int = 300
@@ -164,7 +174,7 @@ class Settings:
           max_normals=QUICK_MAX_NORMALS, scaling_clients=(16, 64), scaling_repeats=1,
           compile_rounds=(1, 4), compile_clients=(8, 16), compile_main_job_rounds=2, roofline_clients=8,
           compile_emitters_clients=5,
-          compile_sweep_rounds=2, compile_sweep_seeds=2,
+          compile_sweep_rounds=2, compile_sweep_seeds=2, compile_warmup_rounds=2, compile_warmup_repeats=0,
           matmul_size=256,
           fzoos_dim=8, fzoos_steps=2, fzoos_configs=((2, 64),), fzoos_vmap=(2, 64),
           ffgb_clients=4, ffgb_oracle_steps=4, ffgb_batch=8, ffgb_vmap_oracle_steps=4,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 from collections.abc import Callable
 
@@ -53,12 +54,15 @@ def round_chunk(algorithm: FederatedAlgorithm) -> Callable:
 
     def round_at(s, r):
       return algorithm.round(s, rng.round_key(rounds_key, r), data)
-    stats_shape = jax.eval_shape(round_at, state, first_round)[1]
-    stats = jax.tree_util.tree_map(lambda a: jnp.zeros((length,) + a.shape, a.dtype), stats_shape)
+    # The round is traced once: its jaxpr gives the stats' shapes and is replayed in the loop.
+    closed, out_shape = jax.make_jaxpr(round_at, return_shape=True)(state, first_round)
+    out_tree = jax.tree_util.tree_structure(out_shape)
+    stats = jax.tree_util.tree_map(lambda a: jnp.zeros((length,) + a.shape, a.dtype), out_shape[1])
 
     def body(i, carry):
       s, stacked = carry
-      s, st = round_at(s, first_round + i)
+      flat = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves((s, first_round + i)))
+      s, st = jax.tree_util.tree_unflatten(out_tree, flat)
       return s, jax.tree_util.tree_map(lambda b, x: b.at[i].set(x), stacked, st)
     # A while loop when count is traced (the engine); lax.fori_loop makes static bounds a scan.
     return jax.lax.fori_loop(jnp.int32(0), jnp.asarray(count, jnp.int32), body, (state, stats))
@@ -157,6 +161,34 @@ def task_evaluator(evaluate: Callable) -> Callable:
   def evaluate_task(params, data):
     return evaluate(params, sharding_lib.unpad(data))
   return compile_options.jit(evaluate_task)
+
+
+def _compile_first_record(init, init_keys, solve, evaluate_task, abstract_state, data) -> None:
+  """Compiles (into JAX's caches, running nothing) the programs :func:`simulate` runs before its
+  first chunk: ``init``, the solution and the task's evaluation, for the state's shapes."""
+  init.lower(*init_keys).compile()
+  params, _ = solve.lower(abstract_state).compile().out_info  # shapes with the shardings the call returns
+  evaluate_task.lower(params, data).compile()
+
+
+class _Beside(threading.Thread):
+  """Runs ``fn`` in a daemon thread started now, under the caller's ``jax_enable_x64`` and
+  ``jax_log_compiles`` (settings a context may scope to the caller's thread); an error is dropped:
+  the program it was compiling compiles again, and raises, where it is first called. A program
+  traced otherwise here than in the caller is another program: the caller compiles its own."""
+
+  def __init__(self, fn: Callable[[], None]):
+    super().__init__(name="fedsim-compile", daemon=True)
+    self.fn = fn
+    self.x64, self.log = bool(jax.config.jax_enable_x64), bool(jax.config.jax_log_compiles)  # type: ignore[attr-defined]
+    self.start()
+
+  def run(self):
+    try:
+      with jax.enable_x64(self.x64), jax.log_compiles(self.log):
+        self.fn()
+    except Exception:  # pylint: disable=broad-except  # recompiled (and raised) on first use
+      pass
 
 
 def _apply_setup(algorithm: FederatedAlgorithm, state):
@@ -282,6 +314,11 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
   saved = None                                    # the round of the newest checkpoint
   rounds_key = rng.stream(key, "rounds")
   capacity = max(1, min(eval_every, num_rounds))    # the chunk's static size: the same for every cut of this run
+  evaluate_task = task_evaluator(task.evaluate)     # one program per task, not per algorithm
+  # The algorithm's part: its solution and its own metrics, one small program.
+  def solve(s):
+    return algorithm.solution(s), (algorithm.metrics(s) if algorithm.metrics is not None else {})
+  solve = compile_options.jit(solve)
   # Compiled once, ahead of time, with its memory checked (fedsim.core.memory).
   program = ChunkProgram(algorithm, capacity, on_compile, clock=lambda: time.perf_counter() - t0)
   if resume:
@@ -303,14 +340,16 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     else:
       init = compile_options.jit(algorithm.init)
     if start_round < num_rounds:   # refuse a program that does not fit before allocating its state
-      program.compile(jax.eval_shape(init, *init_keys), task.data, rounds_key, start_round)
+      abstract = jax.eval_shape(init, *init_keys)
+      # The first record's programs (init, solution, evaluation) compile beside the round chunk:
+      # XLA compiles without the GIL, so another core hides them (the same programs, the same bits).
+      beside = _Beside(functools.partial(_compile_first_record, init, init_keys, solve, evaluate_task, abstract,
+                                         task.data))
+      try:
+        program.compile(abstract, task.data, rounds_key, start_round)
+      finally:
+        beside.join()
     state = _apply_setup(algorithm, init(*init_keys))
-  evaluate_task = task_evaluator(task.evaluate)     # one program per task, not per algorithm
-  # The algorithm's part: its solution and its own metrics, one small program.
-  def solve(s):
-    return algorithm.solution(s), (algorithm.metrics(s) if algorithm.metrics is not None else {})
-  solve = compile_options.jit(solve)
-
   def evaluate(s, data):
     params, own = solve(s)
     return {**evaluate_task(params, data), **own}

@@ -64,6 +64,33 @@ def test_digits_split_disjoint_sized_stratified(seed, fraction, n_test):
   assert not np.array_equal(_ids_by_content(other.x_test, x_all), ids_test)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 7, 123])
+@pytest.mark.parametrize("fraction", [0.2, 0.1, 0.35, 0.73])
+def test_digits_split_is_sklearns_train_test_split(seed, fraction):
+  # The loader splits without importing scikit-learn; its indices are train_test_split's, sorted.
+  import sklearn.model_selection
+
+  from fedsim.data.digits import stratified_split
+  _, y_all = _digits_reference()
+  ref_train, ref_test = sklearn.model_selection.train_test_split(
+      np.arange(len(y_all)), test_size=fraction, stratify=y_all, random_state=seed)
+  train, test = stratified_split(y_all.astype(np.int32), fraction, seed)
+  np.testing.assert_array_equal(train, np.sort(ref_train))
+  np.testing.assert_array_equal(test, np.sort(ref_test))
+  ds = load_digits(seed=seed, test_fraction=fraction)
+  x_all, _ = _digits_reference()
+  np.testing.assert_array_equal(ds.x_test, x_all[np.sort(ref_test)])
+
+
+def test_loading_digits_does_not_import_sklearn():
+  import subprocess
+  import sys
+  code = ("import sys; from fedsim.data import load_dataset; load_dataset('digits'); "
+          "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy', 'pandas')))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == "[]"
+
+
 # --------------------------------------------------------------------------- LIBSVM
 
 BITS = 7  # row ids 0..127 in binary features 1..7; feature 8 is noise

@@ -93,6 +93,9 @@ def test_benchmark_task_is_a_draw_with_replacement():
     ({"algorithm": ["fedzo"], "num_clients": ["10"], "fd_memory_blocks": ["0", "-1"]}, "--fd_memory_blocks"),
     ({"algorithm": ["fedzo"], "num_clients": ["10"], "fd_memory_clients": ["0"]}, "--fd_memory_clients"),
     ({"algorithm": ["fedzo"], "num_clients": ["10"], "fd_memory_client_block": -1}, "--fd_memory_client_block"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "compile_parts": ["warmup", "boot"]}, "--compile_parts"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "compile_warmup_repeats": -1}, "--compile_warmup_repeats"),
+    ({"algorithm": ["fedzo"], "num_clients": ["10"], "compile_warmup_rounds": 0}, "--compile_warmup_rounds"),
 ])
 def test_validate_rejects(kwargs, flag):
   with pytest.raises(ConfigError, match=flag):
@@ -141,6 +144,24 @@ def test_binary_passes_the_flags_to_the_settings(tmp_path):
   cold, warm = doc["suites"]["compile"]["main_job"]  # the main job, empty then filled cache
   assert (cold["cache"], warm["cache"], cold["rounds"]) == ("cold", "warm", 2)
   assert warm["cache_hits"] > cold["cache_hits"]  # the second process loaded what the first stored
+
+
+@pytest.mark.slow
+def test_warmup_runs_the_main_job_beside_a_baseline_worktree():
+  """The compile suite's warm-up part: each tree's FedAvg main job, cold then warm cache, the
+  baseline in a git worktree that is removed afterwards; both trees print the same final loss.
+  No timing is asserted (the speed target lives in the suite's output)."""
+  from experiments.bench import compile_time
+  w = compile_time.warmup(rounds=2, repeats=1, baseline="HEAD", log=lambda _: None)
+  assert [(r["tree"], r["cache"]) for r in w["summary"]] == [
+      ("this tree", "cold"), ("this tree", "warm"), ("baseline", "cold"), ("baseline", "warm")]
+  assert len(w["runs"]) == 4 and set(w["ratios"]) == {"cold", "warm"}
+  assert all(0 < r["first_round_s"] <= r["final_s"] <= r["exit_s"] for r in w["runs"])
+  assert len({r["final_objective"] for r in w["runs"]}) == 1
+  listed = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
+  assert "fedsim_warmup_" not in listed  # the baseline's worktree is gone
+  table = compile_time.warmup_markdown(w)
+  assert table.count("| this tree |") == 2 and "cold cache, this tree / baseline HEAD" in table
 
 
 # ----------------------------------------------------------------------------- the other suites
