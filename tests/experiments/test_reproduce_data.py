@@ -170,6 +170,7 @@ def test_a_claim_on_the_papers_own_data_runs_only_with_it(tmp_path, monkeypatch,
   assert calls == ["paper"] and saved["pending"] == [] and [r["id"] for r in saved["claims"]] == ["toy.cifar"]
 
 
+@pytest.mark.slow  # several CNN runs end to end: minutes on 2 cores
 def test_ffgb_fig1_cifar10_on_cifar_files(tmp_path, monkeypatch):
   # ffgb.fig1_cifar10's measure end to end on tiny CIFAR-10 files (the claim is declared not evaluated here):
   # its flagfiles, the lenet task (FedAvg trains FFGB's CNN learner) and the measure. Scaled down: 3 clients,
@@ -200,6 +201,7 @@ def test_ffgb_fig1_cifar10_on_cifar_files(tmp_path, monkeypatch):
     C.Context(str(tmp_path), "paper", data_dir=str(tmp_path / "none")).paper_data("cifar10")
 
 
+@pytest.mark.slow  # a full experiments.run process on the swapped data
 def test_a_fedzo_softmax_run_on_fashion_mnist_files(tmp_path):
   # The swapped flags reach experiments.run and its loader: Fig. 3's flagfile on 400 tiny
   # Fashion-MNIST test images (t10k only: the loader's 320/80 split), one round.
