@@ -35,8 +35,8 @@ A declaration table (TOML)::
 Required keys by form: ``better``/``equivalent``: ``claimed``, ``arms`` (``equivalent`` also
 ``margin``); ``ordered``: ``arms``, the levels in the claimed order (the measure improves along
 them); ``bound``: ``claimed``, ``bound`` (the bound's rate); ``value``: ``claimed``, ``target``;
-``contrast``: ``claimed``, ``controls`` and ``test`` (the inner form: ``better`` against
-``arms[0]``, ``value`` against ``target``, or ``bound`` against ``bound``).
+``contrast``: ``claimed``, ``controls`` and ``test`` (the inner form: ``better`` or ``equivalent``
+against ``arms[0]``, ``value`` against ``target``, or ``bound`` against ``bound``).
 ``not evaluated`` needs ``needs`` (the command or data it would take). ``check`` claims name
 their ``tests`` (pytest node ids). Optional: ``scales = ["paper"]`` (its runs exceed the smoke
 budget), ``paper_data = "cifar10"`` (it runs only on the paper's own data set), and a measure
@@ -62,7 +62,7 @@ from experiments.reproduce.claims import Claim, Context, Evidence, plain_number,
 FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "declarations")
 KINDS = ("paper", "check", "diagnostic", "not evaluated")
 MEASURES = ("final", "reach", "custom")
-INNER = ("better", "value", "bound")  # the tests a contrast may apply to the claimed arm and its controls
+INNER = ("better", "value", "bound", "equivalent")  # the tests a contrast may apply to the claimed arm and its controls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +98,8 @@ class MeasureSpec:
     if self.kind == "final":
       return f"final {self.metric}"
     if self.kind == "reach":
-      return f"{self.x}s to {1 - self.fraction:.0%} of the initial gap"
+      gap = "the gap to F*" if self.optimum is not None else "the initial gap"
+      return f"{self.x if self.x.endswith('s') else self.x + 's'} to {1 - self.fraction:.0%} of {gap}"
     return self.metric
 
 
@@ -448,7 +449,7 @@ def results(decl: Declaration, measured: Measured) -> list[protocol.Result]:
         gate = next((gates[a] for a in levels if gates.get(a)), None)  # a gated level gates the trend
         out.append(_gate(r, gate))
     elif decl.form == "contrast":
-      ref = decl.arms[0] if decl.test == "better" else None
+      ref = decl.arms[0] if decl.test in ("better", "equivalent") else None
       if decl.claimed in values and (ref is None or ref in values):
         claimed = _compare(decl, decl.test, values, gates, where, decl.claimed, ref)
         out += [protocol.contrast(claimed, _compare(decl, decl.test, values, gates, where, c, ref))
@@ -468,9 +469,13 @@ def headline_effect(verdict: protocol.Verdict, unit: str) -> dict:
   effects = [r.effect for r in pool if not math.isnan(r.effect)]
   log_scale = any(w in unit for w in ("decade", "log"))  # a ratio of logarithms means nothing
   ratios = [] if log_scale else [r.ratio for r in pool if math.isfinite(r.ratio)]
-  out = {"value": float(np.median(effects)) if effects else math.nan, "unit": unit, "over": over}
+  out = {"value": plain_number(float(np.median(effects)) if effects else math.nan), "unit": unit, "over": over}
   if ratios and len(ratios) == len(pool):
     out["ratio"] = float(np.median(ratios))
+  raw = [v for r in pool if r.form in ("value", "bound") or (r.form == "contrast" and r.note.startswith("control"))
+         for v in r.per_seed if math.isfinite(v)]
+  if raw and all(r.form in ("value", "bound", "contrast") for r in pool):
+    out["measured"] = float(np.median(raw))  # the measure itself, beside its distance from the target or bound
   return out
 
 

@@ -502,7 +502,12 @@ def key_number(r: dict) -> str:
   e = r.get("effect") or {}
   if not isinstance(e, dict) or "value" not in e:
     return "-"
-  text = unit_number(e["value"], e.get("unit", "")) + " in the claim's favour"
+  if isinstance(e["value"], str):  # a censored level: the claimed side never reaches the target, or the other
+    text = "the other side never reaches the target" if e["value"] == "never" else "never reaches the target"
+  else:
+    text = unit_number(e["value"], e.get("unit", "")) + " in the claim's favour"
+  if "measured" in e:
+    text = f"median {unit_number(e['measured'], e.get('unit', ''))} ({text.replace(' in the claim', ' beyond the target, in the claim')})"
   if "ratio" in e:
     text += f" ({_num(e['ratio'])}x the baseline)"
   return text + f", median over {e.get('over', 'the comparisons')}"
