@@ -472,8 +472,7 @@ def headline_effect(verdict: protocol.Verdict, unit: str) -> dict:
   out = {"value": plain_number(float(np.median(effects)) if effects else math.nan), "unit": unit, "over": over}
   if ratios and len(ratios) == len(pool):
     out["ratio"] = float(np.median(ratios))
-  raw = [v for r in pool if r.form in ("value", "bound") or (r.form == "contrast" and r.note.startswith("control"))
-         for v in r.per_seed if math.isfinite(v)]
+  raw = [v for r in pool if r.form in ("value", "bound", "contrast") for v in r.per_seed if math.isfinite(v)]
   if raw and all(r.form in ("value", "bound", "contrast") for r in pool):
     out["measured"] = float(np.median(raw))  # the measure itself, beside its distance from the target or bound
   return out

@@ -250,9 +250,10 @@ def contrast(claimed: Result, control: Result) -> Result:
   Holds when the claimed holds and the control does not; a control that holds too makes it
   ``does not discriminate``."""
   if claimed.outcome == "holds" and control.outcome == "holds":
-    outcome, note = "does not discriminate", f"the control passes the same test (p = {control.p:.3g})"
+    outcome, note = "does not discriminate", f"the control {control.setting} passes the same test (p = {control.p:.3g})"
   else:
-    outcome, note = claimed.outcome, f"control: {control.outcome} (p = {control.p:.3g})"
+    outcome, note = claimed.outcome, f"control {control.setting}: {control.outcome} (p = {control.p:.3g})"
+  note += f"; {claimed.note}" if claimed.note else ""
   return dataclasses.replace(claimed, form="contrast", outcome=outcome, note=note)
 
 
@@ -332,7 +333,8 @@ def holm(results: Sequence[Result]) -> list[Result]:
   for i, p, q in zip(idx, corrected, other):
     r = results[i]
     outcome = r.outcome
-    if r.form in signed and r.per_seed and len(idx) * 0.5 ** len(r.per_seed) >= ALPHA:
+    exact = r.form in signed and "TOST" not in r.note  # (a contrast's inner test may be TOST, a t-test)
+    if exact and r.per_seed and len(idx) * 0.5 ** len(r.per_seed) >= ALPHA:
       # Even n unanimous seeds cannot hold after the correction over this family: more seeds, not a verdict.
       out[i] = dataclasses.replace(r, p_holm=float(p), outcome="too few seeds",
                                    note=(r.note + "; " if r.note else "")

@@ -198,9 +198,13 @@ def test_fig1c_reads_the_papers_snrs_named_by_their_db(tmp_path):
   assert list(m.runs["Fig. 1(c)"][0]) == ["noise-free", "0 dB", "-5 dB", "-10 dB"]
   assert _judge("fedzo.fig1c_snr", m).verdict == "reproduced"
   zero = F.fig1c_0db(Ctx(tmp_path, runs=runs))
-  assert list(zero.runs["Fig. 1(c)"][0]) == ["noise-free", "0 dB"]
-  ev = _judge("fedzo.fig1c_0db", zero)  # 0 dB ends 0.1 above noise-free on every seed: inside the 0.45 margin
-  assert ev.verdict == "reproduced" and ev.results[0]["effect"] == pytest.approx(0.1)
+  assert list(zero.runs["Fig. 1(c)"][0]) == ["noise-free", "0 dB", "-5 dB", "-10 dB"]
+  # 0 dB ends 0.1 above noise-free on every seed, inside the 0.45 margin, but so do -5 and -10 dB (the controls).
+  ev = _judge("fedzo.fig1c_0db", zero)
+  assert ev.verdict == "inconclusive" and "does not discriminate" in ev.why
+  assert ev.results[0]["effect"] == pytest.approx(0.1)
+  apart = _fig1c_runs({"-10": lambda s: 2.0 + 0.01 * s, "-5": lambda s: 1.0 + 0.01 * s, "0": lambda s: 0.1})
+  assert _judge("fedzo.fig1c_0db", F.fig1c_0db(Ctx(tmp_path, runs=apart))).verdict == "reproduced"
 
 
 def test_aircomp_noise_compares_noise_free_with_every_snr_and_reports_the_noise_cost(tmp_path):
@@ -378,19 +382,22 @@ def test_h_cap_grid_and_entries_are_corollary_2s():
   assert entry == f"fedzo:local_steps=100:fd_directions=5:clients_per_round=10:lr={eta:.4g}:smoothing={mu:.4g}"
 
 
-@pytest.mark.parametrize("shape,verdict", [
-    (lambda c, h: (c / h) ** 0.5 + (h / c) ** 0.5, "reproduced"),  # the bound's shape: falls to the cap, rises past
-    (lambda c, h: h ** -0.5, "not reproduced"),                     # the same speed-up at every H
+@pytest.mark.parametrize("shape,why", [
+    # The bound's shape: a kink at the cap, and nearly the same at half and twice the cap (the controls).
+    (lambda c, h: (c / h) ** 0.5 + (h / c) ** 0.5, "does not discriminate"),
+    (lambda c, h: h ** -0.5, "power"),  # the same speed-up at every H: no kink anywhere
 ])
-def test_h_cap_slopes_below_and_above_the_cap(tmp_path, shape, verdict):
+def test_h_cap_slopes_below_and_above_the_cap(tmp_path, shape, why):
   noise = np.exp(0.05 * np.random.default_rng(0).standard_normal((len(F.H_CAP_B2), 101, 10)))  # 5% per seed
 
   def error(b2, h, s):
     return shape(F.h_cap(b2), h) * noise[F.H_CAP_B2.index(b2), h, s]
   m = F.h_cap_measure(Ctx(tmp_path, runs=_h_cap_runs(error)))
-  below = m.values["b2=20 (cap d/(b1 b2) = 5)"]["H <= cap"]
-  hs = [1, 2, 5]  # H <= 5 of H = 1, 2, 5, 10, 25
-  assert below[3] == pytest.approx(F.log_slope(hs, [error(20, h, 3) for h in hs]))
+  kink = m.values["b2=20 (cap d/(b1 b2) = 5)"]["cap"]
+  below, above = [1, 2, 5], [5, 10, 25]  # H <= 5 and H >= 5 of H = 1, 2, 5, 10, 25
+  assert kink[3] == pytest.approx(F.log_slope(below, [error(20, h, 3) for h in below])
+                                  - F.log_slope(above, [error(20, h, 3) for h in above]))
   assert m.numbers["b2=20 (cap d/(b1 b2) = 5) min_t ||grad F||^2, H=5, per seed"][3] == pytest.approx(error(20, 5, 3))
   assert os.path.exists(tmp_path / m.figures[0])
-  assert _judge("fedzo.h_cap", m).verdict == verdict
+  ev = _judge("fedzo.h_cap", m)
+  assert (ev.verdict if why == "reproduced" else ev.why.split(";")[0]) == why
