@@ -30,7 +30,9 @@ r"""The benchmark suite: throughput, scaling, roofline, compile time, FZooS and 
    first round, cold and warm cache, beside ``--baseline=REV``'s tree.
 5. ``fzoos`` (``bench/fzoos_speed.py``): seconds per FZooS round at d = 300,
    N = 5, T = 10, M = 10,000 (Fig. 1), against the authors' 33 s; rounds per
-   second for N in {5, 50, 500} (M = 1,000 at 500); a per-piece profile.
+   second for N in {5, 50, 500} (M = 1,000 at 500); a per-piece profile; at the first
+   config, a whole 50-round run of this checkout and of ``--fzoos_baseline`` (default
+   ``main``) side by side, rounds alternating (mean of all rounds, rounds 1-3, last).
 6. ``ffgb`` (``bench/ffgb_speed.py``): one FFGB round, N = 56, K = 2, mlp
    oracle (1000 Adam steps, batch 128) on digits homo_ratio, vmapped vs the
    112 learners trained one client at a time.
@@ -246,6 +248,8 @@ def define_flags():
   flags.DEFINE_list("fzoos_configs", None, "fzoos suite: N:M pairs, M random features "
                     "(default 5:10000,50:10000,500:1000)")
   flags.DEFINE_string("fzoos_vmap", None, "vmap suite: FZooS N:M (default 50:1000)")
+  flags.DEFINE_string("fzoos_baseline", None, "fzoos suite: git revision whose whole 50-round run is timed side "
+                      "by side with this checkout's, rounds alternating (default main; none: this checkout alone)")
   flags.DEFINE_integer("client_block", None, "vmap suite: client_block of fedavg/fedzo (clients per vmapped "
                        "block; 0 = one vmap; default: the backend's, 256 on CPU)")
   flags.DEFINE_integer("ffgb_clients", None, "ffgb suite and vmap suite: N (default 56)")

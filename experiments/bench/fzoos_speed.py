@@ -26,10 +26,12 @@ times one round with ``os.cpu_count()`` BLAS threads for comparison.
 (``FZooSConfig.rff_cache = 0``, the default of earlier fedsim versions), timed side by side with the
 default; ``speedup`` is the default's (paired median of off / default).
 
-``run_rounds`` (first config): after the other measurements, the default's run chained
-to the history's R = 50 rounds, each round timed (``mean_s``, ``last_s``): the windows read
-only the history slots written so far, so a round late in a run costs more than the first
-rounds timed above.
+``whole_run`` (first config): whole runs of the history's R = 50 rounds, every round timed, of this
+checkout (``current``) and of the git revision ``fzoos_baseline`` (``--fzoos_baseline``, default
+``main``; its ``fedsim/`` and ``experiments/`` exported with ``git archive``), each in its own process
+(``fzoos_round_server.py``), their rounds alternating: the mean over all R rounds, rounds 1-3, the last
+round and sum(x_r) per round (whether the two compute the same run). A round reads more of the history
+as it fills, so a round late in a run costs more than the first rounds.
 
 ``profile`` (first config): the jitted pieces of one client's round timed
 alone on one client's shapes, with how many times a round calls each, so
@@ -164,6 +166,108 @@ def scope_profile(run, trace_dir: str | None = None) -> dict:
   return {"traced_round_s": wall, "ms": dict(ms), "total_ms": sum(ms.values())}
 
 
+SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fzoos_round_server.py")
+"""The round server (``fzoos_round_server.py``): one FZooS run of a checkout, a round per request."""
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""The checkout this suite runs from (its fedsim is the one timed as ``current``)."""
+
+
+def export_revision(revision: str, dest: str, repo: str = CHECKOUT) -> str:
+  """Writes git revision ``revision``'s ``fedsim/`` and ``experiments/`` under ``dest`` (``git archive``:
+  the repository and its work trees are left as they are) and returns the commit's hash.
+
+  Raises:
+    subprocess.CalledProcessError: no such revision, or git fails.
+  """
+  import subprocess
+  commit = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", f"{revision}^{{commit}}"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+  tar = subprocess.run(["git", "-C", repo, "archive", commit, "fedsim", "experiments"], check=True,
+                       capture_output=True).stdout
+  subprocess.run(["tar", "-x", "-C", dest], input=tar, check=True)
+  return commit
+
+
+def whole_runs(trees: dict, n: int, m: int, dim: int, steps: int, rounds: int, seed: int = 0,
+               log: Callable[[str], None] = print) -> dict:
+  """Times every round of one whole FZooS run per checkout, the checkouts' rounds in alternation.
+
+  Each checkout of ``trees`` (name -> path) gets a round server (``fzoos_round_server.py``: its own
+  process, compiled before any round runs); then rounds 0..rounds-1 run one checkout's round after
+  the other's, the order swapped every round, so slow drifts in the machine's load hit all alike.
+  Round 0 is each run's first call (its 10 initial queries, first touches of the state).
+
+  Returns:
+    name -> {"seconds": [rounds floats], "mean_s" (all rounds), "mean_after_first_s" (rounds
+    1..), "early_s" (mean of rounds 1-3), "last_s", "compile_s", "checksums": sum(x_r) per round}.
+  """
+  import subprocess
+  import sys
+  procs = {}
+  try:
+    for name, tree in trees.items():
+      p = subprocess.Popen([sys.executable, SERVER, tree, str(n), str(m), str(dim), str(steps), str(rounds),
+                            str(seed)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+      line = p.stdout.readline().split()
+      if not line or line[0] != "ready":
+        raise RuntimeError(f"the round server of {name} ({tree}) did not start: {line}")
+      procs[name] = (p, float(line[1]))
+    out = {name: {"seconds": [], "checksums": [], "compile_s": c} for name, (_, c) in procs.items()}
+    names = list(procs)
+    for r in range(rounds):
+      for name in (names if r % 2 == 0 else names[::-1]):
+        p = procs[name][0]
+        p.stdin.write("round\n")
+        sec, chk = p.stdout.readline().split()
+        out[name]["seconds"].append(float(sec))
+        out[name]["checksums"].append(float(chk))
+  finally:
+    for p, _ in procs.values():
+      if p.poll() is None:
+        p.stdin.close()
+        p.wait(timeout=60)
+  for name, rec in out.items():
+    s = rec["seconds"]
+    rec.update(mean_s=sum(s) / len(s), mean_after_first_s=sum(s[1:]) / max(len(s) - 1, 1),
+               early_s=sum(s[1:4]) / len(s[1:4]) if len(s) > 1 else None, last_s=s[-1])
+    log(f"[fzoos whole run, {name}] {rounds} rounds: mean {rec['mean_s']:.4g} s/round (rounds 1-{rounds - 1}: "
+        f"{rec['mean_after_first_s']:.4g}), rounds 1-3 {rec['early_s']:.4g}, last {rec['last_s']:.4g}, "
+        f"round 0 {s[0]:.4g}")
+  return out
+
+
+def whole_run_record(settings, n: int, m: int, rounds: int, log: Callable[[str], None] = print) -> dict:
+  """:func:`whole_runs` of this checkout (``current``) and, unless ``settings.fzoos_baseline`` is "" or
+  "none", of that git revision (``baseline``, exported to a temporary folder by :func:`export_revision`).
+
+  Returns:
+    {"rounds", "runs": whole_runs' result, "baseline_revision", "baseline_commit" (when a baseline
+    ran; "baseline_error" instead when the revision could not be exported), "same_run" and
+    "max_checksum_difference" (sum(x_r) of the two runs, when both ran)}.
+  """
+  import subprocess
+  rev = settings.fzoos_baseline
+  out = {"rounds": rounds}
+  with tempfile.TemporaryDirectory() as tmp:
+    trees = {"current": CHECKOUT}
+    if rev and rev != "none":
+      try:
+        out["baseline_commit"] = export_revision(rev, tmp)
+        out["baseline_revision"] = rev
+        trees["baseline"] = tmp
+      except (subprocess.CalledProcessError, OSError) as e:
+        out["baseline_error"] = f"{rev}: {e}"
+        log(f"[fzoos whole run] no baseline: {out['baseline_error']}")
+    out["runs"] = whole_runs(trees, n, m, settings.fzoos_dim, settings.fzoos_steps, rounds, settings.seed, log)
+  if "baseline" in out["runs"]:
+    a, b = out["runs"]["current"]["checksums"], out["runs"]["baseline"]["checksums"]
+    out["max_checksum_difference"] = max(abs(x - y) for x, y in zip(a, b))
+    out["same_run"] = a == b
+    log(f"[fzoos whole run] mean over all {rounds} rounds: {out['runs']['current']['mean_s']:.4g} s against the "
+        f"baseline's {out['runs']['baseline']['mean_s']:.4g} s; x_r the same: {out['same_run']}")
+  return out
+
+
 def available_memory_bytes() -> int | None:
   """MemAvailable from /proc/meminfo (None where unreadable)."""
   try:
@@ -246,19 +350,8 @@ def run(settings: Settings, log: Callable[[str], None] = print,
             + ", ".join(f"{k} {rec['scope_profile']['ms'][k]:.0f} / "
                         f"{rec['rff_cache_off']['scope_profile']['ms'][k]:.0f}" for k in (*SCOPES, "other")))
         del run_c, alg_c
-        # The rest of a whole run: the default chained to the history's R rounds, each round timed (a round
-        # reads only the written history slots, fzoos._distances, so rounds late in a run cost more).
-        import time
-        R, first_round, late = alg.hparams.rounds, int(run.state().round), []
-        while int(run.state().round) < R:
-          t0 = time.perf_counter()
-          run()
-          late.append(time.perf_counter() - t0)
-        if late:
-          rec["run_rounds"] = {"first_round": first_round, "rounds": R, "seconds": late,
-                               "mean_s": sum(late) / len(late), "last_s": late[-1]}
-          log(f"[fzoos N={n} M={m}] rounds {first_round + 1}-{R} of a run: mean {rec['run_rounds']['mean_s']:.4g} "
-              f"s/round, last {late[-1]:.4g} s")
+        # Whole runs: this checkout's and the baseline revision's, every round timed, rounds alternating.
+        rec["whole_run"] = whole_run_record(settings, n, m, alg.hparams.rounds, log)
         prof = profile_pieces(alg.hparams, settings.fzoos_dim, settings.repeats, settings.seed)
         rec["profile"] = prof
         rec["profile_estimate_s"] = n * prof["estimate_per_client_s"]
@@ -292,11 +385,20 @@ def markdown(result: dict) -> str:
                   f"at N = {r['num_clients']}, "
                   f"M = {r['num_rff']}: {c['seconds_per_round']:.4g} s/round against the default's "
                   f"{c['default_seconds_per_round']:.4g} s side by side (the default {c['speedup']:.2f}x faster)")
-    if "run_rounds" in r:
-      rr = r["run_rounds"]
-      rows.append(f"\nthe same run continued (N = {r['num_clients']}, M = {r['num_rff']}): rounds "
-                  f"{rr['first_round'] + 1}-{rr['rounds']} take {rr['mean_s']:.4g} s/round on average, the last "
-                  f"{rr['last_s']:.4g} s (a round reads only the history slots written so far)")
+    if r.get("whole_run"):
+      wr = r["whole_run"]
+      rows.append(f"\nwhole {wr['rounds']}-round runs side by side (N = {r['num_clients']}, M = {r['num_rff']}, "
+                  "rounds alternating between the checkouts; s/round):\n")
+      rows += ["| checkout | mean, all rounds | rounds 1-3 | last round | round 0 | mean / baseline's |",
+               "|---|---|---|---|---|---|"]
+      for name, run in wr["runs"].items():
+        label = name if name != "baseline" else f"baseline {wr['baseline_revision']} ({wr['baseline_commit'][:10]})"
+        ratio = f"{run['mean_s'] / wr['runs']['baseline']['mean_s']:.3f}" if "baseline" in wr["runs"] else ""
+        rows.append(f"| {label} | {run['mean_s']:.4g} | {run['early_s']:.4g} | {run['last_s']:.4g} "
+                    f"| {run['seconds'][0]:.4g} | {ratio} |")
+      if "same_run" in wr:
+        rows.append(f"\nthe two runs' x_r {'agree bit for bit' if wr['same_run'] else 'differ'} "
+                    f"(largest |sum(x_r) difference| {wr['max_checksum_difference']:.3g})")
   for r in result["records"]:
     if "scope_profile" in r:
       on, off = r["scope_profile"], r["rff_cache_off"]["scope_profile"]

@@ -70,6 +70,8 @@ class Settings:
     fzoos_dim, fzoos_steps: d and T of the FZooS suite (Fig. 1: 300, 10).
     fzoos_configs: (N, M) pairs of the FZooS suite (M = random features).
     fzoos_vmap: (N, M) of FZooS in the vmap suite.
+    fzoos_baseline: the git revision whose whole FZooS run the fzoos suite times side by side with
+      this checkout's ("" or "none": this checkout's alone; --quick: "").
     ffgb_clients, ffgb_local_steps, ffgb_oracle_steps, ffgb_batch: the FFGB suite
       (paper: 56, 2, 1000, 128).
     ffgb_vmap_oracle_steps: the mlp oracle's Adam steps in the vmap suite.
@@ -128,6 +130,7 @@ class Settings:
   fzoos_steps: int = 10
   fzoos_configs: tuple = ((5, 10000), (50, 10000), (500, 1000))
   fzoos_vmap: tuple = (50, 1000)
+  fzoos_baseline: str = "main"
   ffgb_clients: int = 56
   ffgb_local_steps: int = 2
   ffgb_oracle_steps: int = 1000
@@ -176,7 +179,7 @@ class Settings:
           compile_emitters_clients=5,
           compile_sweep_rounds=2, compile_sweep_seeds=2, compile_warmup_rounds=2, compile_warmup_repeats=0,
           matmul_size=256,
-          fzoos_dim=8, fzoos_steps=2, fzoos_configs=((2, 64),), fzoos_vmap=(2, 64),
+          fzoos_dim=8, fzoos_steps=2, fzoos_configs=((2, 64),), fzoos_vmap=(2, 64), fzoos_baseline="",
           ffgb_clients=4, ffgb_oracle_steps=4, ffgb_batch=8, ffgb_vmap_oracle_steps=4,
           bandwidth_bytes=1 << 22, gpu_table_clients=(4, 16), gpu_table_max_block=8, gpu_table_sequential=4,
           checkpoint_rounds=20, checkpoint_main_every=10, checkpoint_main_job_rounds=0, checkpoint_fzoos_rounds=0,

@@ -507,7 +507,8 @@ def key_number(r: dict) -> str:
   else:
     text = unit_number(e["value"], e.get("unit", "")) + " in the claim's favour"
   if "measured" in e:
-    text = f"median {unit_number(e['measured'], e.get('unit', ''))} ({text.replace(' in the claim', ' beyond the target, in the claim')})"
+    beyond = text.replace(" in the claim", " beyond the target, in the claim")
+    text = f"median {unit_number(e['measured'], e.get('unit', ''))} ({beyond})"
   if "ratio" in e:
     text += f" ({_num(e['ratio'])}x the baseline)"
   return text + f", median over {e.get('over', 'the comparisons')}"

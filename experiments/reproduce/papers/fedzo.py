@@ -407,6 +407,13 @@ def h_cap_entry(b2: int, h: int, rounds: int) -> str:
   return entry.replace("fedzo:", f"fedzo:local_steps={h}:fd_directions={b2}:", 1)
 
 
+def _kink(hs: list[int], best: dict[int, list[float]], split: int, seeds: int) -> list[float]:
+  """Per seed: the slope of log min_t ||grad F||^2 in log H over H <= split minus the slope over H >= split."""
+  below, above = [h for h in hs if h <= split], [h for h in hs if h >= split]
+  return [log_slope(below, [best[h][s] for h in below]) - log_slope(above, [best[h][s] for h in above])
+          for s in range(seeds)]
+
+
 def h_cap_measure(ctx: Context) -> Measured:
   """Corollary 2's H cap: with its eta and mu, per seed, the slope of log min_t ||grad F||^2 against log H over
   H <= d / (b1 b2) and over H >= d / (b1 b2) (its bound sqrt(d / (M H T b1 b2)) + sqrt(b1 b2 H / (d M T)) is
@@ -421,12 +428,9 @@ def h_cap_measure(ctx: Context) -> Measured:
     best = {h: [seed_min_sq_grad(r, entries[(b2, h)].replace(":", "-")) for r in runs] for h in hs}
     setting = f"b2={b2} (cap d/(b1 b2) = {cap})"
 
-    def kink(split: int) -> list[float]:  # per seed: slope over H <= split minus slope over H >= split
-      below, above = [h for h in hs if h <= split], [h for h in hs if h >= split]
-      return [log_slope(below, [best[h][s] for h in below]) - log_slope(above, [best[h][s] for h in above])
-              for s in range(len(runs))]
     # The cap, and the same test with the split misplaced (a negative control: VERDICTS §3).
-    values[setting] = {"cap": kink(cap), "cap/2": kink(hs[1]), "2 cap": kink(hs[3])}
+    values[setting] = {name: _kink(hs, best, split, len(runs))
+                       for name, split in (("cap", cap), ("cap/2", hs[1]), ("2 cap", hs[3]))}
     numbers.update({f"{setting} min_t ||grad F||^2, H={h}, per seed": best[h] for h in (hs[0], cap)})
     lines[f"b2 = {b2}, cap {cap}"] = [list(zip(hs, col)) for col in zip(*(best[h] for h in hs))]
   fig = plot_curves(os.path.join(ctx.root, "fig", "fedzo_h_cap.png"), lines, "local steps H",
