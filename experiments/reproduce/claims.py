@@ -78,62 +78,6 @@ def values_of(number) -> list[float]:
   return list(number.values if isinstance(number, Stat) else number["values"])
 
 
-def judge_from_record(judge: Callable[[dict], Evidence], unit: str = "per-seed") -> Callable[[dict], Evidence]:
-  """``judge`` (numbers -> Evidence, the function that also judges the claim's runs) as a claim's
-  ``from_record``: the verdict of a record whose runs' metrics were not stored, from the ``unit`` numbers it
-  keeps, saying so in its ``why``."""
-  def from_record(record: dict) -> Evidence:
-    ev = judge(dict(record["numbers"]))
-    ev.why += f"; judged from the record's {unit} numbers (its runs' metrics were not stored; a re-run stores them)"
-    return ev
-  return from_record
-
-
-NOISE_K = 2.0
-"""A gap between two seed means counts when it exceeds ``NOISE_K`` times the larger of the two
-seed standard deviations (an unpaired, conservative rule: the two seed distributions barely
-overlap). Every claim that compares methods or settings over seeds uses it, through
-:func:`beyond_noise` and :func:`ordered_gap`."""
-
-
-def beyond_noise(high: Stat, low: Stat) -> bool:
-  """Whether ``high``'s mean exceeds ``low``'s by more than :data:`NOISE_K` x the larger seed std.
-
-  "A ends below B" is ``beyond_noise(B, A)``; "A is no worse than B" (lower is better) is
-  ``not beyond_noise(A, B)``. With one seed per side (std 0) it is the plain comparison.
-
-  >>> beyond_noise(Stat.of([3.0, 3.2]), Stat.of([1.0, 1.2]))
-  True
-  >>> beyond_noise(Stat.of([1.3, 1.5]), Stat.of([1.0, 1.2]))  # gap 0.3, stds 0.14
-  True
-  >>> beyond_noise(Stat.of([1.1, 1.5]), Stat.of([1.0, 1.2]))  # gap 0.2, larger std 0.28
-  False
-  """
-  return high.mean - low.mean > NOISE_K * max(high.std, low.std)
-
-
-def ordered_gap(stats: Sequence[Stat]) -> tuple[bool, float, float]:
-  """A sweep's ordering: (means strictly decreasing along ``stats``, first minus last mean,
-  largest seed std). The sweep "falls beyond seed noise" when ordered and the first-to-last
-  gap exceeds :data:`NOISE_K` x the largest std (:func:`falls_beyond_noise`); for a rising
-  sweep pass the stats in reverse."""
-  means = [s.mean for s in stats]
-  return (all(a > b for a, b in zip(means, means[1:])), means[0] - means[-1], max(s.std for s in stats))
-
-
-def falls_beyond_noise(stats: Sequence[Stat]) -> bool:
-  """Whether the means fall along ``stats`` and the first-to-last gap exceeds :data:`NOISE_K` x
-  the largest seed std (:func:`ordered_gap`)."""
-  ordered, gap, spread = ordered_gap(stats)
-  return ordered and gap > NOISE_K * spread
-
-
-def log10_stat(stat: Stat) -> Stat:
-  """The Stat of log10 of the per-seed values: the scale on which errors spanning decades are
-  compared (a raw std is dominated by the worst seed)."""
-  return Stat.of(math.log10(v) for v in stat.values)
-
-
 @dataclasses.dataclass
 class Evidence:
   """What a claim's evaluation measured.
@@ -142,12 +86,10 @@ class Evidence:
     verdict: one of :data:`VERDICTS`.
     why: for anything but ``reproduced``, what the diagnostic or ablation shows;
       otherwise one sentence on what the numbers show. For ``inconclusive`` it starts with the
-      reason (:data:`experiments.reproduce.stats.INCONCLUSIVE`).
+      reason.
     numbers: ``{name: Stat or float}``; names say the metric, method and setting.
     figures: paths of the figures (relative to the paper's report folder).
     commands: filled by :class:`Context` with every command the claim ran.
-    comparisons: the paired (or censored, or unpaired) comparisons that decided the verdict
-      (:func:`experiments.reproduce.stats.compare`); empty for a claim judged otherwise.
     results: a declared claim's comparisons by the protocol (:func:`experiments.reproduce.engine.judge`:
       :class:`~experiments.reproduce.protocol.Result` rows as dicts, Holm-corrected and gated).
     effect: a declared claim's headline effect (``value``, ``unit``, ``ratio``, ``over``).
@@ -157,7 +99,6 @@ class Evidence:
   numbers: dict = dataclasses.field(default_factory=dict)
   figures: list = dataclasses.field(default_factory=list)
   commands: list = dataclasses.field(default_factory=list)
-  comparisons: list = dataclasses.field(default_factory=list)
   results: list = dataclasses.field(default_factory=list)
   effect: dict = dataclasses.field(default_factory=dict)
 
@@ -207,14 +148,6 @@ class Claim:
   def __post_init__(self):
     if self.kind not in KINDS:
       raise ValueError(f"{self.id}: kind {self.kind!r}; accepted: {', '.join(KINDS)}")
-
-  def as_kind(self, kind: str) -> Claim:
-    """This claim, of ``kind`` (:data:`KINDS`)."""
-    return dataclasses.replace(self, kind=kind)
-
-  def as_headline(self) -> Claim:
-    """This claim, listed in its report's summary."""
-    return dataclasses.replace(self, headline=True)
 
   def paper_only(self) -> Claim:
     """This claim, evaluated at ``--scale=paper`` only."""
@@ -752,25 +685,6 @@ def test_claim(id: str, statement: str, source: str, *node_ids: str) -> Claim:  
                tests=tuple(node_ids), kind="check")
 
 
-def classify(claims: Sequence[Claim], checks: Sequence[str] = (), diagnostics: Sequence[str] = (),
-             headlines: Sequence[str] = ()) -> list[Claim]:
-  """``claims`` with the named ids made ``check`` or ``diagnostic`` claims (:data:`KINDS`; the rest keep
-  theirs) and the named ``headlines`` marked (:attr:`Claim.headline`).
-
-  Raises:
-    ValueError: an id that is not among ``claims``.
-  """
-  ids = {c.id for c in claims}
-  unknown = [i for i in (*checks, *diagnostics, *headlines) if i not in ids]
-  if unknown:
-    raise ValueError(f"classify: unknown claims {', '.join(unknown)}")
-  out = []
-  for c in claims:
-    c = c.as_kind("check") if c.id in checks else c.as_kind("diagnostic") if c.id in diagnostics else c
-    out.append(c.as_headline() if c.id in headlines else c)
-  return out
-
-
 def natural(label: str) -> list:
   """Sort key that orders ``fedzo-local_steps=5`` before ``fedzo-local_steps=10``."""
   return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", label)]
@@ -782,15 +696,6 @@ def final(history: list[dict], metric: str) -> float:
   if not values:
     raise KeyError(f"no {metric!r} in the records")
   return float(values[-1])
-
-
-def over_seeds(runs: list[dict[str, list[dict]]], metric: str) -> dict[str, Stat]:
-  """``{label: Stat of the final metric over the runs (one per seed)}``."""
-  labels = runs[0].keys()
-  return {label: Stat.of(final(r[label], metric) for r in runs) for label in labels}
-
-
-T_ALG = "tests/algorithms"  # where most claims' tests live
 
 
 def curves(runs: list[dict[str, list[dict]]], metric: str, x: str = "round") -> dict:

@@ -40,8 +40,9 @@ against ``arms[0]``, ``value`` against ``target``, or ``bound`` against ``bound`
 ``not evaluated`` needs ``needs`` (the command or data it would take). ``check`` claims name
 their ``tests`` (pytest node ids). Optional: ``scales = ["paper"]`` (its runs exceed the smoke
 budget), ``paper_data = "cifar10"`` (it runs only on the paper's own data set), and a measure
-function with a ``from_record`` attribute (record -> :class:`Measured`) judges a record whose runs'
-metrics were not stored from the per-seed numbers it keeps.
+function with a ``from_record`` attribute (record -> :class:`Measured`, or a diagnostic's ``Evidence``) judges
+a record whose runs' metrics were not stored from the numbers it keeps (its ``per`` attribute names them:
+``per-seed`` unless said, ``per-target``).
 """
 
 from __future__ import annotations
@@ -267,13 +268,27 @@ def _last_finite(history: Sequence[dict], metric: str) -> float | None:
   return float(finite[-1]) if finite else None
 
 
-def first_reach(history: Sequence[dict], metric: str, target: float, x: str, lower_is_better: bool) -> float:
-  """The first ``x`` at which ``metric`` reaches ``target``; ``inf`` when no record does (censored)."""
+def first_reach(history: Sequence[dict], metric: str, target: float, x: str = "round",
+                lower_is_better: bool = True) -> float:
+  """The first ``x`` at which ``metric`` reaches ``target``; ``inf`` when no record does (censored).
+
+  >>> first_reach([{"round": 0, "f": 3.0}, {"round": 5, "f": 0.5}], "f", 1.0)
+  5.0
+  """
   for r in history:
     v = r.get(metric)
     if v is not None and math.isfinite(v) and (v <= target if lower_is_better else v >= target):
       return float(r[x])
   return math.inf
+
+
+def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+  """The least-squares slope of log ``ys`` against log ``xs`` (a power law's exponent; ``numpy.polyfit``).
+
+  >>> round(loglog_slope([1, 2, 4], [8.0, 4.0, 2.0]), 12)
+  -1.0
+  """
+  return float(np.polyfit(np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float)), 1)[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -488,20 +503,25 @@ def judge(decl: Declaration, measured: Measured) -> Evidence:
   if not rows:
     arms = {a for v in measured.values.values() for a in v} | {a for r in measured.runs.values() for a in r[0]}
     raise ValueError(f"{decl.id}: no comparison could be made from the measured arms {sorted(arms)}")
-  v = protocol.aggregate(rows)
-  unit = decl.measure.unit if decl.measure else ""
-  why = v.reason or {"reproduced": "every counted comparison holds"}.get(v.verdict, "")
-  gated = [r.outcome for r in v.results if r.outcome not in protocol.COUNTED]
-  if gated:
-    why += ("; " if why else "") + "listed, not counted: " + ", ".join(
-        f"{gated.count(g)} {g}" for g in dict.fromkeys(gated))
   numbers = {}
   for setting, (values, _) in _settings(decl, measured).items():
     for arm, vals in values.items():
       numbers[f"{setting} {decl.measure.describe() if decl.measure else ''} {arm}".replace("  ", " ")] = [
           plain_number(x) for x in vals]
   numbers.update(measured.numbers)
-  ev = Evidence(v.verdict, why, numbers=numbers, figures=list(measured.figures))
+  return evidence(rows, decl.measure.unit if decl.measure else "", numbers, measured.figures)
+
+
+def evidence(rows: Sequence[protocol.Result], unit: str, numbers: dict, figures: Sequence[str] = ()) -> Evidence:
+  """The evidence of a claim's comparisons ``rows``: :func:`protocol.aggregate`'s verdict (Holm, section 5),
+  a why that counts the gated comparisons, the rows as dicts and the headline effect in ``unit``."""
+  v = protocol.aggregate(rows)
+  why = v.reason or {"reproduced": "every counted comparison holds"}.get(v.verdict, "")
+  gated = [r.outcome for r in v.results if r.outcome not in protocol.COUNTED]
+  if gated:
+    why += ("; " if why else "") + "listed, not counted: " + ", ".join(
+        f"{gated.count(g)} {g}" for g in dict.fromkeys(gated))
+  ev = Evidence(v.verdict, why, numbers=dict(numbers), figures=list(figures))
   ev.results = [_row(r) for r in v.results]
   ev.effect = headline_effect(v, unit)
   return ev
@@ -549,29 +569,20 @@ def claims(paper: str, measures: Mapping[str, Callable[[Context], Measured | Evi
       c = c.on_paper_data(d.paper_data)
     from_record = getattr(measures.get(d.id), "from_record", None)
     if from_record is not None:  # record -> Measured: its runs' metrics were not stored, its numbers were
-      c = dataclasses.replace(c, from_record=_judged_record(d, from_record))
+      per = getattr(measures[d.id], "per", "per-seed")
+      c = dataclasses.replace(c, from_record=_judged_record(d, from_record, per))
     out.append(dataclasses.replace(c, headline=d.headline, declaration=d))
   return out
 
 
-def _judged_record(decl: Declaration, from_record: Callable[[dict], Measured]) -> Callable[[dict], Evidence]:
+def _judged_record(decl: Declaration, from_record: Callable[[dict], Measured | Evidence],
+                   per: str) -> Callable[[dict], Evidence]:
   def judged(record: dict) -> Evidence:
-    ev = judge(decl, from_record(record))
-    ev.why += "; judged from the record's per-seed numbers (its runs' metrics were not stored; a re-run stores them)"
+    out = from_record(record)
+    ev = out if isinstance(out, Evidence) else judge(decl, out)
+    ev.why += f"; judged from the record's {per} numbers (its runs' metrics were not stored; a re-run stores them)"
     return ev
   return judged
-
-
-def apply(paper: str, python_claims: Sequence[Claim], measures: Mapping[str, Callable[[Context], Measured | Evidence]],
-          folder: str = FOLDER) -> list[Claim]:
-  """``python_claims`` with every claim that has a declaration replaced by its declared form (:func:`claims`),
-  in the declaration file's order, then the claims not declared yet in their own order (a paper whose claims
-  are being moved to declarations). Without a declaration file: ``python_claims`` unchanged."""
-  if not os.path.exists(os.path.join(folder, f"{paper}.toml")):
-    return list(python_claims)
-  declared = claims(paper, measures, folder)
-  ids = {c.id for c in declared}
-  return [*declared, *(c for c in python_claims if c.id not in ids)]
 
 
 def _evaluate(decl: Declaration, measure: Callable[[Context], Measured | Evidence]) -> Callable[[Context], Evidence]:

@@ -12,7 +12,6 @@ import json
 import os
 
 from experiments.reproduce.claims import SUBSTITUTE_NOTE, TEST_CRITERION, Claim, Evidence, Stat, natural
-from experiments.reproduce.stats import DETERMINISTIC, weakest
 from fedsim import papers as fedsim_papers
 from fedsim.runner import marker
 
@@ -143,10 +142,6 @@ def claim_record(claim: Claim, ev: Evidence, scale: str, seconds: float, run_sec
     rec = {k: v for k, v in rec.items() if v is not None}
   if ev.results:
     rec.update(effect=ev.effect, results=ev.results)
-  if ev.comparisons:
-    head = weakest(ev.comparisons)  # the claim is as strong as its weakest comparison
-    rec.update(statistic=head.test, effect=head.effect, effect_name=head.effect_name, ci95=list(head.ci95),
-               n=head.n, p=head.p, comparisons=[c.as_dict() for c in ev.comparisons])
   if data:
     rec["data"] = dict(sorted(data.items()))
   return rec
@@ -190,16 +185,6 @@ SMOKE_NOTE = ("Smoke runs check the machinery (every claim's commands run and ar
               "their verdicts are not evidence.")
 
 
-def _verdict_text(r: dict) -> str:
-  """``verdict`` with, for a claim judged by the statistics, its effect, CI, n, test and p."""
-  text = r["verdict"]
-  if "effect" in r and len(r.get("comparisons", ())) == 1:  # several: the comparisons table says it
-    lo, hi = r["ci95"]
-    text += (f" — {r['effect_name']} {_num(r['effect'])} [95% CI {_num(lo)}, {_num(hi)}], n = {r['n']}, "
-             f"{r['statistic']}, p = {r['p']:.3g}")
-  return text
-
-
 def _num(x) -> str:
   return "nan" if x is None else f"{x:.3g}"
 
@@ -207,21 +192,6 @@ def _num(x) -> str:
 def _first_sentence(text: str, limit: int = 170) -> str:
   head = text.split(". ")[0].rstrip(".")
   return head if len(head) <= limit else head[:limit - 1].rstrip() + "…"
-
-
-def _held(r: dict) -> str:
-  """One line for a judged claim: its comparisons that hold, per setting (the part of a comparison's name
-  before ``:``), e.g. ``comparisons holding (p < 0.05, n = 5): C=0.5 4/4, C=5 4/4, C=50 0/4``."""
-  groups: dict[str, list[str]] = {}
-  for c in r["comparisons"]:
-    groups.setdefault(c["name"].split(":")[0] if ":" in c["name"] else "", []).append(c["outcome"])
-  n = sorted({c["n"] for c in r["comparisons"]})
-  outcomes = [c["outcome"] for c in r["comparisons"]]
-  parts = ([f"{k} {v.count('holds')}/{len(v)}" for k, v in groups.items()] if "" not in groups
-           else [f"{outcomes.count('holds')} of {len(outcomes)} ("
-                 + ", ".join(f"{outcomes.count(o)} {o}" for o in dict.fromkeys(outcomes)) + ")"])
-  reason = r["why"].split(":")[0] + "; " if r["verdict"] == "inconclusive" else ""
-  return (f"{reason}comparisons holding (p < 0.05, n = {'/'.join(map(str, n))}): " + ", ".join(parts))
 
 
 VERDICT_RANK = {"not reproduced": 0, "inconclusive": 1, "mixed": 2, "partly reproduced": 3, "reproduced": 4}
@@ -266,38 +236,6 @@ def one_minute(records: list[dict], info: dict) -> list[str]:
   lines.append(f"{len(papers_)} paper claims: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
                + f"; {len(records) - len(papers_)} checks and diagnostics counted apart; {post} criteria fixed after "
                f"their runs ({up} moved the verdict up, {down} down).")
-  return lines
-
-
-def summary(records: list[dict], pending: list[str]) -> list[str]:
-  """The report's opening (at most 8 lines): the paper claims' verdict counts, each headline claim
-  with its verdict and one line of why, the data used and how the verdicts were judged."""
-  papers_ = [r for r in records if r.get("kind", "paper") == "paper"]
-  counts = {v: sum(r["verdict"] == v for r in papers_) for v in
-            ("reproduced", "partly reproduced", "not reproduced", "inconclusive")}
-  others = len(records) - len(papers_)
-  scales = sorted({r["scale"] for r in records})
-  lines = [f"**Summary** ({' and '.join(scales)} scale). {len(papers_)} paper claims: "
-           + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-           + (f"; {len(pending)} not evaluated here" if pending else "")
-           + (f"; {others} checks and diagnostics counted apart" if others else "") + "."]
-  heads = [r for r in papers_ if r.get("headline")][:5]
-  lines += [f"- [{r['id']}](#{r['id'].replace('.', '').lower()}) ({r['source'].split(';')[0]}): **{r['verdict']}** — "
-            + (_held(r) if r.get("comparisons") else _first_sentence(r["why"])) + "." for r in heads]
-  subs = on_substitutes(papers_)
-  lines.append("- Data: " + (f"{len(subs)} paper claim{'s' if len(subs) > 1 else ''} ran on offline substitutes of "
-                             "the paper's data (see their Data lines); the rest on the paper's settings." if subs else
-                             "the paper's settings, no substitute data."))
-  judged = sum("effect" in r for r in papers_)
-  unstored = sum(not r.get("evidence") and "effect" not in r for r in papers_)
-  from_record = sum(not r.get("evidence") and "effect" in r for r in papers_)
-  rest = len(papers_) - judged - unstored
-  lines.append(f"- Confidence: {judged} of {len(papers_)} paper claims are judged by tests (effect, 95% CI, n)"
-               + (f", {from_record} of them from the per-seed (or per-target) numbers kept in records whose runs' "
-                  "metrics were not stored" if from_record else "")
-               + (f"; {rest} by a rule on point estimates (each says why)" if rest else "")
-               + (f"; {unstored} by an earlier rule on runs whose evidence was not stored (pending a re-run)"
-                  if unstored else "") + ".")
   return lines
 
 
@@ -389,9 +327,9 @@ def _shared_flags(lines: list[str]) -> list[str]:
 def write_paper(folder: str, paper: str, title: str, records: list[dict], pending: list[str]) -> None:
   """Writes ``folder/claims.json`` and ``folder/report.md`` (``pending``: claims with no evaluation yet).
 
-  The report opens with :func:`summary`; then the claims by kind (paper claims, then checks, then
-  diagnostics), each with its sentence, criterion, verdict (effect and CI where judged by the
-  statistics), comparisons, numbers, figures and its commands grouped (:func:`_command_groups`).
+  The report opens with :func:`one_minute`; then the claims by kind (paper claims, then checks, then
+  diagnostics), each with its sentence, criterion, verdict (a declared claim's key number and comparisons by
+  the protocol), numbers, figures and its commands grouped (:func:`_command_groups`).
   A claim whose runs and numbers repeat an earlier claim's points to it instead of repeating them.
   """
   with open(os.path.join(folder, "claims.json.tmp"), "w") as f:
@@ -405,8 +343,7 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
   if smoke:
     lines += [f"**{SMOKE_NOTE}**", ""]
   from experiments.reproduce import engine
-  info = engine.paper_info(paper)
-  lines += [*(one_minute(records, info) if info else summary(records, pending)), ""]
+  lines += [*one_minute(records, engine.paper_info(paper)), ""]
   kinds = (("paper", "Paper claims"), ("not evaluated", "Not evaluated here (paper claims that cannot run here)"),
            ("check", "Checks (implementation properties, not paper results)"),
            ("diagnostic", "Diagnostics (our hypotheses about a paper result)"))
@@ -426,11 +363,8 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
   if subs:
     lines += ["Ran on offline substitutes of the paper's data (each claim's Data line says which): "
               + ", ".join(subs) + ".", ""]
-  if any(r.get("comparisons") for r in records):
-    lines += [legend({_tag(c["test"]) for r in records for c in r.get("comparisons", ())}), ""]
   seen_commands: dict[tuple, str] = {}
   seen_numbers: dict[str, str] = {}
-  seen_criteria: dict[str, str] = {}
   seen_figures: dict[tuple, str] = {}
   for kind, _ in kinds:
     for r in (r for r in records if r.get("kind", "paper") == kind):
@@ -449,19 +383,15 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
           lines += [*(f"![figure]({p})" for p in r["figures"]), ""]
         lines += _commands(r, seen_commands)
         continue
-      criterion = _criterion_text(r, seen_criteria)
       lines += [f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']}", "",
-                f"**Criterion**: {criterion}", "",
-                f"**Verdict**: {_verdict_text(r)} ({_scale(r, records)}{_timing(r)}{_earlier(r)}). {r['why']}", ""]
-      if r.get("comparisons"):
-        lines += _comparison_table(r["comparisons"])
+                f"**Criterion**: {r['criterion']}", "",
+                f"**Verdict**: {r['verdict']} ({_scale(r, records)}{_timing(r)}{_earlier(r)}). {r['why']}", ""]
       if r.get("data"):
         lines += ["**Data**: " + "; ".join(r["data"].values()), ""]
       if r.get("note"):  # e.g. the criterion changed after this record was evaluated
         lines += [f"**Note**: {r['note']}", ""]
 
-      if r["numbers"] and not r.get("comparisons") and set(r["numbers"]) != TEST_NUMBERS:
-        # (a judged claim's comparisons carry its verdict, a test claim's verdict counts its tests: claims.json)
+      if r["numbers"] and set(r["numbers"]) != TEST_NUMBERS:  # (a test claim's verdict counts its tests)
         key = json.dumps(r["numbers"], sort_keys=True)
         if key in seen_numbers:
           lines += [f"Numbers: as [{seen_numbers[key]}](#{seen_numbers[key].replace('.', '').lower()}).", ""]
@@ -566,43 +496,6 @@ def _numx(x) -> str:
 
 TEST_NUMBERS = {"test cases passed", "test cases"}  # a test claim's numbers (its verdict line says them)
 MAX_NUMBERS = 6  # rows of a claim's numbers table in report.md; claims.json keeps them all
-MAX_COMPARISONS = 4  # above this, a claim's table lists the comparisons that do not hold and the weakest that does
-
-# The tests of experiments.reproduce.stats.compare, each with its tag in a comparison table and what its effect is.
-TESTS = {"one-sided exact Wilcoxon signed-rank (paired)": ("W", "mean paired difference"),
-         "one-sided exact sign test (paired, censored)": ("S", "fraction of differing pairs won"),
-         "one-sided Mann-Whitney U (unpaired)": ("U", "difference of means"),
-         "one-sided log-rank (unpaired, censored)": ("L", "difference of restricted mean times (never: counted at the "
-                                                     "last time observed)"),
-         "one-sided exact Wilcoxon signed-rank (one sample, against B)": ("W1", "mean distance from the bound B"),
-         "one-sided exact sign test (one sample, censored, against B)": (
-             "S1", "fraction of the values beyond the bound B (Clopper-Pearson CI)"),
-         "one-sided exact binomial test (H0: fraction <= p0)": ("B", "observed fraction (Clopper-Pearson CI)"),
-         "bootstrap over seeds (95% CI inside [low, high])": ("BS", "estimate on all seeds, holding when its CI "
-                                                               "lies inside the band (p: share of resamples outside)"),
-         "two one-sided exact Wilcoxon signed-rank tests (paired, within +-m)": (
-             "E", "mean paired difference, comparable when both tests put it within +-m (W/L: pairs within / "
-             "outside +-m)"),
-         DETERMINISTIC: ("D", "value the seeds agree on (the CI: their min and max), holding inside the stated band")}
-
-
-def _tag(test: str) -> str:
-  """A test's tag in :data:`TESTS`; the tests that name a bound (B, p0, m) match on the text before it."""
-  for name, (tag, _) in TESTS.items():
-    stem = name.rsplit(" ", 1)[0] if name.endswith(("B)", "p0)", "m)", "high])")) else name
-    if test == name or test.startswith(stem):
-      return tag
-  return test
-
-
-def legend(tags: set[str]) -> str:
-  """How to read a comparison table, for the test tags (:data:`TESTS`) a report uses."""
-  used = "; ".join(f"{tag} = {test}, effect the {effect}" for test, (tag, effect) in TESTS.items() if tag in tags)
-  return ("How to read a comparison table: one row per comparison, the claimed method first; W/L/T counts the pairs "
-          f"the claimed method wins, loses and ties; the test tag is {used}. A positive effect favours the claim; p is "
-          "one-sided in the claimed direction; a comparison holds at p < 0.05; (never) counts pairs where a method "
-          "never reached the target (censored). The per-seed numbers of every comparison are in claims.json.")
-
 
 def _commands(r: dict, seen: dict[tuple, str]) -> list[str]:
   """A claim's command block (:func:`_command_groups`), or "as [earlier claim]" when an earlier claim ran the
@@ -614,74 +507,6 @@ def _commands(r: dict, seen: dict[tuple, str]) -> list[str]:
     return []
   seen[key] = r["id"]
   return ["Commands:", "", "```", *_command_groups(r["commands"]), "```", ""]
-
-
-def _criterion_text(r: dict, seen: dict[str, str]) -> str:
-  """A claim's criterion for the report: in full the first time; "as [earlier claim]" when an earlier claim's
-  is the same, or the same but for a few words (at most :data:`CRITERION_EDITS` changed runs of words), which
-  are then named (``seen``: criterion -> the first claim that had it, updated here)."""
-  import difflib
-  text = r["criterion"]
-  first = seen.setdefault(text, r["id"])
-  link = f"[{first}](#{first.replace('.', '').lower()})"
-  if first != r["id"]:
-    return f"as {link}"
-  words = text.split()
-  for earlier, cid in seen.items():
-    if cid == r["id"]:
-      continue
-    old = earlier.split()
-    ops = [op for op in difflib.SequenceMatcher(a=old, b=words, autojunk=False).get_opcodes() if op[0] != "equal"]
-    if ops and len(ops) <= CRITERION_EDITS and sum(max(i2 - i1, j2 - j1) for _, i1, i2, j1, j2 in ops) <= 12:
-      edits = "; ".join(f"\"{' '.join(old[i1:i2])}\" -> \"{' '.join(words[j1:j2])}\"" for _, i1, i2, j1, j2 in ops)
-      return f"as [{cid}](#{cid.replace('.', '').lower()}), with {edits}"
-  return text
-
-
-CRITERION_EDITS = 3
-
-
-def _comparison_table(comparisons: list[dict]) -> list[str]:
-  """The comparisons as one table (the tests and effects are explained once per report, :func:`legend`)."""
-  # Names are "<setting>: <measure>, <claimed> vs <other>"; a measure every row shares goes in the heading.
-  measures = {c["name"].split(": ", 1)[1].split(", ", 1)[0] for c in comparisons
-              if ": " in c["name"] and ", " in c["name"].split(": ", 1)[1]}
-  shared = measures.pop() if len(measures) == 1 and all(": " in c["name"] for c in comparisons) else None
-  # A claimed method every row names ("<claimed> vs <other>") and an n every row shares go in the heading too.
-  import re
-  claimed = {m.group(1) if (m := re.search(r"(\S+) vs ", c["name"])) else None for c in comparisons}
-  who = claimed.pop() if len(claimed) == 1 and None not in claimed else None
-  ns = {c["n"] for c in comparisons}
-  n_all = ns.pop() if len(ns) == 1 else None
-  notes = [f"measure: {shared}" if shared else "", f"{who} against each" if who else "",
-           f"n = {n_all} each" if n_all is not None else ""]
-  said = "; ".join(x for x in notes if x)
-  lines = [f"**Comparisons**{f' ({said})' if said else ''}:", "",
-           f"| comparison | test | effect [95% CI] |{'' if n_all is not None else ' n |'} p | W/L/T (never) "
-           "| outcome |",
-           f"|---|---|---|{'' if n_all is not None else '---|'}---|---|---|"]
-  # Many comparisons: every one that does not hold, and the weakest that does (the claim is only as
-  # strong as it); the others are counted in a last row (claims.json keeps them all).
-  held = [c for c in comparisons if c["outcome"] == "holds"]
-  shown = comparisons
-  if len(comparisons) > MAX_COMPARISONS and held:
-    weakest = max(held, key=lambda c: (c["p"], c["name"]))
-    shown = [c for c in comparisons if c["outcome"] != "holds" or c is weakest]
-  def wlt(c):  # an unpaired test has no pairs to count
-    return f"{c['wins']}/{c['losses']}/{c['ties']}" if c["wins"] + c["losses"] + c["ties"] else "-"
-
-  for c in shown:
-    lo, hi = c["ci95"]
-    never = f" ({c['censored']})" if c["censored"] else ""
-    name = c["name"].replace(f": {shared}, ", ", ") if shared else c["name"]
-    name = name.replace(f"{who} vs ", "vs ") if who else name
-    n = "" if n_all is not None else f" {c['n']} |"
-    lines.append(f"| {name} | {_tag(c['test'])} | {_num(c['effect'])} [{_num(lo)}, {_num(hi)}] |{n} {c['p']:.2g} | "
-                 f"{wlt(c)}{never} | {c['outcome']} |")
-  if len(shown) < len(comparisons):
-    lines.append(f"| ... {len(comparisons) - len(shown)} more that hold (above: the weakest) | | |"
-                 + (" |" if n_all is None else "") + " | | |")
-  return [*lines, ""]
 
 
 def write_index(root: str, papers: dict[str, str]) -> None:

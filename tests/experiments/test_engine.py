@@ -136,26 +136,22 @@ def test_equivalence_with_zero_true_effect_passes_and_a_shift_beyond_the_margin_
   assert same.verdict == "reproduced" and shifted.verdict == "not reproduced"
 
 
-def test_apply_replaces_declared_claims_keeps_the_rest_and_lists_not_evaluated(tmp_path):
+def test_claims_come_from_declarations_with_the_not_evaluated_ones_listed(tmp_path):
   (tmp_path / "toy.toml").write_text(
       '[[claim]]\nid = "toy.fig"\nkind = "paper"\nstatement = "a beats b"\nsource = "Fig. 1"\nform = "better"\n'
       'claimed = "a"\narms = ["b"]\nmeasure = { kind = "custom", unit = "rounds" }\nheadline = true\n'
       'deviations = ["digits for CIFAR-10"]\n\n'
       '[[claim]]\nid = "toy.llm"\nkind = "not evaluated"\nstatement = "LLM table"\nsource = "Table 3"\n'
       'needs = "OPT-13B and SST-2"\n')
-  from experiments.reproduce.claims import Claim
-  old = [Claim("toy.fig", "old", "Fig. 1", "old rule", lambda ctx: Evidence("reproduced", "old")),
-         Claim("toy.other", "o", "Thm. 1", "rule", lambda ctx: Evidence("reproduced", "kept"))]
   measured = engine.Measured(values={"s": {"a": [1.0] * 5, "b": [2.0] * 5}})
-  out = engine.apply("toy", old, {"toy.fig": lambda ctx: measured}, folder=str(tmp_path))
-  assert [c.id for c in out] == ["toy.fig", "toy.llm", "toy.other"]
-  fig, llm = out[0], out[1]
+  out = engine.claims("toy", {"toy.fig": lambda ctx: measured}, folder=str(tmp_path))
+  assert [c.id for c in out] == ["toy.fig", "toy.llm"]
+  fig, llm = out
   assert fig.headline and fig.declaration.deviations == ("digits for CIFAR-10",) and "Wilcoxon" in fig.criterion
   assert fig.evaluate(None).verdict == "reproduced"
   assert llm.kind == "not evaluated" and "OPT-13B" in llm.evaluate(None).why
   with pytest.raises(TypeError, match="Measured numbers, not a verdict"):
-    engine.apply("toy", [], {"toy.fig": lambda ctx: Evidence("reproduced", "x")}, folder=str(tmp_path))[0].evaluate(
+    engine.claims("toy", {"toy.fig": lambda ctx: Evidence("reproduced", "x")}, folder=str(tmp_path))[0].evaluate(
         Context(str(tmp_path), "smoke"))
   with pytest.raises(engine.DeclarationError, match="measures without a declaration: toy.ghost"):
-    engine.apply("toy", [], {"toy.fig": lambda ctx: measured, "toy.ghost": lambda ctx: measured},
-                 folder=str(tmp_path))
+    engine.claims("toy", {"toy.fig": lambda ctx: measured, "toy.ghost": lambda ctx: measured}, folder=str(tmp_path))

@@ -221,11 +221,11 @@ def test_a_record_without_evidence_is_judged_from_its_per_target_numbers(tmp_pat
   # A record made before runs' metrics were stored keeps per-target numbers; a claim with ``from_record``
   # is judged from them by --from_evidence (the same function its runs would use), keeps its commands and
   # figures, records the old verdict in its history, and is a fixed point of a second re-judgment.
-  from experiments.reproduce import stats
+  from experiments.reproduce import engine, protocol
 
   def judge(numbers):
-    c = stats.compare("x", numbers["a"]["values"], numbers["b"]["values"], lower_is_better=True)
-    return C.Evidence(stats.verdict([c])[0], "paired", numbers=numbers, comparisons=[c])
+    r = protocol.better("x", numbers["a"]["values"], numbers["b"]["values"], lower_is_better=True, unit="F")
+    return engine.evidence([r], "F", numbers)
 
   def needs_runs(ctx):
     raise C.MissingEvidence("no runs")
@@ -245,10 +245,10 @@ def test_a_record_without_evidence_is_judged_from_its_per_target_numbers(tmp_pat
   (stored / "claims.json").write_text(json.dumps({"claims": [old, kept], "pending": []}))
   out = main_mod.reproduce("toy", "paper", str(tmp_path / "out"), from_evidence=str(tmp_path / "docs"))
   rec, same = out
-  assert rec["verdict"] == "reproduced" and rec["evidence"] is False and rec["p"] == pytest.approx(1 / 32)
+  assert rec["verdict"] == "reproduced" and rec["evidence"] is False and rec["results"][0]["p"] == pytest.approx(1 / 32)
   assert rec["commands"] == ["python -m x"] and rec["figures"] == ["fig/a.png"] and rec["run_seconds"] == 99.0
   assert rec["history"][0]["verdict"] == "partly reproduced" and rec["history"][0]["reason"] == "criterion changed"
-  assert same["verdict"] == "partly reproduced" and "comparisons" not in same   # no from_record: kept as it was
+  assert same["verdict"] == "partly reproduced" and "results" not in same   # no from_record: kept as it was
   (stored / "claims.json").write_text((tmp_path / "out" / "toy" / "claims.json").read_text())
   again = main_mod.reproduce("toy", "paper", str(tmp_path / "again"), from_evidence=str(tmp_path / "docs"))
   assert again == out
@@ -489,50 +489,14 @@ def test_from_evidence_with_only_rejudges_the_named_claims_and_keeps_every_other
 
 
 def test_a_final_value_that_is_missing_or_not_finite_falls_back_to_the_last_finite_one():
-  """declare._value: the last record's metric when finite; else (NaN, inf, or the key missing) the last
+  """engine._last_finite: the last record's metric when finite; else (NaN, inf, or the key missing) the last
   finite value before it; None when there is none."""
-  from experiments.reproduce import declare
+  from experiments.reproduce import engine
   h = [{"f": 3.0}, {"f": 2.0}]
-  assert declare._value(h, "f") == 2.0
-  assert declare._value(h + [{"f": float("nan")}], "f") == 2.0
-  assert declare._value(h + [{"f": float("inf")}], "f") == 2.0
-  assert declare._value(h + [{"g": 1.0}], "f") == 2.0
-  assert declare._value([{"f": float("nan")}], "f") is None and declare._value([], "f") is None
+  assert engine._last_finite(h, "f") == 2.0
+  assert engine._last_finite(h + [{"f": float("nan")}], "f") == 2.0
+  assert engine._last_finite(h + [{"f": float("inf")}], "f") == 2.0
+  assert engine._last_finite(h + [{"g": 1.0}], "f") == 2.0
+  assert engine._last_finite([{"f": float("nan")}], "f") is None and engine._last_finite([], "f") is None
 
 
-def test_the_summary_names_at_most_five_headline_claims():
-  """report.summary: the opening lists the first five headline paper claims and no more (its 8-line
-  budget), in the records' order; a claim that is not a headline is not listed."""
-  recs = [dict(id=f"toy.c{i}", kind="paper", headline=i != 2, verdict="reproduced", source="Fig. 1",
-               why=f"reason {i}.", scale="paper") for i in range(8)]
-  lines = report.summary(recs, [])
-  listed = [line for line in lines if line.startswith("- [toy.c")]
-  assert [line.split("]")[0] for line in listed] == ["- [toy.c0", "- [toy.c1", "- [toy.c3", "- [toy.c4", "- [toy.c5"]
-
-
-def test_a_criterion_that_differs_only_in_spacing_is_written_in_full():
-  """report._criterion_text: the same words as an earlier claim's criterion but other spacing is not an
-  edit of it (no empty "with" list); a criterion one word away from an earlier one is written as that
-  claim's, with the edit named."""
-  seen: dict[str, str] = {}
-  assert report._criterion_text({"id": "toy.a", "criterion": "F falls below the baseline"}, seen) == \
-      "F falls below the baseline"
-  assert report._criterion_text({"id": "toy.b", "criterion": "F  falls below the baseline"}, seen) == \
-      "F  falls below the baseline"
-  assert report._criterion_text({"id": "toy.c", "criterion": "F falls below the oracle"}, seen) == \
-      'as [toy.a](#toya), with "baseline" -> "oracle"'
-
-
-def _comparison(name, n):
-  return dict(name=name, n=n, outcome="holds", p=0.03, wins=n, losses=0, ties=0, censored=0,
-              ci95=(0.1, 0.5), effect=0.3, test="wilcoxon")
-
-
-def test_the_comparison_table_states_a_shared_n_once_and_a_mixed_n_per_row():
-  """report._comparison_table: when every comparison has the same n, the heading says "n = N each" and
-  the table has no n column; with different n, each row has its own n and the heading claims none."""
-  same = report._comparison_table([_comparison("C=5: F, a vs b", 5), _comparison("C=50: F, a vs b", 5)])
-  assert "n = 5 each" in same[0] and "| n |" not in same[2]
-  mixed = report._comparison_table([_comparison("C=5: F, a vs b", 5), _comparison("C=50: F, a vs b", 3)])
-  assert "n = " not in mixed[0] and "| n |" in mixed[2]
-  assert [row.split("|")[4].strip() for row in mixed[4:6]] == ["5", "3"]

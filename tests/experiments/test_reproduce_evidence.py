@@ -40,15 +40,13 @@ def test_committed_claims_rejudge_to_themselves_from_their_evidence(tmp_path):
   assert proc.stdout.count("(re-judged from stored evidence)") == rejudged
 
 
-def test_every_record_has_a_kind_and_every_judged_paper_claim_its_statistics():
+def test_every_record_has_its_claims_kind():
   for paper in papers.PAPERS:
     with open(os.path.join(DOCS, paper, "claims.json")) as f:
       records = json.load(f)["claims"]
     kinds = {c.id: c.kind for c in papers.PAPERS[paper]}
     for r in records:
       assert r["kind"] == kinds[r["id"]], r["id"]
-      if r["kind"] == "paper" and r.get("evidence") and r.get("comparisons"):
-        assert {"statistic", "effect", "ci95", "n", "p"} <= r.keys(), r["id"]
 
 
 def test_every_declared_paper_record_has_its_form_deviations_effect_unit_and_per_seed_values():

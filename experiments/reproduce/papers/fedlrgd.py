@@ -7,13 +7,12 @@ seed), never a verdict; ``ledger_runs`` (an exact ledger identity) keeps a rule 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 
 from experiments.reproduce import engine
-from experiments.reproduce.claims import FLAGFILES, Context, Evidence, Stat, judge_from_record
+from experiments.reproduce.claims import FLAGFILES, Context, Evidence, Stat
 from experiments.reproduce.report import plot_curves
 
 TITLE = "FedLRGD and FedAve (Jadbabaie et al. 2023): low-rank gradient descent"
@@ -113,10 +112,14 @@ def precision(ctx: Context) -> engine.Measured:
                                                        strict=True)] for r in sorted({r for r, _ in errs})})
 
 
-def _precision_numbers(numbers: dict) -> engine.Measured:
-  """The record's per-seed ratios (a list, or a Stat's JSON form in records made before the protocol)."""
+def _precision_record(record: dict) -> engine.Measured:
+  """The record's per-seed ratios (a list, or a Stat's JSON form in records made before the protocol): the
+  precision claim's ``from_record`` (its runs' outputs were not stored)."""
   return precision_measured({int(k[len(RATIO):]): v["values"] if isinstance(v, dict) else v
-                             for k, v in numbers.items() if k.startswith(RATIO)})
+                             for k, v in record["numbers"].items() if k.startswith(RATIO)})
+
+
+precision.from_record = _precision_record
 
 
 def _convergence(ctx: Context) -> list[dict]:
@@ -336,15 +339,5 @@ MEASURES = {f"fedlrgd.{f.__name__}": f for f in (appc_rank, appc_variants, theor
 PAPER_ONLY = {f"fedlrgd.{n}" for n in ("appc_variants", "precision", "s4_shift", "s4_smoothness", "s1b_logistic",
                                        "s3_convergence", "ledger_runs")}
 
-
-def _finish(c):
-  """A declared claim with its scale and, for the precision check (its runs' outputs were not stored), the
-  record's per-seed ratios as ``from_record``."""
-  if c.id == "fedlrgd.precision":
-    decl = c.declaration
-    c = dataclasses.replace(c, from_record=judge_from_record(lambda n: engine.judge(decl, _precision_numbers(n))))
-  return c.paper_only() if c.id in PAPER_ONLY else c
-
-
-CLAIMS = [_finish(c) for c in engine.claims("fedlrgd", MEASURES)]
+CLAIMS = [c.paper_only() if c.id in PAPER_ONLY else c for c in engine.claims("fedlrgd", MEASURES)]
 PENDING: list[str] = []

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import scipy.stats
 
-from experiments.reproduce import engine, stats
+from experiments.reproduce import engine
 from experiments.reproduce.claims import FLAGFILES, Context, Evidence, Substitute, curves, final
 from experiments.reproduce.engine import Measured
 from experiments.reproduce.report import plot_curves
@@ -287,7 +287,7 @@ RATE_TASK = {"d": 100, "b1": 1, "H": 2, "T": 400}
 RATE_B2 = (5, 10, 20, 40)  # at M = RATE_M0
 RATE_M = (5, 10, 25, 50)  # at b2 = RATE_B20
 RATE_M0, RATE_B20 = 10, 20
-log_slope = stats.loglog_slope  # the rate claims' exponent fit (shared with FFGB's)
+log_slope = engine.loglog_slope  # the rate claims' exponent fit (shared with FFGB's)
 
 
 def rate_entry(m: int, b2: int, rounds: int, schedule_at: tuple[int, int] | None = None) -> str:

@@ -12,7 +12,7 @@ import json
 import math
 import os
 
-from experiments.reproduce import engine, stats
+from experiments.reproduce import engine
 from experiments.reproduce.claims import Context, Evidence, Substitute, curves, final, values_of
 from experiments.reproduce.report import plot_curves
 
@@ -247,7 +247,7 @@ RATE_PARTS = {"a": ("rounds", "T", "(a) exact oracle, error vs T", 1.0),
               "b": ("local_steps", "K", "(b) gamma = 0.5, T = 300, error vs K", 1.0),
               "c": ("rounds", "T", "(c) gamma = 0.5, K = ceil(sqrt(T)), error vs T", 0.5)}
 
-loglog_slope = stats.loglog_slope  # the exponent fit of the rate claims (experiments/reproduce/stats.py)
+loglog_slope = engine.loglog_slope  # the exponent fit of the rate claims
 
 
 def thm31_rate(ctx: Context) -> engine.Measured:

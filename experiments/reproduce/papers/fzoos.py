@@ -1,7 +1,7 @@
 """The measures of FZooS's claims (Shu et al. 2023; ``../shared/specs/fzoos.md``), declared in
 ``experiments/reproduce/declarations/fzoos.toml`` and judged by :mod:`experiments.reproduce.engine`: each
 returns an :class:`~experiments.reproduce.engine.Measured` (runs per setting, or per-seed / per-target values),
-never a verdict; the diagnostics ``fzoos.c50_known`` and ``fzoos.fig8_lower_P`` keep a rule of their own.
+never a verdict; the diagnostic ``fzoos.c50_known`` keeps a rule of its own.
 
 Paper scale keeps App. E (quadratic d = 300, N = 5, T = 10, R = 50, M = 10,000, 5 seeds, C in {0.5, 5, 50});
 the attack runs 15 MNIST targets (digits without ``mnist/`` in the data cache), the metric task 5 seeds on
@@ -16,19 +16,11 @@ import math
 import os
 from collections.abc import Sequence
 
-from experiments.reproduce import declare, engine, stats
-from experiments.reproduce.claims import (
-  REPO,
-  Context,
-  Evidence,
-  Stat,
-  Substitute,
-  beyond_noise,
-  curves,
-  final,
-  judge_from_record,
-  plain_number,
-)
+import numpy as np
+from scipy import stats
+
+from experiments.reproduce import engine, protocol
+from experiments.reproduce.claims import REPO, Context, Evidence, Stat, Substitute, curves, final, plain_number
 from experiments.reproduce.report import plot_curves
 from fedsim.data import fetch
 
@@ -101,7 +93,7 @@ def fig1_heterogeneity(ctx: Context) -> engine.Measured:
   cs = sorted(_cs(ctx, "paper"), reverse=True)
   f_star = 1.0 / (10 * _quad(ctx)["dim"]) - 0.025
   runs = {c: _fig1(ctx, "paper", c) for c in cs}
-  values = {m: {f"C={c:g}": [stats.first_reach(r[m], "objective", f_star + 0.1 * (r[m][0]["objective"] - f_star),
+  values = {m: {f"C={c:g}": [engine.first_reach(r[m], "objective", f_star + 0.1 * (r[m][0]["objective"] - f_star),
                                                 "round", True) for r in runs[c]] for c in cs}
             for m in ("fzoos", *FD) if all(m in runs[c][0] for c in cs)}
   # A method that never gets there at any C cannot show an order (the resolution gate): listed, not compared.
@@ -122,10 +114,17 @@ def drift(ctx: Context) -> dict[float, Stat]:
   return {c: Stat.of(r["drift"] for r in rows if r["heterogeneity"] == c) for c in cs}
 
 
+def _below_fd(runs, lab: str) -> bool:
+  """Whether ``lab`` ends below every FD baseline of ``runs`` by the protocol's ``better`` form (paired by seed)."""
+  end = lambda a: [final(r[a], "objective") for r in runs]  # noqa: E731
+  return all(protocol.better(b, end(lab), end(b), lower_is_better=True, unit="F").outcome == "holds"
+             for b in FD if b in runs[0])
+
+
 def c50_known(ctx: Context) -> Evidence:
   """Diagnostic with a rule of its own (the declaration's statement): at C = 50 the drift statistic is >= 100,
-  gamma = 1 ends below every FD baseline beyond seed noise (:func:`beyond_noise`) while gamma = 1/t does not,
-  and the code preset's FZooS ends at F(x_0) on every seed; reproduced when all three hold, partly when some do."""
+  gamma = 1 ends below every FD baseline (:func:`_below_fd`) while gamma = 1/t does not, and the code preset's
+  FZooS ends at F(x_0) on every seed; reproduced when all three hold, partly when some do."""
   d = drift(ctx)[50.0]
   paper, code = _fig1(ctx, "paper", 50.0), _fig1(ctx, "code", 50.0)
   fin = _finals(paper, ("fzoos", GAMMA_ONE, *FD))
@@ -137,8 +136,7 @@ def c50_known(ctx: Context) -> Evidence:
              "C=50 code preset fzoos F(x_0)": Stat.of(x0),
              "C=50 code preset fzoos F(x_R)": Stat.of(final(r["fzoos"], "objective") for r in code),
              "C=50 code preset seeds with FZooS flat at F(x_0)": float(sum(flat))}
-  below_fd = lambda lab: all(beyond_noise(fin[b], fin[lab]) for b in FD if b in fin)  # noqa: E731
-  parts = [d.mean >= 100.0, below_fd(GAMMA_ONE) and not below_fd("fzoos"), all(flat)]
+  parts = [d.mean >= 100.0, _below_fd(paper, GAMMA_ONE) and not _below_fd(paper, "fzoos"), all(flat)]
   merged = [{**p, "fzoos-variant=code": c["fzoos"]} for p, c in zip(paper, code)]
   figs = [_fig(ctx, f"fzoos_c50_{tag}.png", merged, "objective", x, "F(x_r)", title) for tag, x, title in (
       ("rounds", "round", "FZooS at C = 50: gamma = 1/t, gamma = 1, code preset, FD"),
@@ -260,7 +258,7 @@ def _fig5_rounds(ctx: Context) -> dict[int, list[float]]:
   lo, hi = FIG5_T[0], FIG5_T[-1]
   runs = {t: _fig5(ctx, t) for t in (lo, hi)}
   targets = [final(r["fzoos"], "objective") for r in runs[lo]]
-  return {t: [stats.first_reach(r["fzoos"], "objective", y, "round", True) for r, y in zip(runs[t], targets)]
+  return {t: [engine.first_reach(r["fzoos"], "objective", y, "round", True) for r, y in zip(runs[t], targets)]
           for t in (lo, hi)}
 
 
@@ -393,7 +391,8 @@ def attack_measured(numbers: dict, metric: str = "first", figures=()) -> engine.
 
 def attack(metric: str = "first", flag: str | None = None):
   """The measure of the attack claims: the flagfile's runs (``flag`` None) or Fig. 8's sweep over ``flag``'s
-  values (:data:`FIG8_SWEEPS`), as per-target ``metric`` values (:func:`attack_measured`)."""
+  values (:data:`FIG8_SWEEPS`), as per-target ``metric`` values (:func:`attack_measured`); its ``from_record``
+  reads them from a record's numbers (the runs' metrics were not stored)."""
   def measure(ctx: Context) -> engine.Measured:
     numbers, figs = {}, []
     for value in FIG8_SWEEPS[flag] if flag else (None,):
@@ -409,25 +408,47 @@ def attack(metric: str = "first", flag: str | None = None):
                     f"FZooS attack ({dataset}){', ' + key if key else ''}: success rate", bounds=(0.0, 1.0))
                for x in ("round", "queries")]
     return attack_measured(numbers, metric, figs)
+  measure.from_record, measure.per = lambda record: attack_measured(dict(record["numbers"]), metric), "per-target"
   return measure
 
 
+def later(setting: str, late: Sequence[float], early: Sequence[float]) -> protocol.Result:
+  """"``late``'s first successes come after ``early``'s" for two groups of targets that share nothing: the
+  one-sided log-rank test (``scipy.stats.logrank``; ``inf``, never, is censored after every success) as a
+  protocol row (effect: the difference of the medians, in rounds; p_other: the test the other way)."""
+  finite = [x for x in (*late, *early) if math.isfinite(x)]
+  beyond = float(np.nextafter(max(finite, default=0.0), np.inf))
+
+  def data(v):
+    v = np.asarray(v, float)
+    return stats.CensoredData(uncensored=v[np.isfinite(v)], right=np.full(int(np.isinf(v).sum()), beyond))
+
+  p, q = ((float(stats.logrank(data(early), data(late), alternative=a).pvalue) for a in ("greater", "less"))
+          if finite else (1.0, 1.0))
+  outcome = "holds" if p < protocol.ALPHA else "opposite" if q < protocol.ALPHA else "undecided"
+  with np.errstate(invalid="ignore"):  # both medians never: no effect (NaN)
+    effect = float(np.median(late) - np.median(early))
+  return protocol.Result(setting, "better", outcome, p, effect, "rounds",
+                         note="one-sided log-rank (unpaired, never censored)", p_other=q)
+
+
 def lower_p_judged(numbers: dict) -> Evidence:
-  """fzoos.fig8_lower_P's own rule (each P has its own 15 targets, and the engine's forms pair by seed): per
-  method, the first-success rounds at the larger P against the smaller P's, unpaired, never censored: the
-  one-sided log-rank test (:func:`experiments.reproduce.stats.compare`, ``paired=False``), no Holm."""
+  """fzoos.fig8_lower_P (each P has its own 15 targets, where the engine's forms pair by seed): per method, the
+  first-success rounds at the smaller P later than at the larger P (:func:`later`), Holm-corrected and
+  aggregated by the protocol."""
   by_p = {s: v for s, v in attack_values(numbers).items() if s.startswith("P=")}
   low, high = sorted(by_p, key=lambda s: float(s[2:]))
-  comparisons = [stats.compare(f"{lab}: round of first success, P = {high[2:]} before P = {low[2:]}",
-                               by_p[high][lab], by_p[low][lab], lower_is_better=True, paired=False)
-                 for lab in by_p[high] if lab in by_p[low]]
-  verdict, why = declare.judged(comparisons)
-  return Evidence(verdict, why, numbers=numbers, comparisons=comparisons)
+  rows = [later(f"{lab}: P = {low[2:]} after P = {high[2:]}", by_p[low][lab], by_p[high][lab])
+          for lab in by_p[high] if lab in by_p[low]]
+  return engine.evidence(rows, "rounds", numbers)
 
 
 def fig8_lower_p(ctx: Context) -> Evidence:
   m = attack(flag="portion")(ctx)
   return dataclasses.replace(lower_p_judged(m.numbers), figures=m.figures)
+
+
+fig8_lower_p.from_record, fig8_lower_p.per = lambda record: lower_p_judged(dict(record["numbers"])), "per-target"
 
 
 # The smoothing radii the FD-resolution diagnostic tries, as multiples of the runs' lambda.
@@ -477,22 +498,7 @@ MEASURES = {
     "fzoos.fig8_lower_P": fig8_lower_p, "fzoos.metric": metric,
 }
 
-
-def _from_record(cid: str, metric: str):
-  """``record -> Evidence``: a declared attack claim judged by the engine from its record's per-target numbers
-  (the runs' metrics were not stored), by the same :func:`attack_measured` that reads the runs."""
-  def from_record(record: dict) -> Evidence:
-    ev = engine.judge(engine.load("fzoos")[cid], attack_measured(dict(record["numbers"]), metric))
-    ev.why += "; judged from the record's per-target numbers (its runs' metrics were not stored; a re-run stores them)"
-    return ev
-  return from_record
-
-
-RECORDED = {"fzoos.fig8_lower_P": judge_from_record(lower_p_judged, "per-target"), **{
-    cid: _from_record(cid, metric) for cid, metric in (("fzoos.attack", "first"), ("fzoos.attack_success", "rate"),
-                                                       ("fzoos.fig8_T", "first"), ("fzoos.fig8_P", "first"))}}
-
-CLAIMS = [dataclasses.replace(c, from_record=RECORDED.get(c.id)) for c in engine.claims("fzoos", MEASURES)]
+CLAIMS = engine.claims("fzoos", MEASURES)
 PENDING: list[str] = []
 
 # The metric task runs on digits, the offline stand-in for the paper's Covertype (§6.3; d = 2,189 there):

@@ -13,7 +13,7 @@ import math
 import os
 import re
 
-from experiments.reproduce import engine, stats
+from experiments.reproduce import engine
 from experiments.reproduce.claims import Context, Evidence, Stat, curves, final, plain_number, values_of
 from experiments.reproduce.report import plot_curves
 from fedsim import api, results
@@ -347,7 +347,7 @@ DIM_FREE_FRACTION = 0.01  # "converged": the optimality gap within 1% of its ini
 def _best_lr_rounds(runs: list[dict[str, list[dict]]], method: str) -> tuple[str, list[float]]:
   """(label, per-seed rounds to DIM_FREE_FRACTION of the initial gap) of ``method``'s lr with the fewest mean
   rounds over the seeds (never reached: inf, which no finite mean beats; ties: the first lr)."""
-  rounds = {k: [stats.first_reach(r[k], "optimality_gap", DIM_FREE_FRACTION * r[k][0]["optimality_gap"]) for r in runs]
+  rounds = {k: [engine.first_reach(r[k], "optimality_gap", DIM_FREE_FRACTION * r[k][0]["optimality_gap"]) for r in runs]
             for k in runs[0] if _label_base(k) == method}
   best = min(rounds, key=lambda k: sum(rounds[k]))
   return best, rounds[best]
