@@ -164,55 +164,41 @@ def _from_evidence(paper: str, folder: str, stored: str, only=()) -> list[dict]:
     committed = json.load(f)
   done = {r["id"]: r for r in committed["claims"]}
   by_id = {c.id: c for c in papers.PAPERS[paper]}
-  out: list[dict] = []
-  for cid, old in done.items():
-    claim = by_id.get(cid)
-    if claim is None or (only and cid not in only):
-      out.append(old if claim is None else _kept(claim, old))
+  # Records of claims no longer defined, or not asked for: kept as they are.
+  out: list[dict] = [old if cid not in by_id else _kept(by_id[cid], old) for cid, old in done.items()
+                     if cid not in by_id or (only and cid not in only)]
+  batch = tuple(dict.fromkeys(n for c in papers.PAPERS[paper] if c.id in done and c.tests for n in c.tests))
+  for claim in papers.PAPERS[paper]:  # with a committed record, or none but its evidence may be stored
+    old = done.get(claim.id)
+    if (only and claim.id not in only) or (old is None and claim.missing("paper", None)):
       continue
     if claim.kind == "not evaluated":  # as declared: nothing to judge, no evidence
       out.append(report.claim_record(claim, claim.evaluate(None), "paper", 0.0))
       continue
-    scale = old["scale"]
-    ctx = claims_lib.Context(folder, scale, log=lambda _: None, batch_tests=tuple(
-        dict.fromkeys(n for c in papers.PAPERS[paper] if c.id in done and c.tests for n in c.tests)),
-        substitutes=papers.SUBSTITUTES.get(paper, {}),
-        evidence_dir=os.path.join(stored, "evidence" if scale == "paper" else "evidence-smoke"),
-        from_evidence=True, command_root=os.path.join(claims_lib.DEFAULT_OUTPUT, paper))
+    scale = old["scale"] if old else "paper"
+    ctx = claims_lib.Context(folder, scale, log=lambda _: None, batch_tests=batch if old else (),
+                             substitutes=papers.SUBSTITUTES.get(paper, {}),
+                             evidence_dir=os.path.join(stored, "evidence" if scale == "paper" else "evidence-smoke"),
+                             from_evidence=True, command_root=os.path.join(claims_lib.DEFAULT_OUTPUT, paper))
     try:
       ev = claim.evaluate(ctx)
     except claims_lib.MissingEvidence as e:
-      rec = _from_record(claim, old)
-      if rec is None:
-        print(f"[{paper}] {cid}: kept ({e})", flush=True)
+      rec = _from_record(claim, old) if old else None
+      if old is None:
+        print(f"[{paper}] {claim.id}: not judged ({e})", flush=True)
+      elif rec is None:
+        print(f"[{paper}] {claim.id}: kept ({e})", flush=True)
         out.append(_kept(claim, old))
       else:
-        print(f"[{paper}] {cid}: {rec['verdict']} (re-judged from the numbers of its record)", flush=True)
+        print(f"[{paper}] {claim.id}: {rec['verdict']} (re-judged from the numbers of its record)", flush=True)
         out.append(rec)
       continue
     ev.commands = list(dict.fromkeys(ctx.commands))
-    rec = report.claim_record(claim, ev, scale, old.get("seconds", 0.0), sum(ctx.run_seconds.values()), ctx.data)
-    rec["seconds"] = old.get("seconds", rec["seconds"])  # the evaluation's wall time when it was made
+    rec = report.claim_record(claim, ev, scale, old.get("seconds", 0.0) if old else 0.0,
+                              sum(ctx.run_seconds.values()), ctx.data)
+    if old:  # the evaluation's wall time when it was made
+      rec["seconds"] = old.get("seconds", rec["seconds"])
     rec = _with_history(rec, old)
-    rec["evidence"] = True
-    print(f"[{paper}] {cid}: {rec['verdict']} (re-judged from stored evidence)", flush=True)
-    out.append(rec)
-  for claim in papers.PAPERS[paper]:  # claims with no committed record: judged if their evidence is stored
-    if claim.id in done or (only and claim.id not in only) or claim.missing("paper", None):
-      continue
-    if claim.kind == "not evaluated":  # needs no evidence: written as declared
-      out.append(report.claim_record(claim, claim.evaluate(None), "paper", 0.0))
-      continue
-    ctx = claims_lib.Context(folder, "paper", log=lambda _: None, substitutes=papers.SUBSTITUTES.get(paper, {}),
-                             evidence_dir=os.path.join(stored, "evidence"), from_evidence=True,
-                             command_root=os.path.join(claims_lib.DEFAULT_OUTPUT, paper))
-    try:
-      ev = claim.evaluate(ctx)
-    except claims_lib.MissingEvidence as e:
-      print(f"[{paper}] {claim.id}: not judged ({e})", flush=True)
-      continue
-    ev.commands = list(dict.fromkeys(ctx.commands))
-    rec = report.claim_record(claim, ev, "paper", 0.0, sum(ctx.run_seconds.values()), ctx.data)
     rec["evidence"] = True
     print(f"[{paper}] {claim.id}: {rec['verdict']} (re-judged from stored evidence)", flush=True)
     out.append(rec)

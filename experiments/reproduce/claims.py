@@ -73,9 +73,9 @@ def plain_number(v: float) -> float | str:
 
 
 def values_of(number) -> list[float]:
-  """The per-seed (per-target) values of a number: a :class:`Stat` (a claim's evaluation of its runs) or its
-  JSON form in a record (``claims.json``)."""
-  return list(number.values if isinstance(number, Stat) else number["values"])
+  """The per-seed (per-target) values of a number: a :class:`Stat` (a claim's evaluation of its runs), its
+  JSON form in a record (``claims.json``), or a list."""
+  return list(number.values if isinstance(number, Stat) else number["values"] if isinstance(number, dict) else number)
 
 
 @dataclasses.dataclass
@@ -448,28 +448,11 @@ class Context:
       seconds = _marker_seconds(marker) if os.path.exists(marker) else 0.0
       f.write(f"{seconds:.1f} s\n{self._command_key(command)}\n")
 
-  def algorithm_config(self, name: str, label: str) -> dict:
-    """The resolved settings of algorithm ``label`` in the finished run ``name``: its entry of
-    ``root/runs/name/config.json``'s ``algorithms`` (e.g. ``{"lr": 0.001, "local_steps": 5, ...}``),
-    so a claim quotes the values its runs used rather than restating them.
-
-    Raises:
-      FileNotFoundError: no such run; KeyError: no such label in it.
-    """
-    return self._config(name)["algorithms"][label]
-
   def run_dir(self, name: str) -> str:
     """The folder of run ``name`` (``root/runs/<name>``, or the name :meth:`resolve` gave it on the
     paper's own data), for a diagnostic script that rebuilds a run's task from its ``config.json``; with
     ``from_evidence`` the folder the commands name (the script's own evidence is read, not the run)."""
     return os.path.join(self.command_root, "runs", self._renamed.get(name, name))
-
-  def _config(self, name: str) -> dict:
-    renamed = self._renamed.get(name, name)
-    folder = (os.path.join(self.evidence_dir, renamed) if self.from_evidence
-              else os.path.join(self.root, "runs", renamed))
-    with open(os.path.join(folder, "config.json")) as f:
-      return json.load(f)
 
   def script(self, name: str, module: str, **flags) -> str:
     """Runs ``python -m module --KEY=VALUE ... --output_dir=root/runs/name`` once (unless finished).

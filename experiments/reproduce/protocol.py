@@ -19,6 +19,8 @@ Forms and their tests (one-sided level :data:`ALPHA`, in the claimed direction):
   (does not discriminate)``.
 * ``value``: one-sample Wilcoxon against the stated value.
 
+:func:`later` is the one test for two groups no seed pairs (a diagnostic's): the one-sided log-rank test.
+
 Gates (section 3) are outcomes too: ``broken baseline``, ``saturated``, ``resolution``; a
 comparison that fails a gate is listed, not counted. An undecided comparison whose power
 (:func:`power`) is below :data:`POWER` is ``inconclusive (power)``, never ``not reproduced``.
@@ -268,18 +270,28 @@ def value(setting: str, values: Sequence[float], target: float, *, greater_is_be
                 p_other=float(less))
 
 
+def later(setting: str, late: Sequence[float], early: Sequence[float], *, unit: str) -> Result:
+  """Not a form of its own: "``late``'s times come after ``early``'s" for two groups that share nothing (no
+  seed pairs them; a diagnostic's, e.g. each P's own attack targets), as a ``better`` row. The one-sided
+  log-rank test (``scipy.stats.logrank``; ``inf``, never, is censored after every event); effect the
+  difference of the medians in ``unit``; ``p_other`` the test the other way.
+  """
+  finite = [x for x in (*late, *early) if math.isfinite(x)]
+  beyond = float(np.nextafter(max(finite, default=0.0), np.inf))
+
+  def data(v):
+    v = np.asarray(v, float)
+    return stats.CensoredData(uncensored=v[np.isfinite(v)], right=np.full(int(np.isinf(v).sum()), beyond))
+
+  p, q = ((float(stats.logrank(data(early), data(late), alternative=a).pvalue) for a in ("greater", "less"))
+          if finite else (1.0, 1.0))
+  with np.errstate(invalid="ignore"):  # both medians never: no effect (NaN)
+    effect = float(np.median(late) - np.median(early))
+  return Result(setting, "better", _outcome(p, q), p, effect, unit,
+                note="one-sided log-rank (unpaired, never censored)", p_other=q)
+
+
 # --- gates ----------------------------------------------------------------------------------
-
-def gap_closed(start: float, final: Sequence[float], floor: float) -> np.ndarray:
-  """Fraction of the initial gap ``start - floor`` each seed closed (1 = reached the floor)."""
-  return (start - np.asarray(final, dtype=float)) / (start - floor)
-
-
-def working(start: float, final: Sequence[float], floor: float, *, fraction: float = 0.5) -> bool:
-  """Working-baseline gate: the method closed at least ``fraction`` of its initial gap on most seeds."""
-  closed = gap_closed(start, final, floor)
-  return bool(np.sum(closed >= fraction) > len(closed) / 2)
-
 
 def gated(result: Result, *, baseline_works: bool = True, claimed_diverges: bool = False,
           saturated: bool = False, tied_fraction: float = 0.0) -> Result:

@@ -351,7 +351,7 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
     mine = [r for r in records if r.get("kind", "paper") == kind]
     if not mine:
       continue
-    links = [f"[{r['id']}](#{r['id'].replace('.', '').lower()}) {r['verdict']}"
+    links = [f"[{r['id']}](#{anchor(r['id'])}) {r['verdict']}"
              + (" (smoke)" if r["scale"] == "smoke" else "") for r in mine]
     if kind == "paper":  # each claim's section gives its source
       lines += [f"| {heading} | verdict |", "|---|---|", *(f"| {x.replace(') ', ') | ', 1)} |" for x in links), ""]
@@ -375,41 +375,30 @@ def write_paper(folder: str, paper: str, title: str, records: list[dict], pendin
         continue
       if "digest" in r:  # a declared claim: judged by the protocol (experiments.reproduce.engine)
         lines += _declared_section(r, records)
-        fkey = tuple(r["figures"])
-        if fkey and fkey in seen_figures:
-          lines += [f"Figures: as [{seen_figures[fkey]}](#{anchor(seen_figures[fkey])}).", ""]
-        else:
-          seen_figures.setdefault(fkey, r["id"])
-          lines += [*(f"![figure]({p})" for p in r["figures"]), ""]
-        lines += _commands(r, seen_commands)
-        continue
-      lines += [f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']}", "",
-                f"**Criterion**: {r['criterion']}", "",
-                f"**Verdict**: {r['verdict']} ({_scale(r, records)}{_timing(r)}{_earlier(r)}). {r['why']}", ""]
-      if r.get("data"):
-        lines += ["**Data**: " + "; ".join(r["data"].values()), ""]
-      if r.get("note"):  # e.g. the criterion changed after this record was evaluated
-        lines += [f"**Note**: {r['note']}", ""]
-
-      if r["numbers"] and set(r["numbers"]) != TEST_NUMBERS:  # (a test claim's verdict counts its tests)
-        key = json.dumps(r["numbers"], sort_keys=True)
-        if key in seen_numbers:
-          lines += [f"Numbers: as [{seen_numbers[key]}](#{seen_numbers[key].replace('.', '').lower()}).", ""]
-        else:
-          seen_numbers[key] = r["id"]
-          items = list(r["numbers"].items())
-          lines += ["| number | value |", "|---|---|"]
-          lines += [f"| {k} | {_fmt(v)} |" for k, v in items[:MAX_NUMBERS]]
-          if len(items) > MAX_NUMBERS:
-            lines.append(f"| ... {len(items) - MAX_NUMBERS} more in claims.json | |")
-          lines.append("")
+      else:  # a record kept from before its claim was declared
+        lines += [f"## {r['id']}", "", f"**Claim** ({r['source']}): {r['statement']}", "",
+                  f"**Criterion**: {r['criterion']}", "",
+                  f"**Verdict**: {r['verdict']} ({_scale(r, records)}{_timing(r)}{_earlier(r)}). {r['why']}", ""]
+        if r.get("data"):
+          lines += ["**Data**: " + "; ".join(r["data"].values()), ""]
+        if r["numbers"] and set(r["numbers"]) != TEST_NUMBERS:  # (a test claim's verdict counts its tests)
+          key = json.dumps(r["numbers"], sort_keys=True)
+          if key in seen_numbers:
+            lines += [f"Numbers: as [{seen_numbers[key]}](#{anchor(seen_numbers[key])}).", ""]
+          else:
+            seen_numbers[key] = r["id"]
+            items = list(r["numbers"].items())
+            lines += ["| number | value |", "|---|---|", *(f"| {k} | {_fmt(v)} |" for k, v in items[:MAX_NUMBERS])]
+            if len(items) > MAX_NUMBERS:
+              lines.append(f"| ... {len(items) - MAX_NUMBERS} more in claims.json | |")
+            lines.append("")
       fkey = tuple(r["figures"])
       if fkey and fkey in seen_figures:  # (a claim without figures says nothing of them)
-        lines += [f"Figures: as [{seen_figures[fkey]}](#{anchor(seen_figures[fkey])})."]
+        lines += [f"Figures: as [{seen_figures[fkey]}](#{anchor(seen_figures[fkey])}).", ""]
       else:
         seen_figures.setdefault(fkey, r["id"])
-        lines += [f"![figure]({p})" for p in r["figures"]]
-      lines += ["", *_commands(r, seen_commands)]
+        lines += [*(f"![figure]({p})" for p in r["figures"]), ""]
+      lines += _commands(r, seen_commands)
   with open(os.path.join(folder, "report.md"), "w") as f:
     f.write("\n".join(lines).rstrip("\n") + "\n")
 

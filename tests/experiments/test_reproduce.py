@@ -51,9 +51,9 @@ def test_junit_results_and_node_matching(tmp_path):
 class FakeContext:
   """A Context whose runs and tests are given, not executed."""
 
-  def __init__(self, root, runs=None, tests=None, configs=None):
+  def __init__(self, root, runs=None, tests=None):
     self.root, self.scale, self.batch_tests, self.commands = str(root), "smoke", (), []
-    self._runs, self._tests, self._configs = runs or {}, tests or {}, configs or {}
+    self._runs, self._tests = runs or {}, tests or {}
 
   def pick(self, smoke, paper):
     return smoke
@@ -68,10 +68,6 @@ class FakeContext:
   def pytest(self, *node_ids):
     self.commands.append("pytest " + " ".join(node_ids))
     return self._tests
-
-  def algorithm_config(self, name, label):
-    """``configs[label]``: the settings every run gives algorithm ``label`` (none given: {})."""
-    return self._configs.get(label, {})
 
   def run_dir(self, name):
     return os.path.join(self.root, "runs", name)
@@ -280,18 +276,9 @@ def test_a_finished_run_is_reused_only_for_the_same_command(tmp_path, monkeypatc
   assert count.read_text() == "xx"
 
 
-def test_algorithm_config_reads_the_settings_a_run_used(tmp_path):
-  # What a claim quotes about its runs (a step size, a count) comes from their config.json.
-  run = tmp_path / "runs" / "r_s0"
-  run.mkdir(parents=True)
-  (run / "config.json").write_text(json.dumps({"algorithms": {"dzopa": {"lr": 0.005, "local_steps": None}}}))
+def test_run_dir_is_the_runs_folder(tmp_path):
   ctx = C.Context(str(tmp_path), "smoke", log=lambda _: None)
-  assert ctx.algorithm_config("r_s0", "dzopa") == {"lr": 0.005, "local_steps": None}
-  assert ctx.run_dir("r_s0") == str(run)
-  with pytest.raises(KeyError):
-    ctx.algorithm_config("r_s0", "fedzo")
-  with pytest.raises(FileNotFoundError):
-    ctx.algorithm_config("r_s1", "dzopa")
+  assert ctx.run_dir("r_s0") == str(tmp_path / "runs" / "r_s0")
 
 
 def test_cli_rejects_an_unknown_claim(tmp_path):
@@ -403,7 +390,6 @@ def test_from_evidence_rejudges_the_stored_runs_and_runs_nothing(tmp_path, monke
 
   def paired(ctx):
     runs = ctx.runs([(f"r{s}", "toy.cfg", dict(seed=s)) for s in range(3)])
-    assert ctx.algorithm_config("r0", "alg") == {"lr": 0.5}  # read from the evidence when re-judging
     seen.append([r["alg"][0]["objective"] for r in runs])
     verdict = "reproduced" if sum(seen[-1]) == 3.0 else "not reproduced"
     return C.Evidence(verdict, "sum of the seeds", numbers={"sum": C.Stat.of(seen[-1])})

@@ -64,7 +64,6 @@ def test_resolve_moves_a_substituted_run_onto_the_papers_data_at_paper_scale_onl
   run.mkdir(parents=True)
   (run / "config.json").write_text(json.dumps({"algorithms": {"fedzo": {"lr": 0.001}}}))
   assert ctx.run_dir("r_s0") == str(run)
-  assert ctx.algorithm_config("r_s0", "fedzo") == {"lr": 0.001}
   # No data set under --data_dir: the substitute runs, and the record says so.
   bare = C.Context(str(tmp_path), "paper", data_dir=str(tmp_path / "empty"), substitutes=SUBS)
   assert bare.resolve("r_s0", "attack.cfg", {})[0] == "r_s0"

@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from experiments.reproduce import engine
-from experiments.reproduce.claims import Stat
+from experiments.reproduce import engine, protocol
+from experiments.reproduce.claims import Stat, values_of
 from experiments.reproduce.papers import fzoos as fz
 from tests.experiments.test_reproduce import FakeContext
 
@@ -27,8 +27,7 @@ class Ctx(FakeContext):
   """FakeContext with ``script`` (the drift and FD-resolution diagnostics) and a scale."""
 
   def __init__(self, root, runs=None, drift=200.0, scale="smoke", zeros=None):
-    super().__init__(root, runs=runs, configs={"fedzo_fd": {"smoothing": 0.01, "fd_directions": 20,
-                                                            "direction": "orthogonal"}})
+    super().__init__(root, runs=runs)
     self.scale, self._drift, self.script_flags = scale, drift, {}
     self._zeros = zeros or {0.01: 1.0, 0.1: 1.0, 1.0: 0.9}  # lambda -> share of zero differences
 
@@ -370,7 +369,7 @@ def test_lower_p_is_judged_unpaired_with_never_censored():
   swapped = {k.replace("0.5", "x").replace("0.7", "0.5").replace("x", "0.7"): v for k, v in numbers.items()}
   assert {r["outcome"] for r in fz.lower_p_judged(swapped).results} == {"opposite"}
   # Nothing ever attacked on either side: no event to test, undecided.
-  assert fz.later("x", [math.inf] * 3, [math.inf] * 4).outcome == "undecided"
+  assert protocol.later("x", [math.inf] * 3, [math.inf] * 4, unit="rounds").outcome == "undecided"
 
 
 def test_committed_lower_p_record_is_judged_from_fig8_p_numbers():
@@ -380,7 +379,7 @@ def test_committed_lower_p_record_is_judged_from_fig8_p_numbers():
   assert rec["kind"] == "diagnostic" and {r["setting"].split(":")[0] for r in rec["results"]} == {"fzoos", *FD}
   for k, v in rec["numbers"].items():
     if k.startswith(fz.FIRST):
-      assert fz._per_target(v) == fz._per_target(fig8["numbers"][k])
+      assert values_of(v) == values_of(fig8["numbers"][k])
 
 
 def test_metric_with_flat_fd_baselines_is_a_broken_baseline_and_says_why(tmp_path):

@@ -10,16 +10,12 @@ digits. Smoke scale: d = 20, M = 200, R = 4, one seed, C in {0.5, 50}, attack an
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 from collections.abc import Sequence
 
-import numpy as np
-from scipy import stats
-
-from experiments.reproduce import engine, protocol
+from experiments.reproduce import claims, engine, protocol
 from experiments.reproduce.claims import REPO, Context, Evidence, Stat, Substitute, curves, final, plain_number
 from experiments.reproduce.report import plot_curves
 from fedsim.data import fetch
@@ -64,13 +60,14 @@ def _fig1(ctx: Context, variant: str, c: float) -> list[dict[str, list[dict]]]:
                    for s in _seeds(ctx)])
 
 
+def _plot(ctx: Context, name: str, cur: dict, x: str, ylabel: str, title: str, bounds=None) -> str:
+  """Plots the curves ``cur`` (:func:`curves`) as ``fig/<name>``; its path relative to the report folder."""
+  return os.path.relpath(plot_curves(os.path.join(ctx.root, "fig", name), cur, x, ylabel, title, bounds=bounds),
+                         ctx.root)
+
+
 def _fig(ctx: Context, name: str, runs, metric: str, x: str, ylabel: str, title: str, bounds=None) -> str:
-  path = plot_curves(os.path.join(ctx.root, "fig", name), curves(runs, metric, x), x, ylabel, title, bounds=bounds)
-  return os.path.relpath(path, ctx.root)
-
-
-def _finals(runs, labels) -> dict[str, Stat]:
-  return {lab: Stat.of(final(r[lab], "objective") for r in runs) for lab in labels if lab in runs[0]}
+  return _plot(ctx, name, curves(runs, metric, x), x, ylabel, title, bounds)
 
 
 def fig1(variant: str, x: str, cs=None):
@@ -114,11 +111,10 @@ def drift(ctx: Context) -> dict[float, Stat]:
   return {c: Stat.of(r["drift"] for r in rows if r["heterogeneity"] == c) for c in cs}
 
 
-def _below_fd(runs, lab: str) -> bool:
-  """Whether ``lab`` ends below every FD baseline of ``runs`` by the protocol's ``better`` form (paired by seed)."""
-  end = lambda a: [final(r[a], "objective") for r in runs]  # noqa: E731
-  return all(protocol.better(b, end(lab), end(b), lower_is_better=True, unit="F").outcome == "holds"
-             for b in FD if b in runs[0])
+def _below_fd(fin: dict[str, Stat], lab: str) -> bool:
+  """Whether ``lab`` ends below every FD baseline (``fin``: final F per seed) by the protocol's ``better`` form."""
+  return all(protocol.better(b, fin[lab].values, fin[b].values, lower_is_better=True, unit="F").outcome == "holds"
+             for b in FD if b in fin)
 
 
 def c50_known(ctx: Context) -> Evidence:
@@ -127,7 +123,8 @@ def c50_known(ctx: Context) -> Evidence:
   FZooS ends at F(x_0) on every seed; reproduced when all three hold, partly when some do."""
   d = drift(ctx)[50.0]
   paper, code = _fig1(ctx, "paper", 50.0), _fig1(ctx, "code", 50.0)
-  fin = _finals(paper, ("fzoos", GAMMA_ONE, *FD))
+  fin = {lab: Stat.of(final(r[lab], "objective") for r in paper) for lab in ("fzoos", GAMMA_ONE, *FD)
+         if lab in paper[0]}
   x0 = [r["fzoos"][0]["objective"] for r in code]
   flat = [abs(final(r["fzoos"], "objective") - f0) <= 1e-12 * max(1.0, abs(f0)) for r, f0 in zip(code, x0)]
   numbers = {"C=50 drift mean_i |grad f_i - grad F|^2 / |grad F|^2 at x_0": d,
@@ -136,7 +133,7 @@ def c50_known(ctx: Context) -> Evidence:
              "C=50 code preset fzoos F(x_0)": Stat.of(x0),
              "C=50 code preset fzoos F(x_R)": Stat.of(final(r["fzoos"], "objective") for r in code),
              "C=50 code preset seeds with FZooS flat at F(x_0)": float(sum(flat))}
-  parts = [d.mean >= 100.0, _below_fd(paper, GAMMA_ONE) and not _below_fd(paper, "fzoos"), all(flat)]
+  parts = [d.mean >= 100.0, _below_fd(fin, GAMMA_ONE) and not _below_fd(fin, "fzoos"), all(flat)]
   merged = [{**p, "fzoos-variant=code": c["fzoos"]} for p, c in zip(paper, code)]
   figs = [_fig(ctx, f"fzoos_c50_{tag}.png", merged, "objective", x, "F(x_r)", title) for tag, x, title in (
       ("rounds", "round", "FZooS at C = 50: gamma = 1/t, gamma = 1, code preset, FD"),
@@ -215,9 +212,8 @@ def fig6a_m(ctx: Context) -> engine.Measured:
   """Fig. 6(a): M = 10,000 beside M = 1000 random features at C = 50 (paper scale)."""
   by_c = _fig6a(ctx)
   cur = {f"C={c:g} {m}": v for c, runs in by_c.items() for m, v in curves(runs, "objective").items()}
-  path = plot_curves(os.path.join(ctx.root, "fig", "fzoos_fig6a_M.png"), cur, "round", "F(x_r)",
-                     "FZooS Fig. 6(a): M = 1000 vs 10,000 at C = 5 and 50")
-  return engine.Measured(runs={"C=50": by_c[50.0]}, figures=[os.path.relpath(path, ctx.root)])
+  fig = _plot(ctx, "fzoos_fig6a_M.png", cur, "round", "F(x_r)", "FZooS Fig. 6(a): M = 1000 vs 10,000 at C = 5 and 50")
+  return engine.Measured(runs={"C=50": by_c[50.0]}, figures=[fig])
 
 
 def fig6a_m_gain(ctx: Context) -> engine.Measured:
@@ -247,9 +243,9 @@ def fig5_t(ctx: Context) -> engine.Measured:
   by_t = {t: _fig5(ctx, t) for t in FIG5_T}
   cur = {f"{lab}-local_steps={t}": v for t in FIG5_T for lab, v in curves(by_t[t], "objective").items()
          if lab in ("fzoos", "fedzo_fd")}
-  path = plot_curves(os.path.join(ctx.root, "fig", "fzoos_fig5_T.png"), cur, "round", "F(x_r)",
-                     f"FZooS Fig. 5: T = {', '.join(map(str, FIG5_T))} local updates, C = {C_SMALL:g}")
-  return engine.Measured(runs={f"T={t}": by_t[t] for t in FIG5_T}, figures=[os.path.relpath(path, ctx.root)])
+  fig = _plot(ctx, "fzoos_fig5_T.png", cur, "round", "F(x_r)",
+              f"FZooS Fig. 5: T = {', '.join(map(str, FIG5_T))} local updates, C = {C_SMALL:g}")
+  return engine.Measured(runs={f"T={t}": by_t[t] for t in FIG5_T}, figures=[fig])
 
 
 def _fig5_rounds(ctx: Context) -> dict[int, list[float]]:
@@ -336,11 +332,6 @@ def attack_numbers(runs, key: str = "") -> dict:
   return out
 
 
-def _per_target(v) -> list[float]:
-  """A number's per-target values: a list, a :class:`Stat`, or a record's ``{"values": ...}``."""
-  return list(v.values if isinstance(v, Stat) else v["values"] if isinstance(v, dict) else v)
-
-
 def attack_values(numbers: dict, metric: str = "first") -> dict[str, dict[str, list[float]]]:
   """``{setting: {method: per-target values}}`` from an attack claim's numbers (the runs' or a record's): the
   round of first success (``inf``: never within R, censored; R is ``attack rounds R`` or
@@ -353,7 +344,7 @@ def attack_values(numbers: dict, metric: str = "first") -> dict[str, dict[str, l
       lab, _, key = k[len(prefix):].removesuffix(NEVER).removesuffix(" (mean over targets)").partition(", ")
       flag, _, value = key.partition("=")
       out.setdefault(f"{SHORT[flag]}={value}" if key else "P=0.7, T=10", {})[lab] = [
-          math.inf if metric == "first" and x > horizon else x for x in _per_target(v)]
+          math.inf if metric == "first" and x > horizon else x for x in claims.values_of(v)]
   return out
 
 
@@ -378,7 +369,7 @@ def attack_measured(numbers: dict, metric: str = "first", figures=()) -> engine.
   """An attack claim's :class:`Measured` from its numbers (:func:`attack_numbers` of the runs, or a record's
   numbers), with the round by which each method has attacked every target beside it."""
   values = attack_values(numbers, metric)
-  keep = {k: _per_target(v) for k, v in numbers.items() if k.startswith((FIRST, RATE))}
+  keep = {k: claims.values_of(v) for k, v in numbers.items() if k.startswith((FIRST, RATE))}
   keep["attack rounds R"] = float(numbers.get("attack rounds R", attack_rounds()))
   for setting, by_lab in values.items():  # a method that attacks no target is no baseline: listed, not compared
     for lab in [lab for lab, v in by_lab.items() if lab != "fzoos" and all(math.isinf(x) for x in v)]:
@@ -412,40 +403,20 @@ def attack(metric: str = "first", flag: str | None = None):
   return measure
 
 
-def later(setting: str, late: Sequence[float], early: Sequence[float]) -> protocol.Result:
-  """"``late``'s first successes come after ``early``'s" for two groups of targets that share nothing: the
-  one-sided log-rank test (``scipy.stats.logrank``; ``inf``, never, is censored after every success) as a
-  protocol row (effect: the difference of the medians, in rounds; p_other: the test the other way)."""
-  finite = [x for x in (*late, *early) if math.isfinite(x)]
-  beyond = float(np.nextafter(max(finite, default=0.0), np.inf))
-
-  def data(v):
-    v = np.asarray(v, float)
-    return stats.CensoredData(uncensored=v[np.isfinite(v)], right=np.full(int(np.isinf(v).sum()), beyond))
-
-  p, q = ((float(stats.logrank(data(early), data(late), alternative=a).pvalue) for a in ("greater", "less"))
-          if finite else (1.0, 1.0))
-  outcome = "holds" if p < protocol.ALPHA else "opposite" if q < protocol.ALPHA else "undecided"
-  with np.errstate(invalid="ignore"):  # both medians never: no effect (NaN)
-    effect = float(np.median(late) - np.median(early))
-  return protocol.Result(setting, "better", outcome, p, effect, "rounds",
-                         note="one-sided log-rank (unpaired, never censored)", p_other=q)
-
-
-def lower_p_judged(numbers: dict) -> Evidence:
+def lower_p_judged(numbers: dict, figures: Sequence[str] = ()) -> Evidence:
   """fzoos.fig8_lower_P (each P has its own 15 targets, where the engine's forms pair by seed): per method, the
-  first-success rounds at the smaller P later than at the larger P (:func:`later`), Holm-corrected and
+  first-success rounds at the smaller P later than at the larger P (:func:`protocol.later`), Holm-corrected and
   aggregated by the protocol."""
   by_p = {s: v for s, v in attack_values(numbers).items() if s.startswith("P=")}
   low, high = sorted(by_p, key=lambda s: float(s[2:]))
-  rows = [later(f"{lab}: P = {low[2:]} after P = {high[2:]}", by_p[low][lab], by_p[high][lab])
+  rows = [protocol.later(f"{lab}: P = {low[2:]} after P = {high[2:]}", by_p[low][lab], by_p[high][lab], unit="rounds")
           for lab in by_p[high] if lab in by_p[low]]
-  return engine.evidence(rows, "rounds", numbers)
+  return engine.evidence(rows, "rounds", numbers, figures)
 
 
 def fig8_lower_p(ctx: Context) -> Evidence:
   m = attack(flag="portion")(ctx)
-  return dataclasses.replace(lower_p_judged(m.numbers), figures=m.figures)
+  return lower_p_judged(m.numbers, m.figures)
 
 
 fig8_lower_p.from_record, fig8_lower_p.per = lambda record: lower_p_judged(dict(record["numbers"])), "per-target"
