@@ -1,13 +1,9 @@
-"""Claims, their evidence and verdicts: the machinery of ``experiments.reproduce``.
+"""Claims, their evidence and the runs behind them: the machinery of ``experiments.reproduce``.
 
-A :class:`Claim` is one statement of a paper (a figure, table, theorem or
-equation) with a fixed criterion, written before anything runs, that turns
-measured numbers into a verdict: ``reproduced``, ``partly reproduced`` or ``not
-reproduced``. Its ``evaluate`` function runs the experiments through
-:class:`Context` (each run is an exact ``python -m experiments.run`` or
-``python -m pytest`` command, recorded with the evidence) and returns an
-:class:`Evidence`. Runs are cached by command, so claims that share runs share
-them, and a finished run is not run again when the reproduction resumes.
+A :class:`Claim` is one statement of a paper (its declaration: :mod:`experiments.reproduce.engine`). Its
+``evaluate`` runs the experiments through :class:`Context` (each run an exact ``python -m experiments.run``
+or ``python -m pytest`` command, recorded with the evidence) and returns an :class:`Evidence`. Runs are cached
+by command, so claims that share runs share them, and a finished run is not run again on resuming.
 """
 
 from __future__ import annotations
@@ -57,9 +53,6 @@ class Stat:
     mean = sum(v) / len(v)
     std = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else 0.0
     return cls(mean, std, len(v), tuple(v))
-
-  def __str__(self) -> str:
-    return f"{self.mean:.4g} ± {self.std:.2g} (n={self.n})"
 
 
 def plain_number(v: float) -> float | str:
@@ -364,32 +357,21 @@ class Context:
       command = command.replace(root + os.sep, "<root>" + os.sep)
     return command
 
-  def run(self, name: str, flagfile: str | None = None, **flags) -> dict[str, list[dict]]:
-    """Runs ``python -m experiments.run`` once (unless finished earlier) and reads its metrics.
+  def runs(self, specs: Sequence[tuple[str, str | None, dict]]) -> list[dict[str, list[dict]]]:
+    """Runs ``python -m experiments.run`` once per ``(name, flagfile, flags)`` (unless finished earlier),
+    ``run_jobs`` at a time, and reads their metrics.
 
-    Args:
-      name: the run's folder under ``root/runs`` (unique per settings).
-      flagfile: a file of ``experiments/flagfiles/`` (name only) or None.
-      **flags: further flags, ``--KEY=VALUE`` (lists are joined with commas).
+    ``name`` is the run's folder under ``root/runs`` (unique per settings), ``flagfile`` a file of
+    ``experiments/flagfiles/`` (name only) or None, ``flags`` further ``--KEY=VALUE`` (lists joined with
+    commas). The claim's commands are recorded in the order of ``specs`` whatever order the runs finish in,
+    and the results come back in that order, so a claim reads the same evidence with any ``run_jobs``.
 
     Returns:
-      ``{algorithm label: [metrics records]}`` (:func:`fedsim.results.read_metrics`).
+      Per spec, ``{algorithm label: [metrics records]}`` (:func:`fedsim.results.read_metrics`).
 
     Raises:
-      RuntimeError: the command failed (its last lines in the message).
-    """
-    return self.runs([(name, flagfile, flags)])[0]
-
-  def runs(self, specs: Sequence[tuple[str, str | None, dict]]) -> list[dict[str, list[dict]]]:
-    """:meth:`run` for each ``(name, flagfile, flags)``, ``run_jobs`` at a time.
-
-    The claim's commands are recorded in the order of ``specs`` whatever order
-    the runs finish in, and the results come back in that order, so a claim
-    reads the same evidence with any ``run_jobs``.
-
-    Raises:
-      RuntimeError: a command failed (one after another: at once; side by side: the
-        first failure in ``specs`` order, once the runs in flight have finished).
+      RuntimeError: a command failed, its last lines in the message (one after another: at once; side by
+        side: the first failure in ``specs`` order, once the runs in flight have finished).
     """
     plans = [self._plan(name, "experiments.run", flagfile, flags) for name, flagfile, flags in specs]
     for _, _, _, command in plans:

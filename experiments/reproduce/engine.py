@@ -58,10 +58,9 @@ import numpy as np
 import tomllib
 
 from experiments.reproduce import protocol
-from experiments.reproduce.claims import Claim, Context, Evidence, plain_number, test_claim
+from experiments.reproduce.claims import KINDS, Claim, Context, Evidence, plain_number, test_claim
 
 FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "declarations")
-KINDS = ("paper", "check", "diagnostic", "not evaluated")
 MEASURES = ("final", "reach", "custom")
 INNER = ("better", "value", "bound", "equivalent")  # the tests a contrast may apply to the claimed arm and its controls
 

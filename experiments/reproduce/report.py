@@ -186,7 +186,8 @@ SMOKE_NOTE = ("Smoke runs check the machinery (every claim's commands run and ar
 
 
 def _num(x) -> str:
-  return "nan" if x is None else f"{x:.3g}"
+  """``x`` to 3 significant digits; a word (``"never"``) as it is, None as ``"nan"``."""
+  return x if isinstance(x, str) else "nan" if x is None else f"{x:.3g}"
 
 
 def _first_sentence(text: str, limit: int = 170) -> str:
@@ -410,9 +411,7 @@ def anchor(cid: str) -> str:
 
 def unit_number(x, unit: str) -> str:
   """``x`` with its unit (``"8 rounds"``, ``"never"``)."""
-  if isinstance(x, str):
-    return x
-  return f"{_num(x)} {unit}".rstrip()
+  return x if isinstance(x, str) else f"{_num(x)} {unit}".rstrip()
 
 
 def key_number(r: dict) -> str:
@@ -472,15 +471,11 @@ def _declared_section(r: dict, records: list[dict]) -> list[str]:
       lo, hi = c["interval"]
       p = "-" if isinstance(c["p"], str) else f"{c['p']:.2g}"
       ph = "" if isinstance(c["p_holm"], str) else f" ({c['p_holm']:.2g})"
-      lines.append(f"| {c['setting']} | {unit_number(c['effect'], c['unit'])} [{_numx(lo)}, {_numx(hi)}] | "
+      lines.append(f"| {c['setting']} | {unit_number(c['effect'], c['unit'])} [{_num(lo)}, {_num(hi)}] | "
                    f"{_seeds(c['per_seed'])} | {p}{ph} | {c['outcome']}" + (f": {c['note']}" if c["note"] else "")
                    + " |")
     lines.append("")
   return lines
-
-
-def _numx(x) -> str:
-  return x if isinstance(x, str) else _num(x)
 
 
 TEST_NUMBERS = {"test cases passed", "test cases"}  # a test claim's numbers (its verdict line says them)

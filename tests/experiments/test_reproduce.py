@@ -362,19 +362,19 @@ def test_a_run_whose_grid_diverges_in_part_is_finished_evidence(tmp_path):
   # entries finished. That run is evidence (an lr grid's large end), kept and marked complete; a
   # command that fails otherwise still raises.
   ctx = C.Context(str(tmp_path), "paper", log=lambda _: None)
-  runs = ctx.run("grid", algorithm="fedavg:lr=1e38,fedavg:lr=0.1", rounds=3, eval_every=1, num_clients=4,
-                 clients_per_round=4)
+  (runs,) = ctx.runs([("grid", None, dict(algorithm="fedavg:lr=1e38,fedavg:lr=0.1", rounds=3, eval_every=1,
+                                          num_clients=4, clients_per_round=4))])
   assert set(runs) == {"fedavg-lr=1e38", "fedavg-lr=0.1"} and runs["fedavg-lr=0.1"][-1]["round"] == 3
   assert not math.isfinite(runs["fedavg-lr=1e38"][-1]["objective"])
   assert C.stopped_on_divergence(str(tmp_path / "runs" / "grid"))
   assert (tmp_path / "runs" / "grid" / ".complete").exists()
   ok = tmp_path / "runs" / "ok"
-  ctx.run("ok", algorithm="fedavg:lr=0.1", rounds=1, eval_every=1, num_clients=4, clients_per_round=4)
+  ctx.runs([("ok", None, dict(algorithm="fedavg:lr=0.1", rounds=1, eval_every=1, num_clients=4, clients_per_round=4))])
   assert not C.stopped_on_divergence(str(ok))                       # nothing diverged
   (ok / "fedavg-lr=0.1" / "metrics.jsonl").unlink()
   assert not C.stopped_on_divergence(str(ok))                       # an algorithm without metrics
   with pytest.raises(RuntimeError, match=r"exit 2"):
-    ctx.run("bad", algorithm="fedavg:lr=-1")
+    ctx.runs([("bad", None, dict(algorithm="fedavg:lr=-1"))])
 
 
 def test_from_evidence_rejudges_the_stored_runs_and_runs_nothing(tmp_path, monkeypatch):

@@ -209,8 +209,8 @@ def test_a_fedzo_softmax_run_on_fashion_mnist_files(tmp_path):
   make_mnist_dir(data / "fashion-mnist", None, 400, gz=False)
   ctx = C.Context(str(tmp_path / "out"), "paper", log=lambda _: None, data_dir=str(data),
                   substitutes=papers.SUBSTITUTES["fedzo"])
-  runs = ctx.run("fedzo_fig3_s0", "fedzo_fig3_softmax_H.cfg", rounds=1, eval_every=1, num_clients=10,
-                 clients_per_round=5)
+  (runs,) = ctx.runs([("fedzo_fig3_s0", "fedzo_fig3_softmax_H.cfg", dict(rounds=1, eval_every=1, num_clients=10,
+                                                                       clients_per_round=5))])
   assert set(runs) == {"fedavg-local_steps=5", "fedzo-local_steps=20", "fedzo-local_steps=5"}
   with open(os.path.join(ctx.run_dir("fedzo_fig3_s0"), "config.json")) as f:
     assert json.load(f)["flags"]["dataset"] == "fashion_mnist"

@@ -13,7 +13,7 @@ from experiments.reproduce import engine, report
 from experiments.reproduce.papers import ffgb as F
 from tests.experiments.test_reproduce import FakeContext
 
-ABL = F._label(F.CODE_PAPER_LEARNER)
+ABL = F.CODE_PAPER_LEARNER.replace(":", "-")
 
 
 def _hist(acc, rounds=(0, 2), cost=28, train=None, gh=0.5, objective=None):
@@ -45,7 +45,7 @@ def _paper_runs(accs_s1, accs_s3=None, offsets=OFFSETS):
   for s, accs in ((1, accs_s1), (3, accs_s3 or accs_s1)):
     for seed, d in enumerate(offsets):
       out[f"digits_s0{s}_seed{seed}"] = run = _versus_run(*(a + d for a in accs))
-      run["ffgb_nores"] = run[F._label(F.PAPER_CODE_LEARNER)] = _hist(0.5)
+      run["ffgb_nores"] = run[F.PAPER_CODE_LEARNER.replace(":", "-")] = _hist(0.5)
   return out
 
 

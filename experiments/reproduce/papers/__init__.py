@@ -1,13 +1,10 @@
 """The claims of the five papers of :mod:`fedsim.papers` (the developers' notes: ``../shared/specs/<paper>.md``).
 
-One module per paper (``fzoos``, ``fedzo``, ``ffgb``, ``hiso``, ``fedlrgd``), each
-with ``TITLE``, ``CLAIMS`` (a list of :class:`~experiments.reproduce.claims.Claim`)
-and ``PENDING`` (the claims that have no evaluation yet, shown as such in
-the report, so nothing looks covered that is not). Exact properties that the test
-suite already pins (reductions, closed forms, ledger counts) are claims whose
-evidence is their tests (:func:`~experiments.reproduce.claims.test_claim`); curve
-and table claims run ``experiments.run`` on the papers' flagfiles and judge the
-numbers by a criterion fixed in the claim.
+One module per paper (``fzoos``, ``fedzo``, ``ffgb``, ``hiso``, ``fedlrgd``), each with ``TITLE``, ``CLAIMS``
+(its declarations, ``experiments/reproduce/declarations/<paper>.toml``, with the measures that feed them:
+:func:`experiments.reproduce.engine.claims`) and ``PENDING`` (the claims with no evaluation yet, so nothing looks
+covered that is not). Checks are the tests that pin them; curve and table claims run ``experiments.run`` on the
+papers' flagfiles and are judged by the protocol.
 """
 
 from __future__ import annotations

@@ -32,10 +32,6 @@ K_MAIN = 2  # the digits / MNIST flagfiles' local steps (paper MNIST K = 2)
 ACC = "final test accuracy"
 
 
-def _label(spec: str) -> str:
-  return spec.replace(":", "-")
-
-
 def _versus_algs(ctx: Context, data: str = "digits") -> list[str]:
   if data == "cifar10":  # the flagfile's own: the paper form, its no-residual ablation, FedAvg
     return ["ffgb", "ffgb_nores", "fedavg"]

@@ -90,8 +90,8 @@ def fig1_heterogeneity(ctx: Context) -> engine.Measured:
   cs = sorted(_cs(ctx, "paper"), reverse=True)
   f_star = 1.0 / (10 * _quad(ctx)["dim"]) - 0.025
   runs = {c: _fig1(ctx, "paper", c) for c in cs}
-  values = {m: {f"C={c:g}": [engine.first_reach(r[m], "objective", f_star + 0.1 * (r[m][0]["objective"] - f_star),
-                                                "round", True) for r in runs[c]] for c in cs}
+  spec = engine.MeasureSpec("reach", "rounds", optimum=f_star)
+  values = {m: {f"C={c:g}": engine.reduce_runs(runs[c], [m], spec).values[m] for c in cs}
             for m in ("fzoos", *FD) if all(m in runs[c][0] for c in cs)}
   # A method that never gets there at any C cannot show an order (the resolution gate): listed, not compared.
   never = [m for m, by_c in values.items() if all(math.isinf(x) for v in by_c.values() for x in v)]
