@@ -183,9 +183,6 @@ def test_reports_and_resume(tmp_path, monkeypatch):
   index = (tmp_path / "report.md").read_text()
   assert "| [Toy paper](toy/report.md) | paper 2 | 1 | 0 | 0 | 1 | 0 | 2 | 1 | 0 (0 / 0) | 0 | 0 |" in index
   data = json.loads((tmp_path / "toy" / "claims.json").read_text())
-  data["claims"][1]["note"] = "evaluated under an earlier criterion"
-  report.write_paper(str(tmp_path / "toy"), "toy", "Toy paper", data["claims"], [])
-  assert "**Note**: evaluated under an earlier criterion" in (tmp_path / "toy" / "report.md").read_text()
   data["claims"][0]["scale"], data["claims"][1]["scale"] = "paper", "smoke"  # the index counts each scale
   (tmp_path / "toy" / "claims.json").write_text(json.dumps(data))
   report.write_index(str(tmp_path), {"toy": "Toy paper"})
