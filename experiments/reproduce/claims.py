@@ -374,8 +374,7 @@ class Context:
         side: the first failure in ``specs`` order, once the runs in flight have finished).
     """
     plans = [self._plan(name, "experiments.run", flagfile, flags) for name, flagfile, flags in specs]
-    for _, _, _, command in plans:
-      self.commands.append(command)
+    self.commands += [command for *_, command in plans]
 
     def go(plan):
       out, argv, marker, command = plan
@@ -611,11 +610,8 @@ def junit_results(path: str) -> dict[str, bool]:
   import xml.etree.ElementTree as ET
   if not os.path.exists(path):
     return {}
-  out = {}
-  for case in ET.parse(path).iter("testcase"):
-    bad = any(child.tag in ("failure", "error") for child in case)
-    out[f"{case.get('classname')}::{case.get('name')}"] = not bad
-  return out
+  return {f"{case.get('classname')}::{case.get('name')}": not any(child.tag in ("failure", "error") for child in case)
+          for case in ET.parse(path).iter("testcase")}
 
 
 def _covers(node_id: str, case: str) -> bool:

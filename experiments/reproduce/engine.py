@@ -554,7 +554,8 @@ def claims(paper: str, measures: Mapping[str, Callable[[Context], Measured | Evi
     if d.kind == "check" and d.tests:
       c = test_claim(d.id, d.statement, d.source, *d.tests)
     elif d.kind == "not evaluated":
-      c = Claim(d.id, d.statement, d.source, d.criterion(), _not_evaluated(d), kind="not evaluated")
+      c = Claim(d.id, d.statement, d.source, d.criterion(), kind="not evaluated",
+                evaluate=lambda ctx, d=d: Evidence("not evaluated", f"not evaluated here: {d.needs}"))
     else:
       if d.id not in measures:
         raise DeclarationError(f"{paper}: {d.id} has no measure")
@@ -592,10 +593,4 @@ def _evaluate(decl: Declaration, measure: Callable[[Context], Measured | Evidenc
         raise TypeError(f"{decl.id}: a paper claim's measure returns Measured numbers, not a verdict")
       return out
     return judge(decl, out)
-  return evaluate
-
-
-def _not_evaluated(decl: Declaration) -> Callable[[Context], Evidence]:
-  def evaluate(ctx: Context) -> Evidence:
-    return Evidence("not evaluated", f"not evaluated here: {decl.needs}")
   return evaluate

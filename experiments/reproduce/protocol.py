@@ -160,13 +160,6 @@ def tost(d: np.ndarray, margin: float) -> np.ndarray:
   return np.maximum(lower, upper)
 
 
-def equivalence_test(margin: float):
-  """The ``equivalent`` form's test on rows of paired differences, for :func:`power` and :func:`plan_seeds`."""
-  def test(rows: np.ndarray) -> np.ndarray:
-    return tost(rows, margin) < ALPHA
-  return test
-
-
 def better(setting: str, claimed: Sequence[float], baseline: Sequence[float], *, lower_is_better: bool,
            unit: str, smallest_effect: float | None = None, censored: bool = False) -> Result:
   """``better`` form: the claimed arm beats the baseline, paired by seed.

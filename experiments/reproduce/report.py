@@ -112,10 +112,6 @@ def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], x
   return path
 
 
-def _number(value) -> dict | float:
-  return dataclasses.asdict(value) if isinstance(value, Stat) else value
-
-
 def claim_record(claim: Claim, ev: Evidence, scale: str, seconds: float, run_seconds: float = 0.0,
                  data: dict[str, str] | None = None) -> dict:
   """The JSON record of one claim (``claims.json``'s entries).
@@ -129,7 +125,8 @@ def claim_record(claim: Claim, ev: Evidence, scale: str, seconds: float, run_sec
   rec = {"id": claim.id, "kind": claim.kind, **({"headline": True} if claim.headline else {}),
          "statement": claim.statement, "source": claim.source,
          "criterion": claim.criterion, "verdict": ev.verdict, "scale": scale, "why": ev.why,
-         "numbers": {k: _number(v) for k, v in ev.numbers.items()}, "figures": list(ev.figures),
+         "numbers": {k: dataclasses.asdict(v) if isinstance(v, Stat) else v for k, v in ev.numbers.items()},
+         "figures": list(ev.figures),
          "commands": list(ev.commands), "seconds": round(seconds, 1), "run_seconds": round(run_seconds, 1)}
   decl = claim.declaration
   if decl is not None:  # a declared claim (experiments.reproduce.engine): the declaration's data travel with it

@@ -59,7 +59,7 @@ def test_a_steeper_than_bound_decay_is_consistent_and_a_shallower_one_opposite()
 
 def test_equivalence_with_zero_true_effect_passes_at_the_planned_seeds():
   sd, margin = 1.0, 1.0
-  n = P.plan_seeds(P.equivalence_test(margin), 0.0, sd)
+  n = P.plan_seeds(lambda rows: P.tost(rows, margin) < P.ALPHA, 0.0, sd)
   assert n is not None and 5 <= n <= 20
   rng = np.random.default_rng(7)
   passes = np.mean([P.equivalent("e", rng.normal(0, sd, n), np.zeros(n), margin=margin, unit="F").outcome == "holds"

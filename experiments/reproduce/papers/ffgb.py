@@ -243,9 +243,6 @@ RATE_PARTS = {"a": ("rounds", "T", "(a) exact oracle, error vs T", 1.0),
               "b": ("local_steps", "K", "(b) gamma = 0.5, T = 300, error vs K", 1.0),
               "c": ("rounds", "T", "(c) gamma = 0.5, K = ceil(sqrt(T)), error vs T", 0.5)}
 
-loglog_slope = engine.loglog_slope  # the exponent fit of the rate claims
-
-
 def thm31_rate(ctx: Context) -> engine.Measured:
   """Thm 3.1 (a, b) and Cor. 3.1 (c) on the semi-heterogeneous tabular square-loss task (N = 8 clients on one
   grid of 12 points, f* = mean_i ybar_i / (1 + mu), mu = 0.1, the scaled oracle h = gamma phi,
@@ -258,7 +255,7 @@ def thm31_rate(ctx: Context) -> engine.Measured:
   values, numbers, cur = {}, {}, {"T": {}, "K": {}}
   for part, (key, xname, setting, ref) in RATE_PARTS.items():
     xs, errs = res[part][key], res[part]["errors"]
-    slopes = [loglog_slope(xs, e) for e in errs]
+    slopes = [engine.loglog_slope(xs, e) for e in errs]
     values[setting] = {"ffgb": [v / ref for v in slopes]}
     numbers[f"({part}) slope of log error vs log {xname}"] = slopes
     for j, x in enumerate(xs):
