@@ -94,8 +94,9 @@ def test_mnist_from_a_records_numbers_equals_the_runs_judgment(tmp_path):
     m = F.versus_fedavg("mnist10k", code=code)(PaperSeeds(tmp_path, runs=runs))
     assert m.values["s=0.3"]["fedavg"] == pytest.approx([80 + 100 * d for d in OFFSETS])
     ev = engine.judge(DECL[cid], m)
-    record = {"numbers": json.loads(json.dumps({k: report._number(v) for k, v in ev.numbers.items()}))}
-    again = next(c for c in F.CLAIMS if c.id == cid).from_record(record)
+    claim = next(c for c in F.CLAIMS if c.id == cid)
+    record = {"numbers": json.loads(json.dumps(report.claim_record(claim, ev, "paper", 0.0)["numbers"]))}
+    again = claim.from_record(record)
     assert again.results == ev.results and again.verdict == ev.verdict
     assert "the record's per-seed numbers" in again.why
   # A record written before the protocol (Stat dicts with per-seed values) is read the same way.
