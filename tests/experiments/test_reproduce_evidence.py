@@ -65,4 +65,4 @@ def test_every_declared_paper_record_has_its_form_deviations_effect_unit_and_per
         assert r["form"] and "deviations" in r and r["verdict"] in C.VERDICTS, r["id"]
         assert r["results"] and r["effect"]["unit"], r["id"]
         for c in r["results"]:
-          assert c["per_seed"] and len(c["per_seed"]) <= 10 and c["unit"] == r["effect"]["unit"], r["id"]
+          assert c["per_seed"] and c["unit"] == r["effect"]["unit"], r["id"]
