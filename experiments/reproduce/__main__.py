@@ -138,11 +138,11 @@ def _with_history(rec: dict, old: dict | None) -> dict:
   """``rec`` carrying ``old``'s history, plus ``old``'s verdict and criterion when either changed
   (a criterion is fixed before its runs; a later change keeps the old verdict)."""
   history = list(old.get("history", [])) if old else []
-  if old and (old["verdict"] != rec["verdict"] or old["criterion"] != rec["criterion"]
-              or old.get("digest") != rec.get("digest")):
+  changed = old and old.get("digest") is not None and rec.get("digest") is not None and old["digest"] != rec["digest"]
+  if old and (old["verdict"] != rec["verdict"] or old["criterion"] != rec["criterion"] or changed):
     if "digest" in rec and "digest" not in old:
       reason = "judged by the verdict protocol"  # the claim became a declaration (VERDICTS.md)
-    elif old["criterion"] != rec["criterion"] or old.get("digest") != rec.get("digest"):
+    elif old["criterion"] != rec["criterion"] or changed:
       reason = "criterion changed"
     else:
       reason = "new runs"
