@@ -63,6 +63,8 @@ from experiments.reproduce.claims import KINDS, Claim, Context, Evidence, plain_
 FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "declarations")
 MEASURES = ("final", "reach", "custom")
 INNER = ("better", "value", "bound", "equivalent")  # the tests a contrast may apply to the claimed arm and its controls
+CRITERION = ("form", "measure", "claimed", "arms", "controls", "settings", "seeds", "test", "margin", "bound", "target",
+             "smallest_effect", "kind", "tests")  # the keys that decide a verdict (the digest's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,14 +139,10 @@ class Declaration:
 
   @property
   def digest(self) -> str:
-    """The first 12 hex digits of the sha256 of the declaration's criterion (canonical JSON of the keys
-    that decide a verdict: form, measure, arms, controls, settings, seeds, test, margin, bound, target,
-    smallest effect): a record keeps it, so a criterion changed after its runs shows; its words (statement,
-    quote, finding, deviations) may be edited without changing it."""
-    keys = ("form", "measure", "claimed", "arms", "controls", "settings", "seeds", "test", "margin", "bound",
-            "target", "smallest_effect", "kind", "tests")
-    return hashlib.sha256(json.dumps({k: self.table[k] for k in keys if k in self.table},
-                                     sort_keys=True).encode()).hexdigest()[:12]
+    """The first 12 hex digits of the sha256 of the declaration's criterion (the keys of :data:`CRITERION`,
+    canonical JSON): a record keeps it, so a criterion changed after its runs shows; its words may change."""
+    criterion = {k: self.table[k] for k in CRITERION if k in self.table}
+    return hashlib.sha256(json.dumps(criterion, sort_keys=True).encode()).hexdigest()[:12]
 
   def criterion(self) -> str:
     """The criterion in words, derived from the form (VERDICTS.md §2)."""

@@ -417,13 +417,10 @@ def key_number(r: dict) -> str:
   e = r.get("effect") or {}
   if not isinstance(e, dict) or "value" not in e:
     return "-"
-  if isinstance(e["value"], str):  # a censored level: the claimed side never reaches the target, or the other
-    text = "the other side never reaches the target" if e["value"] == "never" else "never reaches the target"
-  else:
-    text = unit_number(e["value"], e.get("unit", "")) + " in the claim's favour"
-  if "measured" in e:
-    beyond = text.replace(" in the claim", " beyond the target, in the claim")
-    text = f"median {unit_number(e['measured'], e.get('unit', ''))} ({beyond})"
+  words = {"never": "the other side never reaches the target", "-never": "never reaches the target"}  # censored
+  text = words.get(e["value"]) or unit_number(e["value"], e.get("unit", "")) + " in the claim's favour"
+  if "measured" in e:  # a value or a bound: the measure itself, then its distance from the target
+    text = f"median {unit_number(e['measured'], e.get('unit', ''))} ({text.replace(' in', ' beyond the target, in')})"
   if "ratio" in e:
     text += f" ({_num(e['ratio'])}x the baseline)"
   return text + f", median over {e.get('over', 'the comparisons')}"
