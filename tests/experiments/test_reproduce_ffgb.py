@@ -284,19 +284,6 @@ def _rate_result(a, b, c, seeds=5, wobble=1e-7):
                 "errors": [law(cts, c, s) for s in range(seeds)]}}
 
 
-def _rate_result(a, b, c, seeds=5, wobble=1e-7):
-  """A result.json whose errors follow exact power laws of slopes ``a`` (in T), ``b`` (in K) and ``c`` (in T),
-  seed s's slope off by (s - 2) ``wobble`` (1e-7: float32 rounding, as the real seeds differ)."""
-  flags = F.RATE_FLAGS["paper"]
-  ts, ks, cts = flags["a_rounds"], flags["b_local_steps"], flags["c_rounds"]
-  def law(xs, slope, s):
-    return [0.5 * (x / xs[0]) ** (slope + (s - 2) * wobble) for x in xs]
-  return {"settings": {}, "a": {"rounds": list(ts), "errors": [law(ts, a, s) for s in range(seeds)]},
-          "b": {"local_steps": list(ks), "errors": [law(ks, b, s) for s in range(seeds)]},
-          "c": {"rounds": list(cts), "local_steps": [math.ceil(math.sqrt(t)) for t in cts],
-                "errors": [law(cts, c, s) for s in range(seeds)]}}
-
-
 @pytest.mark.parametrize("slopes, outcomes", [
     ((-1.1, -1.1, -0.55), ("holds", "holds", "holds")),
     ((-3.7, -1.96, -0.92), ("holds", "holds", "holds")),       # steeper than the bound is consistent (one-sided)

@@ -70,24 +70,6 @@ def _runs(c05, c50, code_final=3.0, code_fd=2.0, gamma_one=0.5, fd05=(3.0, 2.0, 
           "fig1_code_C50_s0": {"fzoos": _h([3.0, 3.0, code_final]), "fedzo_fd": _h([3.0, 2.5, code_fd], 200)}}
 
 
-
-
-def _fig1_run(fzoos, fd=(3.0, 2.0, 2.5, 1.5), gamma_one=None, per_fd=200):
-  """One Fig. 1 run: FZooS ends at ``fzoos``, the FD baselines at ``fd`` (same order as FD)."""
-  run = {"fzoos": _h([3.0, 2.5, fzoos], 100)}
-  run.update({b: _h([3.0, 3.0, v], per_fd) for b, v in zip(FD, fd)})
-  if gamma_one is not None:
-    run[fz.GAMMA_ONE] = _h([3.0, 2.0, gamma_one], 100)
-  return run
-
-
-def _runs(c05, c50, code_final=3.0, code_fd=2.0, gamma_one=0.5, fd05=(3.0, 2.0, 2.5, 1.5),
-          fd50=(3.0, 2.0, 2.5, 1.5)):
-  return {"fig1_paper_C0.5_s0": _fig1_run(c05, fd05),
-          "fig1_paper_C50_s0": _fig1_run(c50, fd50, gamma_one=gamma_one),
-          "fig1_code_C50_s0": {"fzoos": _h([3.0, 3.0, code_final]), "fedzo_fd": _h([3.0, 2.5, code_fd], 200)}}
-
-
 def _claim(claim_id):
   return next(c for c in fz.CLAIMS if c.id == claim_id)
 
@@ -284,8 +266,6 @@ def test_c50_known(tmp_path, drift, gamma_one, c50, code_final, verdict):
   assert len(ev.figures) == 2
 
 
-
-
 def _first(rounds, horizon=100):
   """A record's per-target first-success rounds: ``rounds`` (None: never, written R + 1)."""
   values = [horizon + 1.0 if r is None else float(r) for r in rounds]
@@ -422,8 +402,6 @@ def test_fd_resolution_counts_exact_zeros_on_a_real_metric_task(tmp_path):
   assert small == {"run": "metric", "seed": 0, "smoothing": 0.01, "zero_fraction": 1.0,
                    "mean_abs_difference": 0.0, "differences": 12}
   assert large["smoothing"] == 50.0 and large["zero_fraction"] < 1.0 and large["mean_abs_difference"] > 0.0
-
-
 
 
 def test_every_claim_is_declared_and_every_figure_not_run_is_listed():
