@@ -44,11 +44,11 @@ from scipy import stats
 
 ALPHA = 0.05          # one-sided level of every test
 POWER = 0.8           # below it an undecided comparison is inconclusive (power)
-POWER_DRAWS = 2000    # simulated replications of a power computation (fixed generator)
-POWER_SEED = 0
+POWER_DRAWS, POWER_SEED = 2000, 0  # simulated replications of a power computation, their generator's seed
 FORMS = ("better", "ordered", "equivalent", "bound", "contrast", "value")
 COUNTED = ("holds", "opposite", "undecided")
-GATES = ("broken baseline", "saturated", "resolution", "does not discriminate", "too few seeds", "baseline untuned")
+GATES = ("broken baseline", "saturated", "resolution", "does not discriminate", "too few seeds", "too few levels",
+         "baseline untuned")
 """Outcomes that are not counted (VERDICTS.md §3-4); ``baseline untuned``: a baseline's best learning rate sits
 at its grid's edge, so it is not known to work at its best."""
 VERDICTS = ("reproduced", "partly reproduced", "mixed", "not reproduced", "inconclusive")

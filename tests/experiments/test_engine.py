@@ -123,6 +123,9 @@ def test_ordered_levels_use_pages_test_in_the_claimed_direction():
   rises = {"x": {lab: list(v - rng.random(8) * 0.1) for lab, v in (("H=1", 1.0), ("H=5", 2.0), ("H=20", 3.0))}}
   assert engine.judge(d, engine.Measured(values=falls)).verdict == "reproduced"
   assert engine.judge(d, engine.Measured(values=rises)).verdict == "not reproduced"
+  two = {"x": {lab: v for lab, v in falls["x"].items() if lab != "H=5"}}  # a smoke run measures two levels only
+  ev = engine.judge(d, engine.Measured(values=two))
+  assert ev.verdict == "inconclusive" and ev.why.startswith("too few levels")
 
 
 def test_equivalence_with_zero_true_effect_passes_and_a_shift_beyond_the_margin_does_not():

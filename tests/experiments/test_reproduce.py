@@ -286,9 +286,6 @@ def test_cli_rejects_an_unknown_claim(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="KNOWN FAILURE, to fix next: since claims became declarations (2026-12-07) some ffgb, "
-                   "fzoos and fedzo claims' smoke-scale commands fail (exit 1: 'claims of ffgb, fzoos, fedzo could not "
-                   "be evaluated'); the paper-scale re-judgment from evidence is unaffected", strict=False)
 def test_smoke_scale_gives_every_claim_a_verdict_command_and_numbers(tmp_path):
   proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--paper=all", "--scale=smoke",
                          f"--output_dir={tmp_path}"], capture_output=True, text=True)
