@@ -2,13 +2,11 @@ r"""Regenerates the evidence for the papers' claims: one report per paper, with 
 
   python -m experiments.reproduce --paper=all --scale=smoke --output_dir=runs/reproduce
 
-For each claim of the chosen papers (:mod:`experiments.reproduce.papers`) it runs
-the claim's commands, judges the numbers by the claim's fixed criterion and
-writes ``DIR/<paper>/report.md``, ``DIR/<paper>/claims.json``, the figures under
-``DIR/<paper>/fig/`` and ``DIR/report.md`` (the index). A rerun resumes: claims
-already in ``claims.json`` at the same scale are kept, and finished runs are not
-run again. ``--scale=smoke`` runs fewer rounds and seeds (verdicts marked
-``smoke``); ``--scale=paper`` the papers' settings.
+For each claim of the chosen papers (:mod:`experiments.reproduce.papers`) it runs the claim's commands, judges
+the numbers by the claim's declared criterion and writes ``DIR/<paper>/report.md``, ``DIR/<paper>/claims.json``,
+the figures under ``DIR/<paper>/fig/`` and ``DIR/report.md`` (the index). A rerun resumes: claims already in
+``claims.json`` at the same scale are kept, and finished runs are not run again. ``--scale=smoke`` runs fewer
+rounds and seeds (verdicts marked ``smoke``); ``--scale=paper`` the papers' settings.
 """
 
 from __future__ import annotations

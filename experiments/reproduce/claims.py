@@ -38,12 +38,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @dataclasses.dataclass(frozen=True)
 class Stat:
-  """Mean and spread of one number over seeds: ``std`` is the sample standard deviation
-  (ddof = 1; 0 when n = 1), ``n`` the number of seeds, ``values`` the per-seed numbers."""
+  """Mean and spread of one number over seeds: ``std`` the sample standard deviation (ddof = 1; 0 when n = 1)."""
   mean: float
   std: float
-  n: int
-  values: tuple[float, ...]
+  n: int                      # seeds
+  values: tuple[float, ...]   # the per-seed numbers
 
   @classmethod
   def of(cls, values) -> Stat:
@@ -111,16 +110,15 @@ class Claim:
     criterion: the rule that gives the verdict, fixed before any run.
     evaluate: ``Context -> Evidence``.
     tests: the test node ids of a :func:`test_claim` (run in one batch per paper).
-    scales: the scales it is evaluated at; a claim whose smoke run does not fit the
-      smoke budget has ``("paper",)`` and is listed as "paper scale only" at smoke.
-    needs: a key of :data:`PAPER_DATA` (``cifar10``, ...) for a claim that runs only on the
-      paper's own data set (no offline substitute): evaluated at paper scale when ``--data_dir``
-      holds it, listed as needing it otherwise (:meth:`on_paper_data`).
+    scales: the scales it is evaluated at; a claim whose smoke run does not fit the smoke budget has
+      ``("paper",)`` and is listed as "paper scale only" at smoke.
+    needs: a key of :data:`PAPER_DATA` (``cifar10``, ...) for a claim that runs only on the paper's own data set
+      (no offline substitute): evaluated at paper scale when ``--data_dir`` holds it, listed as needing it
+      otherwise (:meth:`on_paper_data`).
     kind: one of :data:`KINDS`.
-    headline: one of the paper's headline claims (its abstract, its main figures): the report's
-      summary lists it.
-    declaration: the claim's :class:`~experiments.reproduce.engine.Declaration` (None for a claim
-      not yet declared as data).
+    headline: one of the paper's headline claims (its abstract, its main figures): the report's summary lists it.
+    declaration: the claim's :class:`~experiments.reproduce.engine.Declaration` (None for a claim not yet
+      declared as data).
     from_record: ``record -> Evidence`` for a claim whose earlier runs' metrics were not stored but whose
       record keeps the per-seed (per-target) numbers its test needs: ``--from_evidence`` then judges it
       from those numbers with the same function as ``evaluate`` (instead of keeping the record's verdict).
@@ -172,15 +170,14 @@ class Substitute:
   """A flagfile that runs on an offline substitute of the paper's own data set.
 
   Attributes:
-    dataset: the paper's data set, a key of :data:`PAPER_DATA` (``cifar10``, ``fashion_mnist``,
-      ``covtype``).
+    dataset: the paper's data set, a key of :data:`PAPER_DATA` (``cifar10``, ``fashion_mnist``, ``covtype``).
     instead: what the flagfile runs on without it, in words (``"digits"``).
-    flagfile: the flagfile that runs the paper's settings on ``dataset`` (None: the same
-      flagfile, its ``--dataset`` and ``--data_dir`` replaced).
-    movable: False where the run stays on the substitute even with the data (its record says
-      so): the paper's settings on ``dataset`` differ from the substitute's beyond the data set.
-    elsewhere: for an unmovable substitute, the claims that run the paper's settings on
-      ``dataset`` instead (:meth:`Claim.on_paper_data`), in words; empty: none yet.
+    flagfile: the flagfile that runs the paper's settings on ``dataset`` (None: the same flagfile, its
+      ``--dataset`` and ``--data_dir`` replaced).
+    movable: False where the run stays on the substitute even with the data (its record says so): the paper's
+      settings on ``dataset`` differ from the substitute's beyond the data set.
+    elsewhere: for an unmovable substitute, the claims that run the paper's settings on ``dataset`` instead
+      (:meth:`Claim.on_paper_data`), in words; empty: none yet.
   """
   dataset: str
   instead: str
@@ -252,27 +249,22 @@ class Context:
     root: the paper's output folder; runs go under ``root/runs/``.
     scale: ``smoke`` or ``paper``.
     log: a ``print``-like function for progress lines.
-    run_jobs: how many of the runs given to one :meth:`runs` call execute at the
-      same time (1: one after another). Each run is its own process, so on a
-      machine with many cores, or a GPU, independent seeds run side by side.
-    data_dir: a folder that may hold the papers' own data sets
-      (:data:`PAPER_DATA`); at paper scale, a run of a flagfile in
-      ``substitutes`` whose data set is there runs on it (:meth:`resolve`).
-    substitutes: ``{flagfile: Substitute}``, the paper's flagfiles that run on an
-      offline substitute of its data.
-    evidence_dir: where each finished run's evidence is kept (:meth:`store`): its
-      ``config.json``, each label's ``metrics.jsonl.gz``, the small files a script wrote, and
-      ``command.txt`` (the run's wall seconds and command). Default ``root/evidence`` at paper
-      scale, ``root/evidence-smoke`` at smoke scale.
-    from_evidence: run nothing: every run, script and test batch is read from ``evidence_dir``;
-      one it does not hold raises :class:`MissingEvidence`.
-    command_root: the output root the recorded commands name (default ``root``); with
-      ``from_evidence`` the root the evidence was made under, so the commands re-judged from it
-      are the commands that made it.
+    run_jobs: how many of the runs given to one :meth:`runs` call execute at the same time (1: one after
+      another). Each run is its own process, so on many cores, or a GPU, independent seeds run side by side.
+    data_dir: a folder that may hold the papers' own data sets (:data:`PAPER_DATA`); at paper scale, a run of a
+      flagfile in ``substitutes`` whose data set is there runs on it (:meth:`resolve`).
+    substitutes: ``{flagfile: Substitute}``, the paper's flagfiles that run on an offline substitute of its data.
+    evidence_dir: where each finished run's evidence is kept (:meth:`store`): its ``config.json``, each label's
+      ``metrics.jsonl.gz``, the small files a script wrote, and ``command.txt`` (the run's wall seconds and
+      command). Default ``root/evidence`` at paper scale, ``root/evidence-smoke`` at smoke scale.
+    from_evidence: run nothing: every run, script and test batch is read from ``evidence_dir``; one it does not
+      hold raises :class:`MissingEvidence`.
+    command_root: the output root the recorded commands name (default ``root``); with ``from_evidence`` the root
+      the evidence was made under, so the commands re-judged from it are the commands that made it.
 
   Attributes:
-    data: ``{what ran: on which data}``, one entry per substitutable flagfile the claim
-      ran, e.g. ``{"cifar10": "digits (offline substitute; ...)"}`` (the report's Data line).
+    data: ``{what ran: on which data}``, one entry per substitutable flagfile the claim ran, e.g.
+      ``{"cifar10": "digits (offline substitute; ...)"}`` (the report's Data line).
 
   Raises:
     ValueError: an unknown ``scale`` or ``run_jobs`` < 1.
@@ -288,15 +280,14 @@ class Context:
       raise ValueError(f"run_jobs {run_jobs}; accepted: an integer >= 1")
     self.root, self.scale, self.log, self.run_jobs = root, scale, log, run_jobs
     self.evidence_dir = evidence_dir or os.path.join(root, "evidence" if scale == "paper" else "evidence-smoke")
-    self.from_evidence = from_evidence
-    self.command_root = command_root or root
+    self.from_evidence, self.command_root = from_evidence, command_root or root
     self.data_dir, self.substitutes = data_dir, dict(substitutes or {})
     self.data: dict[str, str] = {}
     self._renamed: dict[str, str] = {}  # a run's name -> its folder's name on the paper's own data
     self.batch_tests = batch_tests  # every test of the paper's pending test claims, run together
     self.commands: list[str] = []
-    # Wall seconds of each run this claim read ({completion marker: s}), from the marker when the
-    # run finished earlier, so a resumed or re-evaluated claim still reports what its runs cost.
+    # Wall seconds of each run this claim read ({completion marker: s}), from the marker when the run finished
+    # earlier, so a resumed or re-evaluated claim still reports what its runs cost.
     self.run_seconds: dict[str, float] = {}
 
   def pick(self, smoke, paper):

@@ -1,14 +1,12 @@
 """Claims as declarations, judged by one engine (VERDICTS.md §10).
 
-A paper's claims are data: ``experiments/reproduce/declarations/<paper>.toml`` holds one
-``[[claim]]`` table per claim (:class:`Declaration`: its quote and source, its form, measure,
-claimed method, arms, settings, seeds, controls, margin, deviations, the flagfile that makes its
-runs). Per-claim Python only *measures*: it runs (or reads) the claim's runs and returns a
-:class:`Measured` (per-seed numbers per setting and arm, or the runs themselves for a curve
-measure the declaration names), never a verdict. :func:`judge` applies the protocol
-(:mod:`experiments.reproduce.protocol`: the form picks the test, gates first, Holm over the
-claim's comparisons, the aggregation of section 5) and returns the claim's
-:class:`~experiments.reproduce.claims.Evidence`.
+A paper's claims are data: ``experiments/reproduce/declarations/<paper>.toml`` holds one ``[[claim]]`` table per
+claim (:class:`Declaration`: its quote and source, its form, measure, claimed method, arms, settings, seeds,
+controls, margin, deviations, the flagfile that makes its runs). Per-claim Python only *measures*: it runs (or
+reads) the claim's runs and returns a :class:`Measured` (per-seed numbers per setting and arm, or the runs
+themselves for a curve measure the declaration names), never a verdict. :func:`judge` applies the protocol
+(:mod:`experiments.reproduce.protocol`: the form picks the test, gates first, Holm over the claim's comparisons,
+the aggregation of section 5) and returns the claim's :class:`~experiments.reproduce.claims.Evidence`.
 
 A declaration table (TOML)::
 
@@ -39,7 +37,8 @@ them); ``bound``: ``claimed``, ``bound`` (the bound's rate); ``value``: ``claime
 against ``arms[0]``, ``value`` against ``target``, or ``bound`` against ``bound``).
 ``not evaluated`` needs ``needs`` (the command or data it would take). ``check`` claims name
 their ``tests`` (pytest node ids). Optional: ``scales = ["paper"]`` (its runs exceed the smoke
-budget), ``paper_data = "cifar10"`` (it runs only on the paper's own data set), and a measure
+budget), ``paper_data = "cifar10"`` (it runs only on the paper's own data set), ``deterministic = true`` (a
+``bound`` or ``value`` measure its seeds do not change: compared exactly, :func:`protocol.seed_free`), and a measure
 function with a ``from_record`` attribute (record -> :class:`Measured`, or a diagnostic's ``Evidence``) judges
 a record whose runs' metrics were not stored from the numbers it keeps (its ``per`` attribute names them:
 ``per-seed`` unless said, ``per-target``).
@@ -64,7 +63,7 @@ FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "declarations"
 MEASURES = ("final", "reach", "custom")
 INNER = ("better", "value", "bound", "equivalent")  # the tests a contrast may apply to the claimed arm and its controls
 CRITERION = ("form", "measure", "claimed", "arms", "controls", "settings", "seeds", "test", "margin", "bound", "target",
-             "smallest_effect", "kind", "tests")  # the keys that decide a verdict (the digest's)
+             "smallest_effect", "kind", "tests", "deterministic")  # the keys that decide a verdict (the digest's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +134,7 @@ class Declaration:
   headline: bool = False
   scales: tuple[str, ...] = ()
   paper_data: str = ""
+  deterministic: bool = False
   table: Mapping = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
   @property
@@ -270,8 +270,7 @@ def _last_finite(history: Sequence[dict], metric: str) -> float | None:
   return float(finite[-1]) if finite else None
 
 
-def first_reach(history: Sequence[dict], metric: str, target: float, x: str = "round",
-                lower_is_better: bool = True) -> float:
+def first_reach(history: Sequence[dict], metric: str, target: float, x: str = "round", lower_is_better=True) -> float:
   """The first ``x`` at which ``metric`` reaches ``target``; ``inf`` when no record does (censored).
 
   >>> first_reach([{"round": 0, "f": 3.0}, {"round": 5, "f": 0.5}], "f", 1.0)
@@ -433,11 +432,13 @@ def _compare(decl: Declaration, form: str, values: Mapping[str, list[float]], ga
     return _gate(r, gates.get(ref) or (gates.get(arm) if gates.get(arm) == "claimed diverges" else None))
   if form == "equivalent":
     return _gate(protocol.equivalent(name, values[arm], values[ref], margin=decl.margin, unit=unit), gates.get(ref))
+  exact = protocol.seed_free if decl.deterministic else (lambda r: r)
   if form == "value":
-    return _gate(protocol.value(name, values[arm], decl.target, greater_is_better=not lower, unit=unit),
+    return _gate(exact(protocol.value(name, values[arm], decl.target, greater_is_better=not lower, unit=unit)),
                  gates.get(arm))
   if form == "bound":
-    return _gate(protocol.bound(name, values[arm], decl.bound, unit=unit, lower_is_better=lower), gates.get(arm))
+    return _gate(exact(protocol.bound(name, values[arm], decl.bound, unit=unit, lower_is_better=lower)),
+                 gates.get(arm))
   raise ValueError(f"{decl.id}: no test for form {form!r}")
 
 

@@ -1,22 +1,19 @@
 """The verdict protocol (VERDICTS.md) as one engine: forms pick the test, gates come first, Holm counts.
 
-A paper claim declares one **form** (section 2 of the protocol); :func:`judge` evaluates it per
-setting into :class:`Result` rows and :func:`aggregate` turns the rows into one verdict
-(section 5). No claim carries its own verdict logic: per-claim code computes measures (numbers per
-seed) and hands them here.
+A paper claim declares one **form** (section 2 of the protocol); :func:`judge` evaluates it per setting into
+:class:`Result` rows and :func:`aggregate` turns the rows into one verdict (section 5). No claim carries its own
+verdict logic: per-claim code computes measures (numbers per seed) and hands them here.
 
 Forms and their tests (one-sided level :data:`ALPHA`, in the claimed direction):
 
-* ``better``: paired by seed; the Wilcoxon signed-rank test (exact); the sign test when a
-  measure is censored ("never reached", ``inf``). ``opposite`` when the same test holds the
-  other way.
+* ``better``: paired by seed; the Wilcoxon signed-rank test (exact); the sign test when a measure is censored
+  ("never reached", ``inf``). ``opposite`` when the same test holds the other way.
 * ``ordered``: Page's trend test over 3 or more levels, paired by seed.
 * ``equivalent``: TOST on the paired differences with the margin declared before the runs.
-* ``bound``: one-sided: per-seed rates at least as fast as the bound's (a steeper decay is
-  consistent); ``opposite`` when significantly slower.
-* ``contrast``: the claimed arm passes the form's test and the named contrast fails it
-  (section 3, negative control): a contrast that passes too makes the claim ``inconclusive
-  (does not discriminate)``.
+* ``bound``: one-sided: per-seed rates at least as fast as the bound's (a steeper decay is consistent);
+  ``opposite`` when significantly slower.
+* ``contrast``: the claimed arm passes the form's test and the named contrast fails it (section 3, negative
+  control): a contrast that passes too makes the claim ``inconclusive (does not discriminate)``.
 * ``value``: one-sample Wilcoxon against the stated value.
 
 :func:`later` is the one test for two groups no seed pairs (a diagnostic's): the one-sided log-rank test.
@@ -61,11 +58,11 @@ class Result:
   Attributes:
     setting: where it ran ("C=5"); form: its form (:data:`FORMS`).
     outcome: ``holds``, ``opposite``, ``undecided`` or a gate (:data:`GATES`).
-    p: the one-sided p-value in the claimed direction (NaN for a gate); p_holm: after Holm's
-      correction over the claim's counted comparisons (:func:`aggregate` fills it).
-    effect: the headline effect in ``unit``, positive in the claim's favour (the median paired difference,
-      the median distance beyond a bound or a target, the median first-to-last change of an ordered
-      measure); interval: an exact interval for it (sign-test order statistics) or (NaN, NaN).
+    p: the one-sided p-value in the claimed direction (NaN for a gate); p_holm: after Holm's correction over the
+      claim's counted comparisons (:func:`aggregate` fills it).
+    effect: the headline effect in ``unit``, positive in the claim's favour (the median paired difference, the
+      median distance beyond a bound or a target, the median first-to-last change of an ordered measure);
+      interval: an exact interval for it (sign-test order statistics) or (NaN, NaN).
     ratio: claimed / baseline median where natural (else NaN).
     p_other: the one-sided p-value the other way (an ``opposite`` needs it below ALPHA after Holm).
     gate: the gate that decided the outcome (section 3), empty when the test did.
@@ -91,11 +88,11 @@ class Result:
 
 
 def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
-  """Exact distribution-free interval for a median: the order statistics x_(k) and x_(n+1-k)
-  with the largest k whose binomial(n, 1/2) coverage 1 - 2 P(B <= k-1) is at least ``level``.
+  """Exact distribution-free interval for a median: the order statistics x_(k) and x_(n+1-k) with the largest k
+  whose binomial(n, 1/2) coverage 1 - 2 P(B <= k-1) is at least ``level``.
 
-  When no k reaches ``level`` (n <= 5 at 95%), the range (min, max) is returned: its coverage is
-  1 - 2^(1-n) (93.75% at n = 5). (NaN, NaN) for no values."""
+  When no k reaches ``level`` (n <= 5 at 95%), the range (min, max) is returned: its coverage is 1 - 2^(1-n)
+  (93.75% at n = 5). (NaN, NaN) for no values."""
   x = np.sort(np.asarray(values, dtype=float))
   n = len(x)
   if n == 0:
@@ -115,9 +112,8 @@ def _signed_test(d: np.ndarray, censored: bool) -> tuple[float, float]:
     pos = int(np.sum(d > 0))
     return (stats.binomtest(pos, len(d), 0.5, alternative="greater").pvalue,
             stats.binomtest(pos, len(d), 0.5, alternative="less").pvalue)
-  greater = stats.wilcoxon(d, alternative="greater", method="exact" if len(d) <= 50 else "auto").pvalue
-  less = stats.wilcoxon(d, alternative="less", method="exact" if len(d) <= 50 else "auto").pvalue
-  return float(greater), float(less)
+  method = "exact" if len(d) <= 50 else "auto"
+  return tuple(float(stats.wilcoxon(d, alternative=a, method=method).pvalue) for a in ("greater", "less"))
 
 
 def _outcome(p: float, p_other: float, n: int | None = None) -> str:
@@ -240,6 +236,23 @@ def bound(setting: str, rates: Sequence[float], bound_rate: float, *, unit: str 
                 p_other=float(less))
 
 
+SEED_FREE = "seed-independent"
+
+
+def seed_free(result: Result, rtol: float = 1e-3) -> Result:
+  """A measure its declaration calls ``deterministic`` (a computation its seeds do not change, e.g. a rate on
+  an exact task) has no sampling error to test: when its per-seed values agree within ``rtol`` it holds on
+  the claimed side of its bound or target (p = 0) and is opposite on the other (p_other = 0). Otherwise the
+  sampled test stands, with a note that the seeds disagree."""
+  v = np.asarray(result.per_seed, dtype=float)
+  if not len(v) or np.ptp(v) > rtol * max(np.max(np.abs(v)), 1e-300):
+    return dataclasses.replace(result, note=f"{result.note}; declared deterministic, but the seeds differ")
+  side = np.sign(result.effect)
+  return dataclasses.replace(result, outcome={1: "holds", -1: "opposite"}.get(int(side), "undecided"),
+                             p=float(side <= 0), p_other=float(side >= 0), interval=(math.nan, math.nan),
+                             note=f"{SEED_FREE}: the {len(v)} seeds agree within {rtol:g}; {result.note}")
+
+
 def contrast(claimed: Result, control: Result) -> Result:
   """``contrast`` form: the claimed arm's result and the named control's, by the same test.
   Holds when the claimed holds and the control does not; a control that holds too makes it
@@ -338,7 +351,7 @@ def holm(results: Sequence[Result]) -> list[Result]:
   for i, p, q in zip(idx, corrected, other):
     r = results[i]
     outcome = r.outcome
-    exact = r.form in signed and "TOST" not in r.note  # (a contrast's inner test may be TOST, a t-test)
+    exact = r.form in signed and "TOST" not in r.note and SEED_FREE not in r.note  # (TOST is a t-test)
     if exact and r.per_seed and len(idx) * 0.5 ** len(r.per_seed) >= ALPHA:
       # Even n unanimous seeds cannot hold after the correction over this family: more seeds, not a verdict.
       out[i] = dataclasses.replace(r, p_holm=float(p), outcome="too few seeds",

@@ -57,12 +57,10 @@ def plot_curves(path: str, curves: dict[str, list[list[tuple[float, float]]]], x
     path: the PNG to write.
     curves: ``{label: [[(x, y), ...] per seed]}`` (seeds share their x values).
     xlabel, ylabel, title: axis labels and title.
-    logy: log-scale y.
-    logx: log-scale x.
-    show_n: append each curve's number of seeds to its label (off for curves that are already
-      statistics over seeds: the title then says over how many).
-    bounds: (low, high) of a bounded metric (a success rate: (0, 1)); the std band is clipped
-      to it.
+    logy, logx: log-scale y, x.
+    show_n: append each curve's number of seeds to its label (off for curves that are already statistics over
+      seeds: the title then says over how many).
+    bounds: (low, high) of a bounded metric (a success rate: (0, 1)); the std band is clipped to it.
 
   Returns:
     ``path``.
@@ -116,18 +114,17 @@ def claim_record(claim: Claim, ev: Evidence, scale: str, seconds: float, run_sec
                  data: dict[str, str] | None = None) -> dict:
   """The JSON record of one claim (``claims.json``'s entries).
 
-  ``seconds``: wall time of this evaluation (near 0 when every run was cached);
-  ``run_seconds``: the summed wall time of the claim's runs when they ran, read
-  from their completion markers (a run the claim shares with another counts in both);
-  ``data``: for a claim whose runs could use the paper's own data set, ``{data set: what
-  they ran on}`` (:attr:`experiments.reproduce.claims.Context.data`); absent otherwise.
+  ``seconds``: wall time of this evaluation (near 0 when every run was cached); ``run_seconds``: the summed wall
+  time of the claim's runs when they ran, read from their completion markers (a run the claim shares with another
+  counts in both); ``data``: for a claim whose runs could use the paper's own data set, ``{data set: what they ran
+  on}`` (:attr:`experiments.reproduce.claims.Context.data`); absent otherwise.
   """
   rec = {"id": claim.id, "kind": claim.kind, **({"headline": True} if claim.headline else {}),
-         "statement": claim.statement, "source": claim.source,
-         "criterion": claim.criterion, "verdict": ev.verdict, "scale": scale, "why": ev.why,
+         "statement": claim.statement, "source": claim.source, "criterion": claim.criterion, "verdict": ev.verdict,
+         "scale": scale, "why": ev.why,
          "numbers": {k: dataclasses.asdict(v) if isinstance(v, Stat) else v for k, v in ev.numbers.items()},
-         "figures": list(ev.figures),
-         "commands": list(ev.commands), "seconds": round(seconds, 1), "run_seconds": round(run_seconds, 1)}
+         "figures": list(ev.figures), "commands": list(ev.commands), "seconds": round(seconds, 1),
+         "run_seconds": round(run_seconds, 1)}
   decl = claim.declaration
   if decl is not None:  # a declared claim (experiments.reproduce.engine): the declaration's data travel with it
     rec.update(form=decl.form or None, quote=decl.quote or None, deviations=list(decl.deviations),

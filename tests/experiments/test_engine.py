@@ -116,6 +116,20 @@ def test_a_decay_steeper_than_an_upper_bound_is_consistent():
   assert engine.judge(speedup, engine.Measured(values={"M": {"m": [1.2, 1.3, 1.1, 1.25, 1.4]}})).verdict == "reproduced"
 
 
+def test_a_deterministic_measure_is_compared_exactly_and_only_when_its_seeds_agree():
+  unit = {"kind": "custom", "unit": "bound exponents"}
+  parts = {f"part {i}": {"ffgb": [-1.96 + 1e-6 * s for s in range(5)]} for i in range(3)}
+  sampled = engine.judge(decl(form="bound", claimed="ffgb", bound=-1.0, measure=unit), engine.Measured(values=parts))
+  assert sampled.verdict == "inconclusive" and sampled.why.startswith("too few seeds")  # 3 x n = 5: Holm's floor
+  exact = decl(form="bound", claimed="ffgb", bound=-1.0, measure=unit, deterministic=True)
+  assert engine.judge(exact, engine.Measured(values=parts)).verdict == "reproduced"
+  above = {k: {"ffgb": [-0.9] * 5} for k in parts}  # slower than the bound on every part, exactly
+  assert engine.judge(exact, engine.Measured(values=above)).verdict == "not reproduced"
+  noisy = {k: {"ffgb": [-1.96, -1.5, -2.4, -1.9, -2.0]} for k in parts}  # seeds that differ are samples again
+  ev = engine.judge(exact, engine.Measured(values=noisy))
+  assert ev.verdict == "inconclusive" and all("seeds differ" in r["note"] for r in ev.results)
+
+
 def test_ordered_levels_use_pages_test_in_the_claimed_direction():
   d = decl(form="ordered", arms=["H=1", "H=5", "H=20"], measure=FINAL)
   rng = np.random.default_rng(0)
