@@ -316,7 +316,7 @@ def reduce_runs(runs: Sequence[Mapping[str, list[dict]]], arms: Sequence[str], m
   div: dict[str, list[bool]] = {a: [] for a in arms}
   floors = []
   for run in runs:
-    finite = [sign * r[measure.metric] for a in arms for r in run[a]
+    finite = [sign * r[measure.metric] for a in run for r in run[a]  # every method of the run: one floor
               if r.get(measure.metric) is not None and math.isfinite(r[measure.metric])]
     floor = measure.optimum if measure.optimum is not None else sign * min(finite)
     first = run[arms[0]][0][measure.metric]
@@ -345,16 +345,19 @@ def _closed(c: Curves, arm: str, sign: float) -> np.ndarray:
   return np.asarray(out)
 
 
-def curve_gate(c: Curves, claimed: str, arm: str, measure: MeasureSpec) -> str | None:
+def curve_gate(c: Curves, claimed: str, arm: str, measure: MeasureSpec, work: Curves | None = None) -> str | None:
   """The gate (VERDICTS.md §3) a comparison of ``claimed`` with ``arm`` fails, or None.
 
   ``claimed diverges`` (it ends above its start on most seeds while the arm works), ``broken baseline``
-  (the arm closes less than half its initial gap on most seeds), ``saturated`` (both end within 1% of the
-  gap of the floor, also three quarters through: final-value measures only; checked by the caller from
-  the runs), ``resolution`` (most pairs tie on a ``reach`` measure while neither is censored)."""
-  sign = 1.0 if measure.lower_is_better else -1.0
-  works = lambda a: bool(np.sum(_closed(c, a, sign) >= 0.5) > len(c.floor) / 2)  # noqa: E731
-  if sum(c.diverged[claimed]) > len(c.floor) / 2 and works(arm):
+  (the arm closes less than half its initial gap to the run's floor on most seeds), ``saturated`` (both end
+  within 1% of the gap of the floor, also three quarters through: final-value measures only; checked by the
+  caller from the runs), ``resolution`` (most pairs tie on a ``reach`` measure while neither is censored).
+  ``work``: the curves whether a method works and diverges is read on (default ``c``; the objective, a loss,
+  for an accuracy measure)."""
+  w = work or c
+  sign = 1.0 if w is not c or measure.lower_is_better else -1.0  # the objective is a loss
+  works = lambda a: bool(np.sum(_closed(w, a, sign) >= 0.5) > len(w.floor) / 2)  # noqa: E731
+  if sum(w.diverged[claimed]) > len(w.floor) / 2 and works(arm):
     return "claimed diverges"
   if not works(arm):
     return "broken baseline"
@@ -402,12 +405,14 @@ def _settings(decl: Declaration, measured: Measured) -> dict[str, tuple[dict[str
     for setting, runs in measured.runs.items():
       present = [a for a in dict.fromkeys(arms) if a in runs[0]]
       c = reduce_runs(runs, present, decl.measure)
+      on_loss = not decl.measure.lower_is_better and "objective" in runs[0][present[0]][-1]
+      work = reduce_runs(runs, present, MeasureSpec("final", "")) if on_loss else c  # "works" on its objective
       gates = dict(measured.gates.get(setting, {}))
       if decl.claimed in present and decl.form in ("better", "equivalent", "contrast"):
         for a in present:
           if a == decl.claimed or a in gates:
             continue
-          g = curve_gate(c, decl.claimed, a, decl.measure)
+          g = curve_gate(c, decl.claimed, a, decl.measure, work)
           if g is None and decl.measure.kind == "final" and saturated(runs, decl.claimed, a, decl.measure):
             g = "saturated"
           if g:

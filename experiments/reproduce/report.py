@@ -150,9 +150,7 @@ def _timing(r: dict) -> str:
   """``"12 s"`` (the evaluation's wall time), or ``"runs 812 s"`` when the claim's runs took longer (the
   evaluation then read cached runs); claims.json keeps both to 0.1 s."""
   runs = r.get("run_seconds")  # absent from records written before it existed
-  if runs is None or runs <= r["seconds"]:
-    return f"{r['seconds']:.0f} s"
-  return f"runs {runs:.0f} s"
+  return f"{r['seconds']:.0f} s" if runs is None or runs <= r["seconds"] else f"runs {runs:.0f} s"
 
 
 def _scale(r: dict, records: list[dict]) -> str:
@@ -164,9 +162,8 @@ def _scale(r: dict, records: list[dict]) -> str:
 def _earlier(r: dict) -> str:
   """``"; earlier: not reproduced (2026-11-28, criterion changed)"``: the verdicts a record replaced, with when
   and why (their criteria are in claims.json's ``history``); empty for a record without history."""
-  if not r.get("history"):
-    return ""
-  return "; earlier: " + ", ".join(f"{h['verdict']} ({h['replaced']}, {h['reason']})" for h in r["history"])
+  return "; earlier: " + ", ".join(f"{h['verdict']} ({h['replaced']}, {h['reason']})" for h in r["history"]) \
+      if r.get("history") else ""
 
 
 def _fmt(value) -> str:
@@ -194,8 +191,8 @@ VERDICT_RANK = {"not reproduced": 0, "inconclusive": 1, "mixed": 2, "partly repr
 
 
 def moves(records: list[dict]) -> tuple[int, int, int]:
-  """(post-data criteria, moved up, moved down) over the paper claims: a record declared after its runs
-  counts once; its last history entry, if any, gives the direction its verdict moved."""
+  """(post-data criteria, moved up, moved down) over the paper claims: a record declared after its runs counts
+  once; its last history entry, if any, gives the direction its verdict moved."""
   post = up = down = 0
   for r in records:
     if r.get("kind", "paper") != "paper" or not r.get("after_data"):
@@ -204,8 +201,7 @@ def moves(records: list[dict]) -> tuple[int, int, int]:
     if r.get("history"):
       a, b = VERDICT_RANK.get(r["history"][-1]["verdict"]), VERDICT_RANK.get(r["verdict"])
       if a is not None and b is not None:
-        up += b > a
-        down += b < a
+        up, down = up + (b > a), down + (b < a)
   return post, up, down
 
 
@@ -235,8 +231,8 @@ def one_minute(records: list[dict], info: dict) -> list[str]:
 
 
 def _command_groups(commands: list[str]) -> list[str]:
-  """The commands, compact: runs that differ only in ``--seed=S`` (or ``--attack_target=S``)
-  and an output folder ending in ``S`` become one ``for s in ...`` loop; the rest are written as they are.
+  """The commands, compact: runs that differ only in ``--seed=S`` (or ``--attack_target=S``) and an output folder
+  ending in ``S`` become one ``for s in ...`` loop; the rest are written as they are.
 
   >>> _command_groups(["python -m m --a=1 --seed=0 --output_dir=r/x_s0",
   ...                  "python -m m --a=1 --seed=1 --output_dir=r/x_s1"])
@@ -421,7 +417,6 @@ def key_number(r: dict) -> str:
   if "ratio" in e:
     text += f" ({_num(e['ratio'])}x the baseline)"
   return text + f", median over {e.get('over', 'the comparisons')}"
-
 
 
 def _seeds(values: list) -> str:

@@ -80,6 +80,25 @@ def test_a_baseline_that_does_not_learn_never_yields_a_hold():
   assert ev.verdict == "inconclusive" and "broken baseline" in ev.why
 
 
+def test_the_working_baseline_gate_reads_one_floor_per_run_and_an_accuracy_claims_objective():
+  d = decl(form="better", claimed="a", arms=["b"], measure=FINAL)
+  # b closes 8/9 of its gap to a's floor (about 1); with a third method of the run at -8 the run's floor is -8,
+  # b closes 8/18 < 1/2 of its gap to it, and the comparison is gated.
+  runs = [{"a": curve([10, 5, 1 - 0.01 * s]), "b": curve([10, 4, 2]), "c": curve([10, 0, -8])} for s in range(10)]
+  assert [r["outcome"] for r in engine.judge(d, engine.Measured(runs={"s": runs})).results] == ["broken baseline"]
+  two = [{k: v for k, v in r.items() if k != "c"} for r in runs]
+  assert [r["outcome"] for r in engine.judge(d, engine.Measured(runs={"s": two})).results] == ["holds"]
+  # accuracy: b's accuracy closes 0.2 of the gap to a's 0.9, yet its loss closes most of its gap: b works
+  acc = decl(form="better", claimed="a", arms=["b"],
+             measure={"kind": "final", "metric": "acc", "unit": "pp", "lower_is_better": False})
+
+  def run(accs, losses):
+    return [{"round": i, "acc": a, "objective": f} for i, (a, f) in enumerate(zip(accs, losses))]
+  runs = [{"a": run([0.1, 0.5, 0.9 + 0.001 * s], [2.0, 1.0, 0.5]), "b": run([0.1, 0.2, 0.26], [2.0, 1.0, 0.7])}
+          for s in range(10)]
+  assert [r["outcome"] for r in engine.judge(acc, engine.Measured(runs={"s": runs})).results] == ["holds"]
+
+
 def test_a_claimed_method_that_diverges_where_the_baseline_works_is_opposite():
   d = decl(form="better", claimed="a", arms=["b"], measure=REACH)
   runs = [{"a": curve([10, 12, math.inf]), "b": curve([10, 4, 1 + 0.1 * s])} for s in range(5)]
