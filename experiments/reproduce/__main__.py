@@ -61,12 +61,12 @@ def reproduce(paper: str, scale: str, root: str, only=(), rerun: bool = False, r
   ``run_jobs``: runs of one claim executed side by side (:meth:`claims.Context.runs`);
   ``data_dir``: the papers' own data sets (:meth:`claims.Context.resolve`);
   ``from_evidence``: a folder of reports (``docs/reproduction``): every claim with a record in its
-  ``<paper>/claims.json`` is judged again from ``<paper>/evidence/`` at the record's scale, running
-  nothing (:class:`claims.MissingEvidence`: the record is kept as it is), and the report is written
-  under ``root``; ``scale``, ``rerun`` and ``data_dir`` are then not used.
+  ``<paper>/claims.json`` is judged again from ``<paper>/evidence/`` at the record's scale, running nothing
+  (:class:`claims.MissingEvidence`: the record is kept as it is), and the report is written under ``root``;
+  ``scale``, ``rerun`` and ``data_dir`` are then not used.
 
-  A claim whose command fails is reported and skipped (it stays unevaluated, so
-  the next run tries it again); the others go on.
+  A claim whose command fails is reported and skipped (it stays unevaluated, so the next run tries it again);
+  the others go on.
 
   Returns:
     The records of every claim of the paper that has one (kept ones included).

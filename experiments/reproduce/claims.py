@@ -213,10 +213,9 @@ def find_paper_data(data_dir: str | None, dataset: str) -> str | None:
   """The ``--data_dir`` value that reads ``dataset`` from ``data_dir`` (:data:`PAPER_DATA`), or
   None when ``data_dir`` does not hold its files.
 
-  CIFAR-10 needs its six ``.bin`` files (fedsim.data.cifar10); Fashion-MNIST at least its two
-  ``t10k`` IDX files, optionally ``.gz`` (fedsim.data.mnist: the four give the official split);
-  Covertype one file (its path is returned) or one ``<name>`` / ``<name>.t`` pair (the folder)
-  in ``covtype/`` (fedsim.data.libsvm).
+  CIFAR-10 needs its six ``.bin`` files (fedsim.data.cifar10); Fashion-MNIST at least its two ``t10k`` IDX files,
+  optionally ``.gz`` (fedsim.data.mnist: the four give the official split); Covertype one file (its path is returned)
+  or one ``<name>`` / ``<name>.t`` pair (the folder) in ``covtype/`` (fedsim.data.libsvm).
 
   Raises:
     ValueError: ``dataset`` is not one of :data:`PAPER_DATA`.
@@ -429,10 +428,9 @@ class Context:
   def script(self, name: str, module: str, **flags) -> str:
     """Runs ``python -m module --KEY=VALUE ... --output_dir=root/runs/name`` once (unless finished).
 
-    For the analysis binaries that are not ``experiments.run`` (diagnostics, the
-    FedLRGD suite, table scripts); the claim parses what the script wrote. A
-    ``flagfile`` under :data:`FLAGFILES` is resolved like a run's (:meth:`resolve`:
-    onto the paper's own data where ``data_dir`` has it).
+    For the analysis binaries that are not ``experiments.run`` (diagnostics, the FedLRGD suite, table scripts); the
+    claim parses what the script wrote. A ``flagfile`` under :data:`FLAGFILES` is resolved like a run's
+    (:meth:`resolve`: onto the paper's own data where ``data_dir`` has it).
 
     Args:
       name: the run's folder under ``root/runs`` (unique per settings).
@@ -466,11 +464,10 @@ class Context:
   def resolve(self, name: str, flagfile: str | None, flags: dict) -> tuple[str, str | None, dict]:
     """``(name, flagfile, flags)`` of a run, moved onto the paper's own data set where it can be.
 
-    When ``flagfile`` runs on an offline substitute (``substitutes``) and, at paper
-    scale, ``data_dir`` holds the paper's data set (:func:`find_paper_data`), the run
-    uses it: the substitute's own flagfile if it names one, ``--dataset`` and
-    ``--data_dir`` set, and ``_<dataset>`` appended to its name (so the substitute's
-    runs are never read for it). Either way :attr:`data` records what the run used.
+    When ``flagfile`` runs on an offline substitute (``substitutes``) and, at paper scale, ``data_dir`` holds the
+    paper's data set (:func:`find_paper_data`), the run uses it: the substitute's own flagfile if it names one,
+    ``--dataset`` and ``--data_dir`` set, and ``_<dataset>`` appended to its name (so the substitute's runs are never
+    read for it). Either way :attr:`data` records what the run used.
     """
     sub = self.substitutes.get(flagfile or "")
     if sub is None:

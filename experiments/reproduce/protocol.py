@@ -334,10 +334,9 @@ class Verdict:
 
 
 def holm(results: Sequence[Result]) -> list[Result]:
-  """The counted comparisons after Holm's step-down correction over the claim (section 4), in
-  each direction: a hold needs its corrected p below ALPHA, and so does an ``opposite`` (its
-  ``p_other`` corrected over the same family; a comparison without one keeps its outcome).
-  Gated comparisons are returned as they are."""
+  """The counted comparisons after Holm's step-down correction over the claim (section 4), in each direction: a hold
+  needs its corrected p below ALPHA, and so does an ``opposite`` (its ``p_other`` corrected over the same family; a
+  comparison without one keeps its outcome). Gated comparisons are returned as they are."""
   from statsmodels.stats.multitest import multipletests
   idx = [i for i, r in enumerate(results) if r.outcome in COUNTED and not math.isnan(r.p) and not r.gate]
   out = list(results)

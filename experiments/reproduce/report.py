@@ -482,11 +482,10 @@ def _commands(r: dict, seen: dict[tuple, str]) -> list[str]:
 def write_index(root: str, papers: dict[str, str]) -> None:
   """Writes ``root/report.md``: each paper's *paper* claims by verdict (checks and diagnostics counted apart),
   its ``not evaluated`` claims, the criteria fixed after their runs with the direction each moved the verdict
-  (:func:`moves`), the claims on offline substitutes of its data (:func:`on_substitutes`), and a total; at
-  smoke scale the verdicts are not counted (:data:`SMOKE_NOTE`)."""
+  (:func:`moves`), the claims on offline substitutes of its data (:func:`on_substitutes`), those judged from
+  record numbers, and a total; at smoke scale the verdicts are not counted (:data:`SMOKE_NOTE`)."""
   verdicts = ("reproduced", "partly reproduced", "mixed", "not reproduced", "inconclusive")
-  rows, total = [], [0] * 10
-  smoke_only = True
+  rows, total, smoke_only = [], [0] * 10, True
   for paper, title in papers.items():
     path = os.path.join(root, paper, "claims.json")
     if not os.path.exists(path):
@@ -502,22 +501,25 @@ def write_index(root: str, papers: dict[str, str]) -> None:
     total = [t + c for t, c in zip(total, cells)]
     others = sum(r.get("kind") in ("check", "diagnostic") for r in recs)
     scales = ", ".join(f"{s} {sum(r['scale'] == s for r in recs)}" for s in sorted({r["scale"] for r in recs})) or "-"
-    rows.append((title, paper, scales, cells, others, len(on_substitutes(mine))))
+    judged_from_record = sum(r.get("evidence") is False for r in mine)
+    rows.append((title, paper, scales, cells, others, len(on_substitutes(mine)), judged_from_record))
   lines = ["# fedsim reproduction report", ""]
   if smoke_only and rows:
     lines += [f"**{SMOKE_NOTE}**", "", "| paper | claims per scale | paper claims | checks and diagnostics | "
               "not evaluated |", "|---|---|---|---|---|"]
-    lines += [f"| [{t}]({p}/report.md) | {s} | {c[5]} | {o} | {c[6]} |" for t, p, s, c, o, _ in rows]
+    lines += [f"| [{t}]({p}/report.md) | {s} | {c[5]} | {o} | {c[6]} |" for t, p, s, c, o, *_ in rows]
   else:
     lines += ["Paper claims only (a figure, table or theorem of the paper), judged by one protocol "
               "([VERDICTS](README.md)); checks and diagnostics are counted apart. *Post-data* counts the criteria "
-              "fixed after the runs they judge, and how many of them moved the verdict up or down.", "",
+              "fixed after the runs they judge, and how many of them moved the verdict up or down; *from record "
+              "numbers* the paper claims judged from the per-seed numbers their record kept (their runs' metrics "
+              "were not stored, so a referee cannot recompute them from the evidence).", "",
               "| paper | claims per scale | reproduced | partly | mixed | not reproduced | inconclusive | paper claims "
-              "| not evaluated | post-data (up / down) | checks and diagnostics | on offline substitutes |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| not evaluated | post-data (up / down) | checks and diagnostics | on offline substitutes | from record "
+              "numbers |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| [{t}]({p}/report.md) | {s} | " + " | ".join(map(str, c[:7])) + f" | {c[7]} ({c[8]} / {c[9]}) | "
-              f"{o} | {sub} |" for t, p, s, c, o, sub in rows]
+              f"{o} | {sub} | {rec} |" for t, p, s, c, o, sub, rec in rows]
     lines.append("| **total** | | " + " | ".join(map(str, total[:7])) + f" | {total[7]} ({total[8]} / {total[9]}) "
-                 "| | |")
+                 f"| | | {sum(row[-1] for row in rows)} |")
   with open(os.path.join(root, "report.md"), "w") as f:
     f.write("\n".join(lines) + "\n")

@@ -179,14 +179,15 @@ def test_reports_and_resume(tmp_path, monkeypatch):
   assert calls == ["good", "bad", "good", "bad"]
   report.write_index(str(tmp_path), {"toy": "Toy paper"})
   # reproduced, partly, mixed, not reproduced, inconclusive, paper claims, not evaluated (the pending item),
-  # post-data (up / down), checks and diagnostics, substitutes
+  # post-data (up / down), checks and diagnostics, substitutes, judged from record numbers
   index = (tmp_path / "report.md").read_text()
-  assert "| [Toy paper](toy/report.md) | paper 2 | 1 | 0 | 0 | 1 | 0 | 2 | 1 | 0 (0 / 0) | 0 | 0 |" in index
+  assert "| [Toy paper](toy/report.md) | paper 2 | 1 | 0 | 0 | 1 | 0 | 2 | 1 | 0 (0 / 0) | 0 | 0 | 0 |" in index
   data = json.loads((tmp_path / "toy" / "claims.json").read_text())
   data["claims"][0]["scale"], data["claims"][1]["scale"] = "paper", "smoke"  # the index counts each scale
+  data["claims"][0]["evidence"] = False  # judged from its record's numbers (its runs' metrics not stored)
   (tmp_path / "toy" / "claims.json").write_text(json.dumps(data))
   report.write_index(str(tmp_path), {"toy": "Toy paper"})
-  assert "| [Toy paper](toy/report.md) | paper 1, smoke 1 | 1 | 0 | 0 | 1 | 0 | 2 | 1 | 0 (0 / 0) | 0 | 0 |" in (
+  assert "| [Toy paper](toy/report.md) | paper 1, smoke 1 | 1 | 0 | 0 | 1 | 0 | 2 | 1 | 0 (0 / 0) | 0 | 0 | 1 |" in (
       tmp_path / "report.md").read_text()
 
 
