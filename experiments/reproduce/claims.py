@@ -76,9 +76,8 @@ class Evidence:
 
   Attributes:
     verdict: one of :data:`VERDICTS`.
-    why: for anything but ``reproduced``, what the diagnostic or ablation shows;
-      otherwise one sentence on what the numbers show. For ``inconclusive`` it starts with the
-      reason.
+    why: for anything but ``reproduced``, what the diagnostic or ablation shows; otherwise one sentence on what
+      the numbers show. For ``inconclusive`` it starts with the reason.
     numbers: ``{name: Stat or float}``; names say the metric, method and setting.
     figures: paths of the figures (relative to the paper's report folder).
     commands: filled by :class:`Context` with every command the claim ran.

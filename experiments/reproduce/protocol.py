@@ -45,7 +45,7 @@ POWER_DRAWS, POWER_SEED = 2000, 0  # simulated replications of a power computati
 FORMS = ("better", "ordered", "equivalent", "bound", "contrast", "value")
 COUNTED = ("holds", "opposite", "undecided")
 GATES = ("broken baseline", "saturated", "resolution", "does not discriminate", "too few seeds", "too few levels",
-         "baseline untuned")
+         "baseline untuned", "trivial")  # trivial: any run would pass it (VERDICTS.md §3, non-trivial)
 """Outcomes that are not counted (VERDICTS.md §3-4); ``baseline untuned``: a baseline's best learning rate sits
 at its grid's edge, so it is not known to work at its best."""
 VERDICTS = ("reproduced", "partly reproduced", "mixed", "not reproduced", "inconclusive")
@@ -199,7 +199,7 @@ def ordered(setting: str, table: Sequence[Sequence[float]], *, increasing: bool,
   first = int(np.argmax(np.all(np.isfinite(x), axis=0))) if np.all(np.isfinite(x[:, -1])) else 0
   span = (x[:, -1] - x[:, first]) * (1 if increasing else -1)  # from the first level every seed reached: > 0 as claimed
   return Result(setting, "ordered", _outcome(p, p_other), p, float(np.median(span)), unit,
-                median_interval(span), per_seed=tuple(float(v) for v in x[:, -1] - x[:, first]),
+                median_interval(span), per_seed=tuple(float(v) for v in span),
                 note=f"Page's L; adjacent steps in the claimed direction: {int(np.sum(steps > 0))} of {steps.size}"
                 + (f"; effect from level {first + 1} of {x.shape[1]} (the first every seed reached)" if first else ""),
                 p_other=p_other)

@@ -1,8 +1,7 @@
 """Writes a paper's ``report.md`` / ``claims.json``, the index, and the curve figures.
 
-Colours follow :data:`METHOD_ORDER`: one hue per base algorithm in every paper's
-figures; variants of one algorithm (``fedzo-local_steps=5``, ...) share its hue,
-from dark to light in label order, with different line styles.
+Colours follow :data:`METHOD_ORDER`: one hue per base algorithm in every paper's figures; variants of one
+algorithm (``fedzo-local_steps=5``, ...) share its hue, from dark to light in label order, in other line styles.
 """
 
 from __future__ import annotations
@@ -183,7 +182,7 @@ def _num(x) -> str:
 
 def _first_sentence(text: str, limit: int = 170) -> str:
   head = text.split(". ")[0].rstrip(".")
-  return head if len(head) <= limit else head[:limit - 1].rstrip() + "…"
+  return head if len(head) <= limit else head[:limit - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"  # at a word
 
 
 VERDICT_RANK = {"not reproduced": 0, "inconclusive": 1, "mixed": 2, "partly reproduced": 3, "reproduced": 4}
@@ -214,9 +213,9 @@ def one_minute(records: list[dict], info: dict) -> list[str]:
            + (f" Not run here: {info['not_run'].strip()}" if info.get("not_run") else ""), ""]
   lines += ["| headline claim | key number | verdict | reason |", "|---|---|---|---|"]
   for r in (r for r in papers_ if r.get("headline")):
-    reason = r.get("finding") or (r.get("needs") if r["verdict"] == "not evaluated" else r["why"])
+    reason = r.get("finding") or _first_sentence(r.get("needs") if r["verdict"] == "not evaluated" else r["why"], 160)
     lines.append(f"| [{r['id']}](#{anchor(r['id'])}): {_first_sentence(r['statement'], 120)} ({r['source']}) | "
-                 f"{key_number(r) if r.get('effect') else '-'} | **{r['verdict']}** | {_first_sentence(reason, 160)} |")
+                 f"{key_number(r) if r.get('effect') else '-'} | **{r['verdict']}** | {reason} |")
   lines.append("")
   if info.get("mechanisms"):
     lines += ["Mechanisms:", *(f"- {m}" for m in info["mechanisms"]), ""]

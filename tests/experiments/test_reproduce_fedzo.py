@@ -99,7 +99,7 @@ def test_fig1a_h_orders_the_four_h_per_seed(tmp_path):
   assert list(m.runs) == ["Fig. 1(a)"] and len(m.runs["Fig. 1(a)"]) == 5
   assert os.path.exists(tmp_path / m.figures[0])
   ev = _judge("fedzo.fig1a_H", m)
-  assert ev.verdict == "reproduced" and ev.results[0]["per_seed"] == pytest.approx([-3.0] * 5)
+  assert ev.verdict == "reproduced" and ev.results[0]["per_seed"] == pytest.approx([3.0] * 5)  # in the claim's favour
   # H = 50 above H = 20 on every seed: 10 of 15 adjacent steps agree, Page's test still holds over four levels.
   swapped = [[r[0], r[1], r[3], r[2], *r[4:]] for r in SPREAD]
   assert "10 of 15" in _judge("fedzo.fig1a_H", F.fig1a_h(Ctx(tmp_path, runs=_fig1a_seeds(swapped)))).results[0]["note"]

@@ -161,9 +161,9 @@ def test_fig1_heterogeneity_orders_the_rounds_to_the_gap_to_f_star(tmp_path):
   ev = _judge("fzoos.fig1_heterogeneity", Ctx(tmp_path, _hetero_runs(at), scale="paper"))
   assert ev.numbers["F*"] == pytest.approx(1 / 3000 - 0.025)
   assert ev.numbers["fzoos rounds to 90% of the gap F(x_0) - F* (F* = 1/(10 d) - 0.025) C=50"] == [20.0] * 10
-  # FedProx reaches the target at no C: it cannot show an order, so it is listed (resolution), not counted.
+  # FedProx reaches the target at no C: it does not work (broken baseline), so it is listed, not counted.
   assert ev.numbers["methods that reach the target at no C (not compared)"] == ["fedprox_zo"]
-  assert [r["outcome"] for r in ev.results] == ["holds", "holds", "resolution", "holds", "holds"], ev.why
+  assert [r["outcome"] for r in ev.results] == ["holds", "holds", "broken baseline", "holds", "holds"], ev.why
   assert ev.verdict == "reproduced"
   # The effect spans the levels every seed reached: SCAFFOLD II never reaches it at C = 50, so C = 5 -> 0.5.
   assert [r["effect"] for r in ev.results if r["outcome"] == "holds"] == [15.0, 15.0, 15.0, 5.0]
