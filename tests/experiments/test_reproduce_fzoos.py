@@ -180,19 +180,20 @@ def _cos_run(fz_cos, early, late, fd_cos=0.2):
 
 def test_fig4_reads_the_cosines_per_preset_and_the_early_and_late_steps(tmp_path):
   runs = {f"fig4{tag}_s{s}": _cos_run(0.5 + 0.01 * s, 0.6 + 0.01 * s, 0.4, fd_cos=0.2 + 0.02 * s)
-          for tag in ("", "_code") for s in range(5)}
+          for tag in ("", "_code") for s in range(10)}
   ctx = Ctx(tmp_path, runs, scale="paper")
   m = fz.fig4_cosine(ctx)
   assert sorted(m.values) == ["code preset", "paper preset"]
-  assert m.values["paper preset"]["fzoos"] == pytest.approx([0.5, 0.51, 0.52, 0.53, 0.54])
-  assert m.values["code preset"]["fedzo_fd"] == pytest.approx([0.2, 0.22, 0.24, 0.26, 0.28])
+  assert m.values["paper preset"]["fzoos"] == pytest.approx([0.5 + 0.01 * s for s in range(10)])
+  assert m.values["code preset"]["fedzo_fd"] == pytest.approx([0.2 + 0.02 * s for s in range(10)])
   steps = fz.fig4_steps(ctx)
-  assert steps.values["paper preset"] == {"early": pytest.approx([0.6, 0.61, 0.62, 0.63, 0.64]), "late": [0.4] * 5}
-  # Early above late on all 5 seeds of both presets: p = 1/32 each, 1/16 after Holm over the 2: too few seeds.
+  assert steps.values["paper preset"] == {"early": pytest.approx([0.6 + 0.01 * s for s in range(10)]),
+                                          "late": [0.4] * 10}
+  # Early above late on all 10 seeds of both presets: p = 1/1024 each, 1/512 after Holm over the 2.
   ev = _judge("fzoos.fig4_steps", ctx)
-  assert [r["p"] for r in ev.results] == [0.5 ** 5] * 2
-  assert [r["effect"] for r in ev.results] == pytest.approx([0.22, 0.22])
-  assert {r["outcome"] for r in ev.results} == {"too few seeds"} and ev.verdict == "inconclusive", ev.why
+  assert [r["p"] for r in ev.results] == [0.5 ** 10] * 2
+  assert [r["effect"] for r in ev.results] == pytest.approx([0.245, 0.245])
+  assert {r["outcome"] for r in ev.results} == {"holds"} and ev.verdict == "reproduced", ev.why
 
 
 def _paper_fig6(c, finals, start=3.0):
@@ -238,15 +239,15 @@ def _drop(at, n=25):
 def test_fig5_times_each_seed_to_its_own_t5_final_f_and_leaves_out_seeds_without_a_gain(tmp_path):
   def run(fz_at):
     return {"fzoos": _h(_drop(fz_at)), **{b: _h(_drop(12), 200) for b in FD}}
-  # T = 5 reaches its final F (0) at round 12; T = 20 at round 4 on seeds 0-2 and never on seeds 3-4.
-  runs = {**{f"fig5_T5_s{s}": run(12) for s in range(5)}, **{f"fig5_T20_s{s}": run(4 if s < 3 else None)
-                                                             for s in range(5)},
-          **{f"fig1_paper_C5_s{s}": run(8) for s in range(5)}}
+  # T = 5 reaches its final F (0) at round 12; T = 20 at round 4 on seeds 0-2 and never on seeds 3-9.
+  runs = {**{f"fig5_T5_s{s}": run(12) for s in range(10)}, **{f"fig5_T20_s{s}": run(4 if s < 3 else None)
+                                                              for s in range(10)},
+          **{f"fig1_paper_C5_s{s}": run(8) for s in range(10)}}
   ctx = Ctx(tmp_path, runs, scale="paper")
-  assert fz.fig5_t_helps(ctx).values == {"C=5": {"T=5": [12.0] * 5, "T=20": [4.0] * 3 + [math.inf] * 2}}
+  assert fz.fig5_t_helps(ctx).values == {"C=5": {"T=5": [12.0] * 10, "T=20": [4.0] * 3 + [math.inf] * 7}}
   gain = fz.fig5_t_gain(ctx)
   assert gain.values == {"C=5": {"fzoos": [3.0] * 3}}
-  assert gain.numbers["seeds on which T = 20 never reaches the T = 5 final F (no gain, left out)"] == 2
+  assert gain.numbers["seeds on which T = 20 never reaches the T = 5 final F (no gain, left out)"] == 7
   assert _judge("fzoos.fig5_t_gain", ctx).why.startswith("too few seeds")   # 3 seeds: p = 1/8 at best
   assert list(fz.fig5_t(ctx).runs) == ["T=5", "T=10", "T=20"]
 

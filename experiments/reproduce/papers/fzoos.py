@@ -3,7 +3,7 @@
 returns an :class:`~experiments.reproduce.engine.Measured` (runs per setting, or per-seed / per-target values),
 never a verdict; the diagnostic ``fzoos.c50_known`` keeps a rule of its own.
 
-Paper scale keeps App. E (quadratic d = 300, N = 5, T = 10, R = 50, M = 10,000, 5 seeds, C in {0.5, 5, 50});
+Paper scale keeps App. E (quadratic d = 300, N = 5, T = 10, R = 50, M = 10,000, 5 or 10 seeds, C in {0.5, 5, 50});
 the attack runs 15 MNIST targets (digits without ``mnist/`` in the data cache), the metric task 5 seeds on
 digits. Smoke scale: d = 20, M = 200, R = 4, one seed, C in {0.5, 50}, attack and metric on digits, R = 2.
 """
@@ -33,9 +33,9 @@ C_SMALL = 5.0  # "small heterogeneity": C <= 5
 FIG5_T = (5, 10, 20)  # Fig. 5's numbers T of local updates (T = 10 is Fig. 1's), at C = C_SMALL
 
 
-def _seeds(ctx: Context, variant: str = "") -> tuple[int, ...]:
-  """The seeds of a run set: 10 for Fig. 1's paper preset at paper scale (the protocol's n), else 5."""
-  return ctx.pick((0,), tuple(range(10 if variant == "paper" else 5)))
+def _seeds(ctx: Context, run_set: str = "") -> tuple[int, ...]:
+  """The seeds of a run set: 10 at paper scale (the protocol's n) for Fig. 1's paper preset and Figs. 4-5, else 5."""
+  return ctx.pick((0,), tuple(range(10 if run_set in ("paper", "fig4", "fig5") else 5)))
 
 
 def _quad(ctx: Context) -> dict:
@@ -50,7 +50,7 @@ def _cs(ctx: Context, variant: str) -> tuple[float, ...]:
 
 def _fig1(ctx: Context, variant: str, c: float, all_seeds: bool = False) -> list[dict[str, list[dict]]]:
   """The Fig. 1 runs of one preset and C, one per seed (``fzoos_fig1_quadratic.cfg``): the first 5 seeds, or
-  with ``all_seeds`` every seed of :func:`_seeds` (the Fig. 1 claims; the others pair them with 5-seed runs)."""
+  with ``all_seeds`` every seed of :func:`_seeds` (the Fig. 1 and 5 claims; others pair them with 5-seed runs)."""
   algs = ["fzoos", *FD] if variant == "paper" or ctx.scale == "paper" else ["fzoos", "fedzo_fd"]
   extra = {}
   if variant == "paper" and c == 50.0:
@@ -152,7 +152,7 @@ def _fig4(ctx: Context) -> dict[str, list]:
     return {"paper preset": _fig1(ctx, "paper", 0.5)}
   return {f"{v} preset": ctx.runs([(f"fig4{'' if v == 'paper' else '_' + v}_s{s}", "fzoos_fig4_cosine.cfg",
                                     dict(seed=s, **({} if v == "paper" else {"variant": v})))
-                                   for s in _seeds(ctx)]) for v in ("paper", "code")}
+                                   for s in _seeds(ctx, "fig4")]) for v in ("paper", "code")}
 
 
 def fig4_cosine(ctx: Context) -> engine.Measured:
@@ -233,11 +233,11 @@ def fig6a_m_gain(ctx: Context) -> engine.Measured:
 def _fig5(ctx: Context, t: int) -> list[dict[str, list[dict]]]:
   """Fig. 5 runs at T = ``t`` (C = 5, paper preset, FZooS and the FD baselines); T = 10 is Fig. 1's."""
   if t == 10:
-    return _fig1(ctx, "paper", C_SMALL)
+    return _fig1(ctx, "paper", C_SMALL, all_seeds=True)
   return ctx.runs([(f"fig5_T{t}_s{s}", "fzoos_fig1_quadratic.cfg",
                     dict(heterogeneity=C_SMALL, seed=s, variant="paper", algorithm=["fzoos", *FD], local_steps=t,
                          **_quad(ctx)))
-                   for s in _seeds(ctx)])
+                   for s in _seeds(ctx, "fig5")])
 
 
 def fig5_t(ctx: Context) -> engine.Measured:
