@@ -139,12 +139,12 @@ def _residual_runs(res, nores, seeds=5, spread=0.0):
     ((0.1, 0.6, 0.8), (0.1, 0.6, 0.8), ["undecided", "undecided"]),
 ])
 def test_fig2a_residual_pairs_the_seeds_at_the_middle_and_last_round(tmp_path, res, nores, outcomes):
-  m = F.fig2a_residual(PaperSeeds(tmp_path, runs=_residual_runs(res, nores, spread=0.05)))
+  m = F.fig2a_residual(PaperSeeds(tmp_path, runs=_residual_runs(res, nores, seeds=10, spread=0.05)))
   assert list(m.runs) == ["round 2", "round 4"]
   rows, _ = _judge("ffgb.fig2a_residual", m)
   assert [r.outcome for r in rows] == outcomes
   assert rows[1].effect == pytest.approx(100 * (res[2] - nores[2]), abs=1e-6) and rows[1].unit == "pp"
-  assert m.numbers["last-round mean gamma-hat ffgb"] == [0.5] * 5
+  assert m.numbers["last-round mean gamma-hat ffgb"] == [0.5] * 10
 
 
 def _k_runs(finals, spread=0.05, mids=None, seeds=5):

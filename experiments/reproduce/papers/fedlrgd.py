@@ -45,8 +45,7 @@ def _fidelity(ctx: Context, name: str, seeds: int = 10, **flags) -> tuple[dict[i
 
 
 def s2_fidelity(ctx: Context) -> engine.Measured:
-  """S2: each seed's log10 median relative gradient error per rank (a seed's ranks share its task, anchors and
-  test points: Page's test pairs them); smoke: 5 seeds."""
+  """S2: each seed's log10 median relative gradient error per rank (Page's test, paired by seed); smoke: 5 seeds."""
   per, res = _fidelity(ctx, "s2_fidelity", seeds=ctx.pick(5, 10))
   rows = {row["r"]: row for row in res["rows"]}
   numbers: dict = {}
@@ -66,8 +65,7 @@ def s2_fidelity(ctx: Context) -> engine.Measured:
 
 
 def _sweep(ctx: Context, settings: dict[str, dict[int, list[float]]], fig_name: str, title: str) -> engine.Measured:
-  """A fidelity sweep ``{setting: {r: per-seed errors}}`` as settings r = 8, 16 of per-seed log10 errors
-  (a seed's settings share its draws: paired), with the median-over-seeds error against r per setting."""
+  """A fidelity sweep ``{setting: {r: per-seed errors}}`` as settings r = 8, 16 of paired per-seed log10 errors."""
   curves = {f"fedlrgd-{label}": [sorted((r, sorted(v)[len(v) // 2]) for r, v in per.items())]
             for label, per in settings.items()}
   fig = plot_curves(os.path.join(ctx.root, "fig", fig_name), curves, "rank r", "median rel. gradient error",
@@ -104,7 +102,7 @@ def precision_measured(ratios: dict[int, list[float]]) -> engine.Measured:
 
 def precision(ctx: Context) -> engine.Measured:
   res = _load(ctx.script("precision", SUITE, flagfile=FLAGFILES + "fedlrgd_precision.cfg",
-                         ranks=ctx.pick("8,16", "8,12,16,20"), seeds=ctx.pick(1, 3), rounds=ctx.pick(50, 300)),
+                         ranks=ctx.pick("8,16", "8,12,16,20"), seeds=ctx.pick(1, 10), rounds=ctx.pick(50, 300)),
               "results.json")
   errs = {(row["r"], row["run"]): row["rel_err_per_seed"] for row in res["rows"]}
   # Paired by seed: each seed's runs share the task and the test points.
@@ -113,8 +111,7 @@ def precision(ctx: Context) -> engine.Measured:
 
 
 def _precision_record(record: dict) -> engine.Measured:
-  """The record's per-seed ratios (a list, or a Stat's JSON form in records made before the protocol): the
-  precision claim's ``from_record`` (its runs' outputs were not stored)."""
+  """The precision claim's ``from_record``: the record's per-seed ratios (a list, or an older record's Stat)."""
   return precision_measured({int(k[len(RATIO):]): v["values"] if isinstance(v, dict) else v
                              for k, v in record["numbers"].items() if k.startswith(RATIO)})
 
@@ -126,7 +123,7 @@ def _convergence(ctx: Context) -> list[dict]:
   """The S3 suite runs, one per seed: ``[{m: {method: records}}]`` with the suite's flags."""
   smoke = dict(clients_list=100, ranks=8, fedave_local_steps=10, fedave_rounds=50) if ctx.scale == "smoke" else {}
   return [_load(ctx.script(f"s3_convergence_s{s}", SUITE, flagfile=FLAGFILES + "fedlrgd_s3_convergence.cfg", seed=s,
-                           **smoke), "results.json") for s in ctx.pick((0,), (0, 1, 2, 3, 4))]
+                           **smoke), "results.json") for s in ctx.pick((0,), range(10))]
 
 
 def gamma_to_reach(records: list[dict], phi: float, eps: float) -> float:
@@ -142,8 +139,7 @@ def s3_convergence(ctx: Context) -> engine.Measured:
   runs = _convergence(ctx)
   values, numbers, figures = {}, {}, []
   for m in (k for k in runs[0] if k not in ("flags", "seconds")):
-    methods = runs[0][m]
-    for method in methods:
+    for method in (methods := runs[0][m]):
       numbers[f"final F - F_* m={m} {method}"] = Stat.of(run[m][method][-1]["gap"] for run in runs)
       for phi in (10.0, 100.0, 1000.0):
         numbers[f"Gamma to F - F_* <= 1e-5 m={m} phi={phi:g} {method}"] = Stat.of(
@@ -217,8 +213,7 @@ def s5_crossover(ctx: Context) -> engine.Measured:
 
 
 def _rank_study(ctx: Context, name: str = "rank_study", **change) -> str:
-  """Paper: MNIST-10k, K = 784, 25 epochs, k = 60, 500 coordinates, n = 1000 kernels (the flagfile), with
-  ``change``. Smoke: digits (embedded), K = 32, 5 epochs, k = 30, 100 coordinates, n = 256."""
+  """Paper: the flagfile's MNIST-10k run (K = 784, 25 epochs, k = 60), with ``change``; smoke: the digits below."""
   smoke = dict(dataset="digits", hidden=32, epochs=5, k=30, num_coords=100, t1_n=256) if ctx.scale == "smoke" else {}
   return ctx.script(name, RANK_STUDY, flagfile=MNIST, **change, **({} if change else smoke))
 
@@ -256,49 +251,54 @@ def _plot_rank_hists(path: str, panels: dict[str, list[int]], title: str) -> str
   return path
 
 
-def _appc_numbers(s: dict, label: str = "") -> dict:
+def _appc_numbers(runs: list[tuple[dict, list[int]]], label: str = "") -> dict:
   keys = ("median_rank", "frac_rank_le_5", "frac_rank_le_10", "max_rank", "ranked", "zero_slices", "train_accuracy",
           "test_accuracy", "p", "k")
-  return {f"{k.replace('_', ' ')}{label}": float(s[k]) for k in keys}
+  return {f"{k.replace('_', ' ')}{label}": [float(s[k]) for s, _ in runs] for k in keys}
+
+
+def _appc_runs(ctx: Context, name: str = "rank_study", **change) -> list[tuple[dict, list[int]]]:
+  """(App. C summary, ranks) per training seed: run ``name`` (seed 0), then ``name_s<seed>`` (paper: seeds 1-9)."""
+  outs = [_rank_study(ctx, name, **change)] + [_rank_study(ctx, f"{name}_s{seed}", **{"study": "appc", **change},
+                                                           seed=seed) for seed in ctx.pick((), range(1, 10))]
+  return [(_load(out, "summary.json")["appc"], _load(out, "ranks.json")) for out in outs]
 
 
 def appc_rank(ctx: Context) -> engine.Measured:
-  """App. C Fig. 1 (b): the shares of ranked slices with rank <= 10 and <= 5 above the paper's 80% and 50%."""
-  out = _rank_study(ctx)
-  s, ranks = _load(out, "summary.json")["appc"], _load(out, "ranks.json")
-  numbers = {**_appc_numbers(s), "all weights: median rank": s["all_weights"]["median_rank"],
-             "all weights: fraction rank <= 10": s["all_weights"]["frac_rank_le_10"]}
-  fig = _plot_rank_hists(os.path.join(ctx.root, "fig", "fedlrgd_appc_rank.png"), {f"{s['dataset']}, K = {s['hidden']}, "
-                         f"k = {s['k']}": ranks}, "App. C Fig. 1 (b): 90%-energy ranks of the non-trivial slices")
-  values = {"rank <= 10 (almost all: 80%)": {"mlp": [share_above(ranks, 10, 0.8)]},
-            "rank <= 5 (about half: 50%)": {"mlp": [share_above(ranks, 5, 0.5)]}}
+  """App. C Fig. 1 (b): per training seed, the shares of ranked slices with rank <= 10 and <= 5 above 80% and 50%."""
+  runs = _appc_runs(ctx)
+  numbers = {**_appc_numbers(runs), "all weights: median rank": [s["all_weights"]["median_rank"] for s, _ in runs],
+             "all weights: fraction rank <= 10": [s["all_weights"]["frac_rank_le_10"] for s, _ in runs]}
+  fig = _plot_rank_hists(os.path.join(ctx.root, "fig", "fedlrgd_appc_rank.png"), {"{dataset}, K = {hidden}, k = {k}"
+                         .format(**runs[0][0]): [r for _, ranks in runs for r in ranks]},
+                         "App. C Fig. 1 (b): 90%-energy ranks of the non-trivial slices (all seeds)")
+  values = {"rank <= 10 (almost all: 80%)": {"mlp": [share_above(ranks, 10, 0.8) for _, ranks in runs]},
+            "rank <= 5 (about half: 50%)": {"mlp": [share_above(ranks, 5, 0.5) for _, ranks in runs]}}
   return engine.Measured(values=values, numbers=numbers, figures=[_fig(ctx, fig)])
 
 
 def appc_variants(ctx: Context) -> engine.Measured:
-  """App. C Fig. 1's variants, one rank_study run each (paper scale); (d) from Fig. 1 (b)'s run."""
+  """App. C Fig. 1's variants, rank_study runs per training seed (paper scale); (d) from Fig. 1 (b)'s runs."""
   values, numbers, panels = {}, {}, {}
   for label, change in APPC_VARIANTS:
     if change is None:
-      share = _load(_rank_study(ctx), "summary.json")["appc"]["all_weights"]["frac_rank_le_10"]
-      values[label] = {"mlp": [100.0 * (share - 0.8)]}
+      values[label] = {"mlp": [100.0 * (s["all_weights"]["frac_rank_le_10"] - 0.8) for s, _ in _appc_runs(ctx)]}
       continue
-    out = _rank_study(ctx, "rank_study_" + label.split(":")[0], study="appc", **change)
-    panels[label] = ranks = _load(out, "ranks.json")
-    values[label] = {"mlp": [share_above(ranks, 10, 0.8)]}
-    numbers.update(_appc_numbers(_load(out, "summary.json")["appc"], f" {label}"))
+    runs = _appc_runs(ctx, "rank_study_" + label.split(":")[0], study="appc", **change)
+    panels[label] = [r for _, ranks in runs for r in ranks]
+    values[label] = {"mlp": [share_above(ranks, 10, 0.8) for _, ranks in runs]}
+    numbers.update(_appc_numbers(runs, f" {label}"))
   fig = _plot_rank_hists(os.path.join(ctx.root, "fig", "fedlrgd_appc_variants.png"), panels,
                          "App. C Fig. 1 variants: 90%-energy ranks of the non-trivial slices (red: 10)")
   return engine.Measured(values=values, numbers=numbers, figures=[_fig(ctx, fig)])
 
 
 def theorem1(ctx: Context) -> engine.Measured:
-  """Theorem 1 on 5 independent draws of (y, vartheta): seed 0 from the App. C run, the others from
-  ``--study=theorem1`` runs; per draw and (d, eta), the fitted slope minus the rate -2 eta/d."""
+  """Theorem 1 on 10 draws of (y, vartheta) (seed 0: the App. C run's): per draw and (d, eta), slope - (-2 eta/d)."""
   smoke = {"t1_n": 256} if ctx.scale == "smoke" else {}  # as the smoke App. C run's kernels
   seeds = [_load(_rank_study(ctx), "summary.json")["theorem1"]]
   seeds += [_load(ctx.script(f"theorem1_s{seed}", RANK_STUDY, flagfile=MNIST, study="theorem1", seed=seed, **smoke),
-                  "summary.json")["theorem1"] for seed in range(1, 5)]
+                  "summary.json")["theorem1"] for seed in range(1, ctx.pick(5, 10))]
   values, numbers = {}, {"seeds": float(len(seeds))}
   for i, row in enumerate(seeds[0]):
     key = f"d={row['d']} eta={row['eta']:g}"
@@ -316,10 +316,10 @@ def theorem1(ctx: Context) -> engine.Measured:
 
 def s1b_logistic(ctx: Context) -> engine.Measured:
   """S1 (b): per gradient coordinate q, the R^2 of an exponential and of a power-law fit to the soft-label
-  logistic kernels' singular values; 5 draws, each one rank_study run (seed 0's keeps its earlier name)."""
+  logistic kernels' singular values; 10 draws, each one rank_study run (seed 0's keeps its earlier name)."""
   runs = [_load(ctx.script("logistic_spectrum" + (f"_s{seed}" if seed else ""), RANK_STUDY, study="logistic",
                            t1_n=1000, **({"seed": seed} if seed else {})), "summary.json")["logistic"]
-          for seed in range(5)]
+          for seed in range(10)]
   values, numbers = {}, {"n = k": float(runs[0]["n"]), "d": float(runs[0]["d"])}
   for i, row in enumerate(runs[0]["coords"]):
     rows = [run["coords"][i] for run in runs]
