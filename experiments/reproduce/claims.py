@@ -556,8 +556,7 @@ class MissingEvidence(RuntimeError):
 
 
 def _marker_seconds(marker: str) -> float:
-  """The wall seconds a completion marker records (its first line, ``"797.7 s"``); 0 for a marker
-  without them."""
+  """The wall seconds a completion marker records (its first line, ``"797.7 s"``); 0 for a marker without them."""
   with open(marker) as f:
     text = f.read().split()
   try:
@@ -585,8 +584,7 @@ def stopped_on_divergence(out: str) -> bool:
 
 
 def _marker_command(marker: str) -> str | None:
-  """The command key a completion marker records (its second line); None for a marker written
-  before markers recorded it."""
+  """The command key a completion marker records (its second line); None for a marker written before that."""
   with open(marker) as f:
     lines = f.read().splitlines()
   return lines[1] if len(lines) > 1 else None

@@ -30,18 +30,17 @@ A declaration table (TOML)::
   after_data = true              # fixed after the runs it judges (VERDICTS §8)
   finding = "diverges at C = 50 in the authors' code too"   # the summary's one clause (optional)
 
-Required keys by form: ``better``/``equivalent``: ``claimed``, ``arms`` (``equivalent`` also
-``margin``); ``ordered``: ``arms``, the levels in the claimed order (the measure improves along
-them); ``bound``: ``claimed``, ``bound`` (the bound's rate); ``value``: ``claimed``, ``target``;
-``contrast``: ``claimed``, ``controls`` and ``test`` (the inner form: ``better`` or ``equivalent``
-against ``arms[0]``, ``value`` against ``target``, or ``bound`` against ``bound``).
-``not evaluated`` needs ``needs`` (the command or data it would take). ``check`` claims name
-their ``tests`` (pytest node ids). Optional: ``scales = ["paper"]`` (its runs exceed the smoke
-budget), ``paper_data = "cifar10"`` (it runs only on the paper's own data set), ``deterministic = true`` (a
-``bound`` or ``value`` measure its seeds do not change: compared exactly, :func:`protocol.seed_free`), and a measure
-function with a ``from_record`` attribute (record -> :class:`Measured`, or a diagnostic's ``Evidence``) judges
-a record whose runs' metrics were not stored from the numbers it keeps (its ``per`` attribute names them:
-``per-seed`` unless said, ``per-target``).
+Required keys by form: ``better``/``equivalent``: ``claimed``, ``arms`` (``equivalent`` also ``margin``);
+``ordered``: ``arms``, the levels in the claimed order (the measure improves along them); ``bound``: ``claimed``,
+``bound`` (the bound's rate); ``value``: ``claimed``, ``target``; ``contrast``: ``claimed``, ``controls`` and
+``test`` (the inner form: ``better`` or ``equivalent`` against ``arms[0]``, ``value`` against ``target``, or
+``bound`` against ``bound``). ``not evaluated`` needs ``needs`` (the command or data it would take). ``check``
+claims name their ``tests`` (pytest node ids). Optional: ``scales = ["paper"]`` (its runs exceed the smoke budget),
+``paper_data = "cifar10"`` (it runs only on the paper's own data set), ``deterministic = true`` (a ``bound`` or
+``value`` measure its seeds do not change: compared exactly, :func:`protocol.seed_free`), and a measure function
+with a ``from_record`` attribute (record -> :class:`Measured`, or a diagnostic's ``Evidence``) judges a record whose
+runs' metrics were not stored from the numbers it keeps (its ``per`` attribute names them: ``per-seed`` unless said,
+``per-target``).
 """
 
 from __future__ import annotations
@@ -71,9 +70,9 @@ class MeasureSpec:
   """What one run (or one seed) becomes: the number a claim compares.
 
   Attributes:
-    kind: ``final`` (the metric's last finite value), ``reach`` (the first ``x`` at which the metric
-      closes ``1 - fraction`` of the seed's initial gap to its floor; never is ``inf``, censored), or
-      ``custom`` (per-claim code computes it; ``name`` says what it is).
+    kind: ``final`` (the metric's last finite value), ``reach`` (the first ``x`` at which the metric closes ``1 -
+      fraction`` of the seed's initial gap to its floor; never is ``inf``, censored), or ``custom`` (per-claim code
+      computes it; ``name`` says what it is).
     metric: the record field (``objective``, ``attack_accuracy``, ...).
     x: ``round`` or ``queries`` (``reach`` only).
     fraction: the gap a ``reach`` target leaves (0.1: 90% closed).

@@ -45,7 +45,7 @@ POWER_DRAWS, POWER_SEED = 2000, 0  # simulated replications of a power computati
 FORMS = ("better", "ordered", "equivalent", "bound", "contrast", "value")
 COUNTED = ("holds", "opposite", "undecided")
 GATES = ("broken baseline", "saturated", "resolution", "does not discriminate", "too few seeds", "too few levels",
-         "baseline untuned", "trivial")  # trivial: any run would pass it (VERDICTS.md §3, non-trivial)
+         "baseline untuned", "trivial", "out of range")  # any run passes it; outside the theorem's range
 """Outcomes that are not counted (VERDICTS.md §3-4); ``baseline untuned``: a baseline's best learning rate sits
 at its grid's edge, so it is not known to work at its best."""
 VERDICTS = ("reproduced", "partly reproduced", "mixed", "not reproduced", "inconclusive")

@@ -327,3 +327,12 @@ def test_theorem1_measures_each_draws_slope_against_the_rate(tmp_path, slopes_ok
   assert ctx.flags["theorem1_s4"] == {"flagfile": F.MNIST, "study": "theorem1", "seed": 4, "t1_n": 256}
   ev = judged("fedlrgd.theorem1", ctx)       # 6 comparisons at n = 5: unanimity gives p = 6/32 after Holm
   assert ev.verdict == "inconclusive" and "too few seeds" in ev.why
+
+
+def test_theorem1_lists_a_setting_whose_threshold_lies_above_most_fitted_ranks(tmp_path):
+  outs = {name: rank_summary(0.9, 4.0) for name in ("rank_study", *(f"theorem1_s{k}" for k in range(1, 5)))}
+  for out in outs.values():
+    out["summary.json"]["theorem1"][3]["threshold"] = 61.5  # d = 2, eta = 0.5: the rate holds from r = 62 of 1..64
+  ctx = ScriptContext(tmp_path, outs)
+  assert F.theorem1(ctx).gates == {"d=2 eta=0.5": {"kernel": "out of range"}}
+  assert [r["outcome"] for r in judged("fedlrgd.theorem1", ctx).results].count("out of range") == 1
