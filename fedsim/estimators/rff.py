@@ -96,7 +96,7 @@ def fast_cos(a):
   cosine by a scalar libm call per element. Cephes' method: j = the even integer nearest 4|a|/pi from below
   (floor, rounded up to even), z = |a| - j pi/4 in three exact steps, the sin or cos minimax polynomial
   of z by the octant j mod 8. Where some |a| exceeds FAST_COS_MAX (not reached by FZooS's V x + b)
-  the whole array takes ``jnp.cos``. Other dtypes: ``jnp.cos`` (XLA's float32 cosine is vectorised).
+  the whole array takes ``jnp.cos``. Other dtypes: ``jnp.cos``.
   """
   if a.dtype != jnp.float64:
     return jnp.cos(a)
