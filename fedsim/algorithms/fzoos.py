@@ -521,7 +521,8 @@ def _nearest_from_approx(h: History, p, approx, n):
   """
   H, d = h.X.shape
   K = min(H, 2 * n)
-  neg32, cand = jax.lax.top_k(-approx, K)
+  # Only the index output of this top_k is used (so XLA's float32 top-k applies, not a sort).
+  _, cand = jax.lax.top_k(-approx, K)
   cand = jnp.sort(cand)
   neg, sub = jax.lax.top_k(-_row_distances(h.X[cand], h.valid[cand], p), n)
   idx = cand[sub]
@@ -529,7 +530,7 @@ def _nearest_from_approx(h: History, p, approx, n):
     return neg, idx
   u = 2.0 ** -24
   gamma = (d + 2) * u / (1.0 - (d + 2) * u)
-  v = -neg32[K - 1].astype(h.X.dtype)
+  v = jnp.max(approx[cand]).astype(h.X.dtype)
   pn = jnp.sqrt(jnp.sum(p * p)) * (1.0 + 1e-12)
   r = (jnp.sqrt(v / (1.0 + gamma)) - 2.0 * u * (1.0 + u) * pn) / (1.0 + u) ** 2
   lower = jnp.where(r > 0, r * r, 0.0) * (1.0 - 4.0 * (d + 2) * float(jnp.finfo(h.X.dtype).eps))
