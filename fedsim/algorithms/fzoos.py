@@ -188,6 +188,13 @@ class FZooSConfig:
       presets). FZooS amplifies round-off about 3x per round (its active queries are discrete
       choices), so the two curves agree to ~1e-10 for 5 rounds and then part like two
       seeds' (docs/reproduction/HISTORY.md, 2026-11-29: Fig. 1's verdicts on both).
+    rff_float32: 0 (the default): the RFF fit (eq. 6) in the run's dtype. 1 (opt-in, reduced
+      precision): a float64 run fits in float32 (features, Gram and their cache, the Cholesky
+      solve with rffm.float32_jitter's floor u tr(Phi Phi^T) on sigma^2), w cast back: the
+      Gram products at twice the rate and the cache at half the memory; w is not the float64
+      fit's to round-off (the jitter regularises the directions float32 cannot resolve; eq. 7's
+      gradient within a few % of float64's, tests/algorithms/test_fzoos.py), so its curves are
+      a change to be judged against the float64 ones before it could be a default.
     history_size: per-client history slots; 0 (default): the whole run,
       init_queries + rounds x queries_per_client_round (at least the windows);
       H > 0: a ring of the last H queries (module docstring, "History").
@@ -234,6 +241,10 @@ class FZooSConfig:
                           "(2.2x faster; same weights up to round-off, which FZooS amplifies after ~5 rounds); "
                           "0 recomputes them every round (no state; the curves of earlier fedsim versions)",
                           choices=(0, 1), source="implementation")
+  rff_float32: int = hparam(0, help="1 fits the RFF weights (eq. 6: features, Gram, their cache, the solve) in "
+                            "float32 in a float64 run, with the float32 jitter u tr(Phi Phi^T) (reduced precision, "
+                            "opt-in: not the float64 fit to round-off); 0 (default): the run's dtype",
+                            choices=(0, 1), source="implementation; fedsim.estimators.rff.float32_jitter")
   history_size: int = hparam(0, help="FZooS per-client history slots: 0 = the whole run (from rounds), "
                              "H > 0 = ring of the last H queries", low=0, source="Shu et al. 2023, Alg. 2")
   rounds: int = hparam(0, help="rounds of the run (set by the run; sizes the history when history_size = 0)",
@@ -598,7 +609,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       raise ValueError(f"unknown {field} {value!r}; accepted: {', '.join(accepted)}")
   if max(cfg.gp_window, cfg.rff_window) > cfg.history_size:
     raise ValueError(f"history_size={cfg.history_size} must be >= gp_window and rff_window")
-  for field in ("accept_if_improves", "track_cosine", "rff_cache", "project"):
+  for field in ("accept_if_improves", "track_cosine", "rff_cache", "rff_float32", "project"):
     if getattr(cfg, field) not in (0, 1):
       raise ValueError(f"{field} must be 0 or 1; got {getattr(cfg, field)!r}")
   if cfg.local_steps < 1 or cfg.num_rff < 1:
@@ -625,7 +636,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
                    valid=jnp.zeros((N, H), bool), ptr=jnp.zeros((N,), jnp.int32),
                    stamp=jnp.full((N, H), -1, jnp.int32), written=jnp.zeros((N,), jnp.int32),
                    X32=None if dt == jnp.float32 else jnp.zeros((N, H, d), jnp.float32))
-    cache = rffm.empty_cache(cfg.rff_window if cfg.rff_cache else 0, M, dt)
+    cache = rffm.empty_cache(cfg.rff_window if cfg.rff_cache else 0, M, jnp.float32 if cfg.rff_float32 else dt)
     cache = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (N,) + a.shape), cache)
     return FZooSState(x=x0, round=jnp.int32(0), hist=hist, w_local=jnp.zeros((N, M), dt),
                       w_global=jnp.zeros((M,), dt), rff=shared, cosine=jnp.zeros((T,), dt),
@@ -719,13 +730,16 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     """Every client's RFF weights on its window (eq. 6; [code] weights scaled back by ymax - ymin);
     window: (X, y, mask, ids, span) with a leading client axis. Returns ((N, M) w, caches)."""
     Xw, yt, mw, ids, span = window
+    dt = Xw.dtype
+    if cfg.rff_float32:                  # reduced precision, opt-in (FZooSConfig.rff_float32)
+      rff, Xw, yt = jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), (rff, Xw, yt))
     if cfg.rff_cache:
       # The clients one after another (the cached fit's loop runs to each client's own new rows), each
       # client's cache updated in place in the state's (N, ...) arrays: no copy of a feature block.
       w, cache = rffm.fit_weights_cached(rff, Xw, yt, mw, ids, cache, cfg.rff_ridge, fit_chunk)  # eq. (6)
     else:
       w = jax.vmap(rffm.fit_weights, in_axes=(None, 0, 0, 0, None))(rff, Xw, yt, mw, cfg.rff_ridge)  # eq. (6)
-    return span[:, None] * w, cache
+    return span[:, None] * w.astype(dt), cache
 
   # Placement (issue 46): on a mesh of several devices every device computes every client, as one
   # device does. Splitting the client vmap over devices changes each device's batch and with it the
