@@ -30,10 +30,13 @@ the queries' write stamps (History.stamp), so a fit computes them only for the ~
 window, written into free slots in place, and solves eq. 6 in slot order (rffm.fit_weights_cached; w
 agrees with rffm.fit_weights to round-off: ~1e-11 relative at the Fig. 1 setting, within the plain
 fit's own difference between row orders in the tests); ``rff_cache = 0`` is the earlier versions'
-fit (FZooSConfig.rff_cache says how the two curves compare). The nearest-point windows read only the
-history slots written so far (:func:`_distances`, in blocks), take float32 top-k candidates and an
-exact float64 top_k on them, certified or redone in full (:func:`_nearest`, the same slots as
-``lax.top_k``), and reuse the distances to a centre across the writes that follow it
+fit (FZooSConfig.rff_cache says how the two curves compare); its new rows' cosines are
+rffm.fast_cos's (vectorised; XLA's float64 cosine is a scalar call per element). The nearest-point
+windows scan only the history slots written so far (:func:`_distances`, in blocks), in float32 from a
+float32 copy of a float64 history (History.X32: half the bytes, twice the SIMD width), take its 2n
+nearest as candidates and an exact float64 top_k on their exact distances, certified by a bound on
+float32's rounding or redone in full (:func:`_nearest_from_approx`: the same slots as ``lax.top_k``
+on the exact distances), and reuse the distances to a centre across the writes that follow it
 (:func:`_write_tracked`: one pass over the history per local step, not two); the last local step (t
 = T, which makes no active queries) computes none. A Cholesky factor is retried only where it is not
 finite (fedsim.estimators.cholesky), and the active queries' uncertainty reuses the GP fit's X X^T.
@@ -185,6 +188,13 @@ class FZooSConfig:
       presets). FZooS amplifies round-off about 3x per round (its active queries are discrete
       choices), so the two curves agree to ~1e-10 for 5 rounds and then part like two
       seeds' (docs/reproduction/HISTORY.md, 2026-11-29: Fig. 1's verdicts on both).
+    rff_float32: 0 (the default): the RFF fit (eq. 6) in the run's dtype. 1 (opt-in, reduced
+      precision): a float64 run fits in float32 (features, Gram and their cache, the Cholesky
+      solve with rffm.float32_jitter's floor u tr(Phi Phi^T) on sigma^2), w cast back: the
+      Gram products at twice the rate and the cache at half the memory; w is not the float64
+      fit's to round-off (the jitter regularises the directions float32 cannot resolve; eq. 7's
+      gradient within a few % of float64's, tests/algorithms/test_fzoos.py), so its curves are
+      a change to be judged against the float64 ones before it could be a default.
     history_size: per-client history slots; 0 (default): the whole run,
       init_queries + rounds x queries_per_client_round (at least the windows);
       H > 0: a ring of the last H queries (module docstring, "History").
@@ -231,6 +241,10 @@ class FZooSConfig:
                           "(2.2x faster; same weights up to round-off, which FZooS amplifies after ~5 rounds); "
                           "0 recomputes them every round (no state; the curves of earlier fedsim versions)",
                           choices=(0, 1), source="implementation")
+  rff_float32: int = hparam(0, help="1 fits the RFF weights (eq. 6: features, Gram, their cache, the solve) in "
+                            "float32 in a float64 run, with the float32 jitter u tr(Phi Phi^T) (reduced precision, "
+                            "opt-in: not the float64 fit to round-off); 0 (default): the run's dtype",
+                            choices=(0, 1), source="implementation; fedsim.estimators.rff.float32_jitter")
   history_size: int = hparam(0, help="FZooS per-client history slots: 0 = the whole run (from rounds), "
                              "H > 0 = ring of the last H queries", low=0, source="Shu et al. 2023, Alg. 2")
   rounds: int = hparam(0, help="rounds of the run (set by the run; sizes the history when history_size = 0)",
@@ -347,13 +361,16 @@ def with_accept_if_improves(alg: FederatedAlgorithm, task: Task) -> FederatedAlg
 class History(NamedTuple):
   """One client's ring buffer: X (H, d), y (H,), valid (H,) bool, ptr () int32; stamp (H,)
   int32 the write index of each slot's query (0, 1, ... over the run; -1 empty), written ()
-  int32 the queries written so far (the RFF fit cache's row ids, rffm.fit_weights_cached)."""
+  int32 the queries written so far (the RFF fit cache's row ids, rffm.fit_weights_cached);
+  X32 (H, d) float32 fl32(X) (None: X is float32, or no copy), from which the windows' distance
+  scans read (:func:`_approx_distances`)."""
   X: jax.Array
   y: jax.Array
   valid: jax.Array
   ptr: jax.Array
   stamp: jax.Array
   written: jax.Array
+  X32: jax.Array | None = None
 
 
 class FZooSState(NamedTuple):
@@ -396,7 +413,9 @@ def _write(h: History, X, y, do=True) -> History:
                  valid=h.valid.at[idx].set(jnp.where(do, True, h.valid[idx]), unique_indices=True),
                  ptr=(h.ptr + k * do.astype(jnp.int32)) % H,
                  stamp=h.stamp.at[idx].set(jnp.where(do, stamps, h.stamp[idx]), unique_indices=True),
-                 written=h.written + k * do.astype(jnp.int32))
+                 written=h.written + k * do.astype(jnp.int32),
+                 X32=None if h.X32 is None else h.X32.at[idx].set(
+                     jnp.where(do, X.astype(jnp.float32), h.X32[idx]), unique_indices=True))
 
 
 @jax.named_scope("nearest")
@@ -441,45 +460,110 @@ def _row_distances(X, valid, p):
 DISTANCE_BLOCK = 512
 
 
+def _source(h: History, dtype):
+  """The history's rows in ``dtype``: X, or its float32 copy X32 (X cast where there is none)."""
+  if dtype == h.X.dtype:
+    return h.X
+  return h.X32 if h.X32 is not None and dtype == jnp.float32 else h.X.astype(dtype)
+
+
 @jax.named_scope("distances")
-def _distances(h: History, p):
-  """(H,) squared distances ||X_j - p||^2 from p to every slot; inf at empty slots.
+def _distances(h: History, p, dtype=None):
+  """(H,) squared distances ||X_j - p||^2 from p to every slot; inf at empty slots. ``dtype``
+  float32 (of a float64 history): computed from fl32(X) and fl32(p) in float32
+  (:func:`_approx_distances`); None: X's dtype, exact.
 
   The written slots are the first min(written, H) (a ring fills from slot 0), so only those
   are read, DISTANCE_BLOCK rows at a time: a round early in a run reads a few hundred of the
   H slots instead of all. Each row by :func:`_row_distances`, so the values are the
   whole-history pass's (tests/algorithms/test_fzoos.py)."""
-  H = h.X.shape[0]
+  dtype = h.X.dtype if dtype is None else dtype
+  X, p = _source(h, dtype), p.astype(dtype)
+  H = X.shape[0]
   if H <= DISTANCE_BLOCK:
-    return _row_distances(h.X, h.valid, p)
+    return _row_distances(X, h.valid, p)
   B = DISTANCE_BLOCK
   blocks = (jnp.minimum(h.written, H) + B - 1) // B
 
   def block(b, dist):
     start = jnp.minimum(b * B, H - B)        # the last block may overlap the previous one
-    rows = _row_distances(jax.lax.dynamic_slice_in_dim(h.X, start, B),
+    rows = _row_distances(jax.lax.dynamic_slice_in_dim(X, start, B),
                           jax.lax.dynamic_slice_in_dim(h.valid, start, B), p)
     return jax.lax.dynamic_update_slice_in_dim(dist, rows, start, 0)
 
-  return jax.lax.fori_loop(0, blocks, block, jnp.full((H,), jnp.inf, h.X.dtype))
+  return jax.lax.fori_loop(0, blocks, block, jnp.full((H,), jnp.inf, dtype))
+
+
+def _approx_distances(h: History, p):
+  """:func:`_distances` for choosing windows: in float32 from the float32 copy of a float64 history
+  (half the bytes of a scan, twice the SIMD width), which :func:`_window_slots` certifies or redoes;
+  a float32 history's exact distances."""
+  return _distances(h, p, jnp.float32)
 
 
 def _write_tracked(h: History, dist, p, X, y, do=True):
-  """:func:`_write` of the k rows X that also keeps ``dist`` = :func:`_distances` (h, p) current:
-  only the written slots' distances are computed (k d work instead of H d), each by the same
+  """:func:`_write` of the k rows X that also keeps ``dist`` = :func:`_distances` (h, p, dist.dtype)
+  current: only the written slots' distances are computed (k d work instead of H d), each by the same
   row formula: a full recomputation's to a few ulps (XLA may order a row's sum differently for
   another batch shape) and the same windows (tests/algorithms/test_fzoos.py); the Fig. 1 round's
   curve is bit for bit the one of a full recomputation each step."""
   _, idx = _ring_rows(h, X.shape[0])
   h = _write(h, X, y, do)
-  return h, dist.at[idx].set(_row_distances(h.X[idx], h.valid[idx], p), unique_indices=True)
+  rows = _row_distances(_source(h, dist.dtype)[idx], h.valid[idx], p.astype(dist.dtype))
+  return h, dist.at[idx].set(rows, unique_indices=True)
+
+
+@jax.named_scope("nearest")
+def _nearest_from_approx(h: History, p, approx, n):
+  """``_nearest(_distances(h, p), n)`` (the exact float64 top_k: the same slots in the same order)
+  from approx = :func:`_approx_distances` (h, p), float32 distances of a float64 history.
+
+  The K = min(H, 2n) smallest of approx are the candidates; their exact distances (by
+  :func:`_row_distances`, in slot order, so exact ties go to the lower slot as in ``lax.top_k``)
+  give the n nearest among them. Exact when every other slot is farther than the n-th chosen
+  distance d_n. With u = 2^-24, the float32 rounding of X, of p and of each difference moves
+  ||X_j - p|| by at most u ||t~|| + u (1 + u)(||X_j|| + ||p||), ||X_j|| <= ||p|| + ||X_j - p||, and
+  a float32 sum of d squares is within gamma = (d + 2) u / (1 - (d + 2) u) of its value (Higham,
+  Accuracy and Stability of Numerical Algorithms, §3.1), so a slot with approx >= v (the K-th
+  candidate's) is at least r = (sqrt(v / (1 + gamma)) - 2 u (1 + u) ||p||) / (1 + u)^2 from p;
+  r^2 (1 - 4 (d + 2) eps64) > d_n certifies (as do v = inf: the others are empty). Otherwise
+  (near-ties at the boundary) the exact distances of every slot and :func:`_nearest` run (a loop of
+  0 or 1 steps, so a ``vmap`` pays it only when some client needs it).
+  """
+  H, d = h.X.shape
+  K = min(H, 2 * n)
+  # Only the index output of this top_k is used (so XLA's float32 top-k applies, not a sort).
+  _, cand = jax.lax.top_k(-approx, K)
+  cand = jnp.sort(cand)
+  neg, sub = jax.lax.top_k(-_row_distances(h.X[cand], h.valid[cand], p), n)
+  idx = cand[sub]
+  if K == H:
+    return neg, idx
+  u = 2.0 ** -24
+  gamma = (d + 2) * u / (1.0 - (d + 2) * u)
+  v = jnp.max(approx[cand]).astype(h.X.dtype)
+  pn = jnp.sqrt(jnp.sum(p * p)) * (1.0 + 1e-12)
+  r = (jnp.sqrt(v / (1.0 + gamma)) - 2.0 * u * (1.0 + u) * pn) / (1.0 + u) ** 2
+  lower = jnp.where(r > 0, r * r, 0.0) * (1.0 - 4.0 * (d + 2) * float(jnp.finfo(h.X.dtype).eps))
+  ok = jnp.isposinf(v) | (lower > -neg[n - 1])
+
+  def full(carry):
+    hb, pb, _ = jax.lax.optimization_barrier((h, p, carry))   # not hoisted out of the loop
+    return (*_nearest(_distances(hb, pb), n), jnp.bool_(True))
+
+  neg, idx, _ = jax.lax.while_loop(lambda c: ~c[2], full, (neg, idx, ok))
+  return neg, idx
 
 
 def _window_slots(h: History, p, n, dist=None):
   """The slots of the n valid points nearest to p, nearest first: (idx (n,), mask (n,));
-  ``dist``: :func:`_distances` (h, p) when the caller keeps it (else computed here)."""
+  ``dist``: :func:`_distances` (h, p) or :func:`_approx_distances` (h, p) when the caller keeps it
+  (else the exact ones are computed here); the same windows either way."""
   dist = _distances(h, p) if dist is None else dist
-  neg, idx = _nearest(dist, n)
+  if dist.dtype == h.X.dtype:
+    neg, idx = _nearest(dist, n)
+  else:
+    neg, idx = _nearest_from_approx(h, p, dist, n)
   return idx, jnp.isfinite(neg) & h.valid[idx]
 
 
@@ -525,7 +609,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
       raise ValueError(f"unknown {field} {value!r}; accepted: {', '.join(accepted)}")
   if max(cfg.gp_window, cfg.rff_window) > cfg.history_size:
     raise ValueError(f"history_size={cfg.history_size} must be >= gp_window and rff_window")
-  for field in ("accept_if_improves", "track_cosine", "rff_cache", "project"):
+  for field in ("accept_if_improves", "track_cosine", "rff_cache", "rff_float32", "project"):
     if getattr(cfg, field) not in (0, 1):
       raise ValueError(f"{field} must be 0 or 1; got {getattr(cfg, field)!r}")
   if cfg.local_steps < 1 or cfg.num_rff < 1:
@@ -550,8 +634,9 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     shared = rffm.draw(shared_key, M, d, cfg.lengthscale, dt)   # the run's shared stream
     hist = History(X=jnp.zeros((N, H, d), dt), y=jnp.zeros((N, H), dt),
                    valid=jnp.zeros((N, H), bool), ptr=jnp.zeros((N,), jnp.int32),
-                   stamp=jnp.full((N, H), -1, jnp.int32), written=jnp.zeros((N,), jnp.int32))
-    cache = rffm.empty_cache(cfg.rff_window if cfg.rff_cache else 0, M, dt)
+                   stamp=jnp.full((N, H), -1, jnp.int32), written=jnp.zeros((N,), jnp.int32),
+                   X32=None if dt == jnp.float32 else jnp.zeros((N, H, d), jnp.float32))
+    cache = rffm.empty_cache(cfg.rff_window if cfg.rff_cache else 0, M, jnp.float32 if cfg.rff_float32 else dt)
     cache = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (N,) + a.shape), cache)
     return FZooSState(x=x0, round=jnp.int32(0), hist=hist, w_local=jnp.zeros((N, M), dt),
                       w_global=jnp.zeros((M,), dt), rff=shared, cosine=jnp.zeros((T,), dt),
@@ -559,7 +644,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
 
   @jax.named_scope("local_gp")
   def local_gp(h: History, x, dist):
-    """The normalised GP on the gp_window points nearest to x (``dist``: _distances(h, x)); (post, span)."""
+    """The normalised GP on the gp_window points nearest to x (``dist``: _approx_distances(h, x)); (post, span)."""
     Xw, yw, mw = _window(h, x, cfg.gp_window, dist)
     lo, span = _minmax(yw, mw)
     yt = (yw - lo) / span
@@ -572,10 +657,10 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
   @jax.named_scope("active_queries")
   def active(h: History, client, center, radius, num_cand, num_keep, key):
     """Queries the num_keep most uncertain of num_cand candidates center + radius U[-1,1]^d
-    (uncertainty = tr dsigma^2 of the GP around center, eq. 5). Returns (h, _distances(h, center))
+    (uncertainty = tr dsigma^2 of the GP around center, eq. 5). Returns (h, _approx_distances(h, center))
     after the writes, which the caller's next window around ``center`` reuses."""
     cand = center + radius * jax.random.uniform(key, (num_cand, d), center.dtype, -1.0, 1.0)
-    dist = _distances(h, center)
+    dist = _approx_distances(h, center)
     post, _ = local_gp(h, center, dist)
     score = gpm.posterior_grad_cov_trace(kind, post, cand)
     _, top = jax.lax.top_k(score, num_keep)                          # the MOST uncertain (largest trace)
@@ -593,7 +678,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     dw = w_glob - w_loc
 
     def descend(x, opt_state, h, dist, t):
-      """Local step t (dist = _distances(h, x)): eq. 8's step from x, then y_i at the new iterate."""
+      """Local step t (dist = _approx_distances(h, x)): eq. 8's step from x, then y_i at the new iterate."""
       post, span = local_gp(h, x, dist)
       g = span * gpm.posterior_mean_grad(kind, post, x)                 # eq. (5)
       p = x if cfg.correction_point == "current" else x_start
@@ -620,7 +705,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
                        jax.random.fold_in(k_loc, t))
       return (x, opt_state, h, dist), cos
 
-    carry, cos = jax.lax.scan(step, (x_start, opt.init(x_start), h, _distances(h, x_start)),
+    carry, cos = jax.lax.scan(step, (x_start, opt.init(x_start), h, _approx_distances(h, x_start)),
                               jnp.arange(1, T, dtype=jnp.int32))        # t = 1..T-1
     x, opt_state, h, dist = carry
     x, _, h, cos_last = descend(x, opt_state, h, dist, jnp.int32(T))        # t = T: no active queries
@@ -645,13 +730,16 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     """Every client's RFF weights on its window (eq. 6; [code] weights scaled back by ymax - ymin);
     window: (X, y, mask, ids, span) with a leading client axis. Returns ((N, M) w, caches)."""
     Xw, yt, mw, ids, span = window
+    dt = Xw.dtype
+    if cfg.rff_float32:                  # reduced precision, opt-in (FZooSConfig.rff_float32)
+      rff, Xw, yt = jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), (rff, Xw, yt))
     if cfg.rff_cache:
       # The clients one after another (the cached fit's loop runs to each client's own new rows), each
       # client's cache updated in place in the state's (N, ...) arrays: no copy of a feature block.
       w, cache = rffm.fit_weights_cached(rff, Xw, yt, mw, ids, cache, cfg.rff_ridge, fit_chunk)  # eq. (6)
     else:
       w = jax.vmap(rffm.fit_weights, in_axes=(None, 0, 0, 0, None))(rff, Xw, yt, mw, cfg.rff_ridge)  # eq. (6)
-    return span[:, None] * w, cache
+    return span[:, None] * w.astype(dt), cache
 
   # Placement (issue 46): on a mesh of several devices every device computes every client, as one
   # device does. Splitting the client vmap over devices changes each device's batch and with it the
