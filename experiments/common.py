@@ -97,7 +97,10 @@ _NOT_FLAGS = ("algorithms", "hparams", "task_options", "progress", "flags", "sou
 
 def define_flags():
   """Defines the core flags (DESIGN.md): one per ``fedsim.ExperimentConfig`` field (made from its
-  metadata), the task options and the multi-host flags; then the hyperparameter flags."""
+  metadata), the task options and the multi-host flags; then the hyperparameter flags. Once per process:
+  a second call (``experiments.run`` imported after ``experiments.sweep``, or the other way) does nothing."""
+  if "algorithm" in flags.FLAGS:
+    return
   flags.DEFINE_list("algorithm", ["fedavg", "fedzo"],
                     "comma-separated algorithms run side by side, each NAME or NAME:HP=VALUE[:HP=VALUE] "
                     f"(e.g. fedzo:local_steps=20); NAME in: {', '.join(algorithms.REGISTRY)}")

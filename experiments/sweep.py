@@ -73,8 +73,7 @@ from fedsim.files import atomic_open, atomic_write
 from fedsim.runner import enable_compilation_cache, series_style, set_blas_threads
 
 FLAGS = flags.FLAGS
-if "algorithm" not in FLAGS:  # experiments.run may have defined them in this process
-  common.define_flags()
+common.define_flags()  # a no-op when experiments.run defined them in this process
 flags.DEFINE_multi_string("sweep", [], "NAME=V1,V2,...: sweep the run flag or hyperparameter NAME "
                           "over the values (repeatable; the grid is the product)")
 flags.DEFINE_integer("seeds", 1, "K: every configuration runs with seeds 0..K-1 (batched)")

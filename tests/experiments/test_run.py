@@ -187,3 +187,12 @@ def test_a_grid_that_diverges_in_part_finishes_and_exits_3(tmp_path):
   assert proc.returncode == 3, proc.stderr[-2000:]
   assert "finished; stopped on a non-finite objective: fedavg-lr=1e38 (exit 3)" in proc.stderr
   assert _metrics(tmp_path / "fedavg-lr=0.1" / "metrics.jsonl")[-1]["round"] == 3
+
+
+def test_run_and_sweep_import_in_either_order_in_one_process():
+  # common.define_flags runs once per process: a test worker that imported experiments.sweep first must still
+  # be able to import experiments.run (its import defines the flags too).
+  for first, second in (("sweep", "run"), ("run", "sweep")):
+    code = f"from experiments import {first}; from experiments import {second}; print('ok')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert proc.stdout.strip() == "ok", proc.stderr[-2000:]
