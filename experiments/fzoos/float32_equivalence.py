@@ -192,6 +192,12 @@ def main(argv):
     lines.append(f"| {setting[2:]} | {measure} | {len(r.per_seed)} | {r.effect:+.3g} | "
                  f"[{r.interval[0]:+.3g}, {r.interval[1]:+.3g}] | ±{margin_of(measure)[0]:g} {r.unit} | "
                  f"{r.outcome} | {r.p:.3g} |")
+  for r in rows:
+    censored = sum(not math.isfinite(d) for d in r.per_seed)
+    if censored:
+      lines.append(f"\n- {r.setting}: {censored} of {len(r.per_seed)} seeds have no finite difference (a run never "
+                   "reached the target: `inf`); `protocol.equivalent` cannot hold on them (p and the interval "
+                   "are NaN).")
   lines += ["", "## Per-seed values (float64 / float32)", ""]
   for s in order:
     seeds = sorted(data[s])
