@@ -4,6 +4,8 @@ from collections.abc import Sequence
 
 import flax.linen as nn
 
+from fedsim.models import ACTIVATIONS  # noqa: F401 (declared without flax; fedsim.models.mlp.ACTIVATIONS)
+
 
 class Softmax(nn.Module):
   """Multinomial logistic regression with bias: logits = W x + b.
@@ -18,9 +20,6 @@ class Softmax(nn.Module):
     return nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros)(x)
 
   feature_ndim: int = 1
-
-
-ACTIVATIONS = ("relu", "leaky_relu")
 
 
 class MLP(nn.Module):

@@ -18,7 +18,7 @@ import optax
 from fedsim.core.reduce import pairwise_sum
 from fedsim.core.types import Task
 from fedsim.data.dataset import Dataset
-from fedsim.models import MLP, Softmax
+from fedsim.models import linear
 
 
 def _ce(logits, y):
@@ -31,7 +31,8 @@ def make_model_task(name: str, model, dataset: Dataset, clients: dict, *, init_p
 
   Args:
     name: task name.
-    model: flax module mapping ``(B, *feature_shape)`` float32 to (B, C) logits.
+    model: a flax module (or a model with its ``init`` / ``apply``: ``fedsim.models.linear``) mapping
+      ``(B, *feature_shape)`` float32 to (B, C) logits.
     dataset: x in [0, 1], int labels; its test split is the evaluation set.
     clients: ``fedsim.data.to_client_arrays`` output (``x`` (N, n_max, ...),
       ``y``, ``mask``, ``n``).
@@ -100,10 +101,10 @@ def make_classification_task(name: str, dataset, clients: dict, *, hidden_width:
     ValueError: unknown name.
   """
   fnd = len(dataset.x_train.shape[1:])
-  model: Softmax | MLP
-  if name == "softmax":
-    model = Softmax(dataset.num_classes, feature_ndim=fnd)
+  if name == "softmax":  # flax-free (fedsim.models.linear): the same parameters and program as mlp.Softmax
+    model: Any = linear.Softmax(dataset.num_classes, feature_ndim=fnd)
   elif name == "mlp":
+    from fedsim.models.mlp import MLP
     model = MLP(dataset.num_classes, (hidden_width,), feature_ndim=fnd)
   else:
     raise ValueError(f"unknown classification model {name!r}")
