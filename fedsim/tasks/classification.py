@@ -44,11 +44,14 @@ def make_model_task(name: str, model, dataset: Dataset, clients: dict, *, init_p
     The Task (``has_accuracy``).
   """
   feature_shape = tuple(dataset.x_train.shape[1:])
+  def put(a, dtype):  # jnp.asarray(a, dtype), converted on the host: no XLA program (jnp stages a bool array)
+    return jax.device_put(np.asarray(a, dtype))
+
   data: dict[str, Any] = {
-      "clients": {"x": jnp.asarray(clients["x"], jnp.float32),
-                  "y": jnp.asarray(clients["y"], jnp.int32), "mask": jnp.asarray(clients["mask"])},
-      "sizes": jnp.asarray(clients["n"], jnp.int32),
-      "eval": {"x": jnp.asarray(dataset.x_test, jnp.float32), "y": jnp.asarray(dataset.y_test, jnp.int32)},
+      "clients": {"x": put(clients["x"], np.float32), "y": put(clients["y"], np.int32),
+                  "mask": put(clients["mask"], np.bool_)},
+      "sizes": put(clients["n"], np.int32),
+      "eval": {"x": put(dataset.x_test, np.float32), "y": put(dataset.y_test, np.int32)},
   }
 
   def init(key):
