@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedsim import models
+from fedsim import models as fedsim_models
 from fedsim.config import hparam, validate
 from fedsim.core import rng
 from fedsim.core.sampling import sample_clients
@@ -41,8 +41,8 @@ from fedsim.core.types import FederatedAlgorithm, Task, make_stats, times
 
 VARIANTS = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l")
 SCHEDULES = ("paper", "code", "theory")
-WEAK_LEARNERS = models.WEAK_ORACLES  # fedsim.models.weak_learners.ORACLES
-WO_FAMILIES = models.WEAK_FAMILIES
+WEAK_LEARNERS = fedsim_models.WEAK_ORACLES  # fedsim.models.weak_learners.ORACLES
+WO_FAMILIES = fedsim_models.WEAK_FAMILIES
 MLP_INITS = ("default", "faithful")
 FFGB_L_QUERIES = ("fixed", "printed")
 
@@ -288,7 +288,7 @@ def make_client_round(task: Task, cfg: FFGBConfig, variant: str, oracle):
   """
   loss = task.info.get("loss", "ce")
   C = _num_outputs(task)
-  wl = models.weak_learners  # imported here, not with this module: it imports flax
+  wl = fedsim_models.weak_learners  # imported here, not with this module: it imports flax
   residual = variant != "ffgb_nores"
   G = cfg.clip_G
   G1 = (1.0 - cfg.gamma) * G / cfg.gamma
@@ -406,12 +406,13 @@ def clip_radius_B(cfg: FFGBConfig) -> float:
 def build_oracle(task: Task, cfg: FFGBConfig):
   """The weak-learning oracle of ``cfg`` for ``task``'s inputs and outputs."""
   fs = tuple(task.client_data["x"].shape[2:])
-  return models.weak_learners.make_oracle(cfg.weak_learner, num_outputs=_num_outputs(task), feature_shape=fs,
-                     gamma=cfg.gamma, steps=cfg.oracle_steps, lr=cfg.oracle_lr,
-                     batch=cfg.oracle_batch, output_act=cfg.mlp_output_act, init=cfg.mlp_init,
-                     rf_features=cfg.rf_features, rf_bandwidth=cfg.rf_bandwidth, ridge=cfg.ridge,
-                     family=cfg.wo_family, wo_p=cfg.wo_p, sobolev_weight=cfg.sobolev_weight,
-                     dedup=cfg.oracle_dedup)
+  return fedsim_models.weak_learners.make_oracle(
+      cfg.weak_learner, num_outputs=_num_outputs(task), feature_shape=fs,
+      gamma=cfg.gamma, steps=cfg.oracle_steps, lr=cfg.oracle_lr,
+      batch=cfg.oracle_batch, output_act=cfg.mlp_output_act, init=cfg.mlp_init,
+      rf_features=cfg.rf_features, rf_bandwidth=cfg.rf_bandwidth, ridge=cfg.ridge,
+      family=cfg.wo_family, wo_p=cfg.wo_p, sobolev_weight=cfg.sobolev_weight,
+      dedup=cfg.oracle_dedup)
 
 
 def comm_per_round(cfg: FFGBConfig, num_clients: int) -> int:
@@ -597,7 +598,7 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
       den = (jnp.sum(mask) + M_test) * C
       diag["clip_fraction_B"] = n_b.astype(jnp.float32) / jnp.maximum(den, 1).astype(jnp.float32)
     if variant == "ffgb_l":  # ||f^{t+1}||_lip on each client's points (C = {||f||_lip <= L/gamma})
-      lip = jax.vmap(models.weak_learners.empirical_lip)(f_train, data["clients"]["x"], mask)
+      lip = jax.vmap(fedsim_models.weak_learners.empirical_lip)(f_train, data["clients"]["x"], mask)
       diag["f_lip"] = jnp.max(lip).astype(jnp.float32)
     store = state.store
     if store is not None:
