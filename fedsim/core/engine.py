@@ -104,13 +104,8 @@ class ChunkProgram:
     self.abstract = None      # the state's (shape, dtype) leaves when compiled from an abstract state
     self.report: dict | None = None
 
-  def compile(self, state, data, rounds_key, first_round: int = 0,
-              beside: Callable[[], None] | None = None) -> None:
+  def compile(self, state, data, rounds_key, first_round: int = 0) -> None:
     """Compiles the chunk for these arguments and checks its memory.
-
-    ``beside``, if given, runs in this thread once the chunk is lowered, while XLA compiles the chunk
-    in another (XLA compiles without the GIL, so a second core works on both); an error it raises is
-    dropped (what it was compiling compiles again, and raises, where it is first used).
 
     Raises:
       ConfigError: the program needs more memory than is available (names the settings that shrink it).
@@ -118,20 +113,7 @@ class ChunkProgram:
     from fedsim.core import memory
     t = time.perf_counter()
     first, count = _int32(first_round), _int32(self.capacity)
-    lowered = self.jitted.lower(state, data, rounds_key, first, self.capacity, count)
-    if beside is None:
-      compiled = lowered.compile()
-    else:
-      thread = _Beside(lowered.compile)
-      try:
-        beside()
-      except Exception:  # pylint: disable=broad-except  # compiled again, and raised, where first used
-        pass
-      finally:
-        thread.join()
-      if thread.error is not None:
-        raise thread.error
-      compiled = thread.result
+    compiled = self.jitted.lower(state, data, rounds_key, first, self.capacity, count).compile()
     seconds = time.perf_counter() - t
     est = memory.estimate(compiled, (state, data, rounds_key, first, count))
     est.check(self.algorithm)
@@ -197,21 +179,22 @@ def _compile_first_record(init, init_keys, solve, evaluate_task, abstract_state,
 
 class _Beside(threading.Thread):
   """Runs ``fn`` in a daemon thread started now, under the caller's ``jax_enable_x64`` and
-  ``jax_log_compiles`` (settings a context may scope to the caller's thread); after ``join()``,
-  ``result`` is what it returned and ``error`` the exception it raised (or None)."""
+  ``jax_log_compiles`` (settings a context may scope to the caller's thread); an error is dropped:
+  the program it was compiling compiles again, and raises, where it is first called. A program
+  traced otherwise here than in the caller is another program: the caller compiles its own."""
 
-  def __init__(self, fn: Callable[[], object]):
+  def __init__(self, fn: Callable[[], None]):
     super().__init__(name="fedsim-compile", daemon=True)
-    self.fn, self.result, self.error = fn, None, None
+    self.fn = fn
     self.x64, self.log = bool(jax.config.jax_enable_x64), bool(jax.config.jax_log_compiles)  # type: ignore[attr-defined]
     self.start()
 
   def run(self):
     try:
       with jax.enable_x64(self.x64), jax.log_compiles(self.log):
-        self.result = self.fn()
-    except BaseException as e:  # pylint: disable=broad-except  # raised in the caller's thread
-      self.error = e
+        self.fn()
+    except Exception:  # pylint: disable=broad-except  # recompiled (and raised) on first use
+      pass
 
 
 def _apply_setup(algorithm: FederatedAlgorithm, state):
@@ -364,12 +347,14 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       init = compile_options.jit(algorithm.init)
     if start_round < num_rounds:   # refuse a program that does not fit before allocating its state
       abstract = jax.eval_shape(init, *init_keys)
-      # The first record's programs (init, solution, evaluation) are traced, lowered and compiled
-      # once the round chunk is lowered, while XLA compiles the chunk in another thread (without the
-      # GIL: a second core hides them; the same programs, the same bits).
-      program.compile(abstract, task.data, rounds_key, start_round,
-                      beside=functools.partial(_compile_first_record, init, init_keys, solve, evaluate_task,
-                                               abstract, task.data))
+      # The first record's programs (init, solution, evaluation) compile beside the round chunk:
+      # XLA compiles without the GIL, so another core hides them (the same programs, the same bits).
+      beside = _Beside(functools.partial(_compile_first_record, init, init_keys, solve, evaluate_task, abstract,
+                                         task.data))
+      try:
+        program.compile(abstract, task.data, rounds_key, start_round)
+      finally:
+        beside.join()
     state = _apply_setup(algorithm, init(*init_keys))
   def evaluate(s, data):
     params, own = solve(s)
