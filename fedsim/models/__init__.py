@@ -1,8 +1,8 @@
 """Models shared by tasks and weak learners.
 
-``CNN``, ``MLP`` and ``Softmax`` (flax modules, ``fedsim.models.cnn`` / ``fedsim.models.mlp``) are
-imported on first use, so that a run that needs no flax module (the ``softmax`` task:
-``fedsim.models.linear``) does not import flax. The option values below are declared here, without
+``CNN`` and ``MLP`` (flax modules, ``fedsim.models.cnn`` / ``fedsim.models.mlp``) are imported on
+first use, so that a run that needs no flax module (the ``softmax`` task's ``Softmax``:
+``fedsim.models.linear``, written without flax) does not import flax. The option values below are declared here, without
 flax, for the tasks' and algorithms' settings.
 """
 
@@ -17,7 +17,7 @@ WEAK_FAMILIES = ("linear", "rf", "mlp", "cnn")
 
 __all__ = ["ACTIVATIONS", "CNN", "MLP", "WEAK_FAMILIES", "WEAK_ORACLES", "Softmax"]
 
-_LAZY = {"CNN": "fedsim.models.cnn", "MLP": "fedsim.models.mlp", "Softmax": "fedsim.models.mlp"}
+_LAZY = {"CNN": "fedsim.models.cnn", "MLP": "fedsim.models.mlp", "Softmax": "fedsim.models.linear"}
 
 
 def __getattr__(name: str):

@@ -1,11 +1,11 @@
 """Multinomial logistic regression without flax: the ``softmax`` task's model.
 
 :class:`Softmax` has the interface of a flax module that the tasks use (``init(key, x)``,
-``apply(params, x)``) and the parameters of ``fedsim.models.mlp.Softmax`` (a flax ``nn.Dense`` with
-zero kernel), ``{"params": {"Dense_0": {"kernel": (F, C), "bias": (C,)}}}``, and it applies the
-same operations (``lax.dot_general`` over the last axis, then the bias added), so programs built
-from either are the same and give the same bits (``tests/models/test_linear.py``). It spares a run
-on the softmax task the import of flax.
+``apply(params, x)``) and the parameters of a flax module holding one ``nn.Dense`` with zero kernel,
+``{"params": {"Dense_0": {"kernel": (F, C), "bias": (C,)}}}`` (the flax model it replaced, so cached
+classifiers still load), and it applies the same operations (``lax.dot_general`` over the last axis, then
+the bias added), so programs built from either are the same and give the same bits
+(``tests/models/test_linear.py``). It spares a run on the softmax task the import of flax.
 """
 
 from __future__ import annotations

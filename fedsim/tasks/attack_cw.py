@@ -36,7 +36,8 @@ from fedsim.core.reduce import pairwise_sum
 from fedsim.core.types import Task
 from fedsim.data import load_dataset, quantity, to_client_arrays
 from fedsim.data.dataset import Dataset
-from fedsim.models import MLP, Softmax, training
+from fedsim.models import MLP, training
+from fedsim.models.linear import Softmax
 from fedsim.tasks import choices
 
 CLASSIFIERS = choices.ATTACK_CW_CLASSIFIERS

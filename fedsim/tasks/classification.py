@@ -104,7 +104,7 @@ def make_classification_task(name: str, dataset, clients: dict, *, hidden_width:
     ValueError: unknown name.
   """
   fnd = len(dataset.x_train.shape[1:])
-  if name == "softmax":  # flax-free (fedsim.models.linear): the same parameters and program as mlp.Softmax
+  if name == "softmax":  # fedsim.models.linear: no flax
     model: Any = linear.Softmax(dataset.num_classes, feature_ndim=fnd)
   elif name == "mlp":
     from fedsim.models.mlp import MLP

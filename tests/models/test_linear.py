@@ -1,8 +1,10 @@
-"""fedsim.models.linear.Softmax against the flax fedsim.models.mlp.Softmax, and the imports it spares."""
+"""fedsim.models.linear.Softmax against the same model written in flax (the model it replaced), and the imports it
+spares."""
 
 import subprocess
 import sys
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +12,17 @@ import pytest
 
 from fedsim import models
 from fedsim.models import linear, mlp
+
+
+class FlaxSoftmax(nn.Module):
+  """The flax reference: logits = x W + b by one zero-kernel ``nn.Dense`` on the flattened input."""
+  num_classes: int
+  feature_ndim: int = 1
+
+  @nn.compact
+  def __call__(self, x):
+    x = x.reshape(x.shape[:-self.feature_ndim] + (-1,)) if self.feature_ndim > 1 else x
+    return nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros)(x)
 
 
 def _loss(model):
@@ -22,7 +35,7 @@ def _loss(model):
 @pytest.mark.parametrize("feature_shape", [(64,), (8, 8)])
 def test_same_parameters_program_and_bits_as_flax(feature_shape):
   ours, theirs = (linear.Softmax(10, feature_ndim=len(feature_shape)),
-                  mlp.Softmax(10, feature_ndim=len(feature_shape)))
+                  FlaxSoftmax(10, feature_ndim=len(feature_shape)))
   x0 = jnp.zeros((1,) + feature_shape, jnp.float32)
   p_ours, p_theirs = ours.init(jax.random.key(0), x0), theirs.init(jax.random.key(3), x0)
   assert jax.tree_util.tree_structure(p_ours) == jax.tree_util.tree_structure(p_theirs)
@@ -42,7 +55,7 @@ def test_same_parameters_program_and_bits_as_flax(feature_shape):
 
 
 def test_lazy_names_resolve():
-  assert models.MLP is mlp.MLP and models.Softmax is mlp.Softmax
+  assert models.MLP is mlp.MLP and models.Softmax is linear.Softmax
   assert models.CNN.__name__ == "CNN" and models.training.TrainConfig and models.weak_learners.ORACLES
   assert mlp.ACTIVATIONS is models.ACTIVATIONS
   from fedsim.algorithms import ffgb
