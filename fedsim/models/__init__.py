@@ -9,6 +9,12 @@ flax, for the tasks' and algorithms' settings.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the lazy names, for type checkers
+  from fedsim.models.cnn import CNN
+  from fedsim.models.linear import Softmax
+  from fedsim.models.mlp import MLP
 
 ACTIVATIONS = ("relu", "leaky_relu")  # hidden activations of fedsim.models.mlp.MLP
 # fedsim.models.weak_learners: oracle names, and the learner classes trained by wo_inf / wo_lip.
