@@ -33,24 +33,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedsim import models as fedsim_models
 from fedsim.config import hparam, validate
 from fedsim.core import rng
 from fedsim.core.sampling import sample_clients
 from fedsim.core.types import FederatedAlgorithm, Task, make_stats, times
-from fedsim.models import weak_learners
-from fedsim.models.weak_learners import (
-  empirical_lip,
-  gamma_hat,
-  gamma_hat_inf,
-  input_jacobian,
-  make_oracle,
-  sobolev_points,
-)
 
 VARIANTS = ("ffgb", "ffgb_nores", "ffgb_c", "ffgb_l")
 SCHEDULES = ("paper", "code", "theory")
-WEAK_LEARNERS = weak_learners.ORACLES
-WO_FAMILIES = weak_learners.FAMILIES
+WEAK_LEARNERS = fedsim_models.WEAK_ORACLES  # fedsim.models.weak_learners.ORACLES
+WO_FAMILIES = fedsim_models.WEAK_FAMILIES
 MLP_INITS = ("default", "faithful")
 FFGB_L_QUERIES = ("fixed", "printed")
 
@@ -296,6 +288,7 @@ def make_client_round(task: Task, cfg: FFGBConfig, variant: str, oracle):
   """
   loss = task.info.get("loss", "ce")
   C = _num_outputs(task)
+  wl = fedsim_models.weak_learners  # imported here, not with this module: it imports flax
   residual = variant != "ffgb_nores"
   G = cfg.clip_G
   G1 = (1.0 - cfg.gamma) * G / cfg.gamma
@@ -317,7 +310,7 @@ def make_client_round(task: Task, cfg: FFGBConfig, variant: str, oracle):
     if sob:  # eq. 25's Monte-Carlo points and grad u_i there (eq. 17), once per round
       from fedsim.tasks.functional import mcshane_grad
       xf = x.reshape(x.shape[0], -1)
-      z = sobolev_points(jax.random.fold_in(key, 1 << 20), xf, mask, cfg.sobolev_samples)
+      z = wl.sobolev_points(jax.random.fold_in(key, 1 << 20), xf, mask, cfg.sobolev_samples)
       du = mcshane_grad(xf, y, L, z, mask)  # (S, C, d)
       d_grad0 = jnp.zeros_like(du)
     else:
@@ -334,7 +327,7 @@ def make_client_round(task: Task, cfg: FFGBConfig, variant: str, oracle):
         if sob:
           dphi = (du - d_grad) if cfg.ffgb_l_query == "fixed" else (d_grad - du)  # grad of line 4
           theta = oracle.fit(kk, x, phi, mask, n, z, dphi)  # WO^lip, eq. 25
-          d_grad = d_grad - du + input_jacobian(oracle.apply, theta, z)  # grad of line 6
+          d_grad = d_grad - du + wl.input_jacobian(oracle.apply, theta, z)  # grad of line 6
         else:
           theta = oracle.fit(kk, x, phi, mask, n)
         h = jnp.where(m, oracle.apply(theta, x), 0.0)
@@ -359,11 +352,12 @@ def make_client_round(task: Task, cfg: FFGBConfig, variant: str, oracle):
         if not residual:
           d_new = jnp.zeros_like(d_new)
       g_new = jnp.where(m, g_new, 0.0)
-      aux = dict(g=g_new, delta=d_new, h=h, phi=phi, gamma_hat=gamma_hat(h, phi, mask),
+      aux = dict(g=g_new, delta=d_new, h=h, phi=phi, gamma_hat=wl.gamma_hat(h, phi, mask),
                  clip_change=change, **extra)
       if diag:
-        aux.update(gamma_hat_inf=gamma_hat_inf(h, phi, mask), learner_lip=empirical_lip(h, x, mask),
-                   query_lip=empirical_lip(phi, x, mask),
+        aux.update(gamma_hat_inf=wl.gamma_hat_inf(h, phi, mask),
+                   learner_lip=wl.empirical_lip(h, x, mask),
+                   query_lip=wl.empirical_lip(phi, x, mask),
                    entries=jnp.sum(mask).astype(jnp.float32) * C)
       return (g_new, d_new, d_grad), (theta, aux)
 
@@ -412,12 +406,13 @@ def clip_radius_B(cfg: FFGBConfig) -> float:
 def build_oracle(task: Task, cfg: FFGBConfig):
   """The weak-learning oracle of ``cfg`` for ``task``'s inputs and outputs."""
   fs = tuple(task.client_data["x"].shape[2:])
-  return make_oracle(cfg.weak_learner, num_outputs=_num_outputs(task), feature_shape=fs,
-                     gamma=cfg.gamma, steps=cfg.oracle_steps, lr=cfg.oracle_lr,
-                     batch=cfg.oracle_batch, output_act=cfg.mlp_output_act, init=cfg.mlp_init,
-                     rf_features=cfg.rf_features, rf_bandwidth=cfg.rf_bandwidth, ridge=cfg.ridge,
-                     family=cfg.wo_family, wo_p=cfg.wo_p, sobolev_weight=cfg.sobolev_weight,
-                     dedup=cfg.oracle_dedup)
+  return fedsim_models.weak_learners.make_oracle(
+      cfg.weak_learner, num_outputs=_num_outputs(task), feature_shape=fs,
+      gamma=cfg.gamma, steps=cfg.oracle_steps, lr=cfg.oracle_lr,
+      batch=cfg.oracle_batch, output_act=cfg.mlp_output_act, init=cfg.mlp_init,
+      rf_features=cfg.rf_features, rf_bandwidth=cfg.rf_bandwidth, ridge=cfg.ridge,
+      family=cfg.wo_family, wo_p=cfg.wo_p, sobolev_weight=cfg.sobolev_weight,
+      dedup=cfg.oracle_dedup)
 
 
 def comm_per_round(cfg: FFGBConfig, num_clients: int) -> int:
@@ -603,7 +598,8 @@ def make_ffgb(task: Task, cfg: FFGBConfig, name: str = "ffgb") -> FederatedAlgor
       den = (jnp.sum(mask) + M_test) * C
       diag["clip_fraction_B"] = n_b.astype(jnp.float32) / jnp.maximum(den, 1).astype(jnp.float32)
     if variant == "ffgb_l":  # ||f^{t+1}||_lip on each client's points (C = {||f||_lip <= L/gamma})
-      diag["f_lip"] = jnp.max(jax.vmap(empirical_lip)(f_train, data["clients"]["x"], mask)).astype(jnp.float32)
+      lip = jax.vmap(fedsim_models.weak_learners.empirical_lip)(f_train, data["clients"]["x"], mask)
+      diag["f_lip"] = jnp.max(lip).astype(jnp.float32)
     store = state.store
     if store is not None:
       slot = t % R

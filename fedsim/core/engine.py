@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedsim.core import compile_options, rng
 from fedsim.core import sharding as sharding_lib
@@ -111,7 +112,7 @@ class ChunkProgram:
     """
     from fedsim.core import memory
     t = time.perf_counter()
-    first, count = jnp.int32(first_round), jnp.int32(self.capacity)
+    first, count = _int32(first_round), _int32(self.capacity)
     compiled = self.jitted.lower(state, data, rounds_key, first, self.capacity, count).compile()
     seconds = time.perf_counter() - t
     est = memory.estimate(compiled, (state, data, rounds_key, first, count))
@@ -132,6 +133,11 @@ class ChunkProgram:
     if _takes(self.compiled, args):
       return self.compiled(*args)
     return self.jitted(state, data, rounds_key, first_round, self.capacity, count)
+
+
+def _int32(value: int) -> jax.Array:
+  """``jnp.int32(value)`` placed without a conversion program (an uncommitted int32 scalar)."""
+  return jax.device_put(np.int32(value))
 
 
 def _avals(tree):
@@ -382,7 +388,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       if profile_dir and not traced and r > start_round:   # the first chunk has compiled the program
         jax.profiler.start_trace(profile_dir)
         tracing = traced = True
-      state, stats = program(state, task.data, rounds_key, jnp.int32(r), jnp.int32(length))
+      state, stats = program(state, task.data, rounds_key, _int32(r), _int32(length))
       # Exact host-side accumulation: per-round int32 counts times static units
       # (RoundStats.units), summed as Python ints (RoundStats.totals).
       for name, value in fetch(stats).totals().items():

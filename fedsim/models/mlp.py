@@ -4,23 +4,7 @@ from collections.abc import Sequence
 
 import flax.linen as nn
 
-
-class Softmax(nn.Module):
-  """Multinomial logistic regression with bias: logits = W x + b.
-
-  Input (..., *feature_shape) float32, flattened; output (..., num_classes).
-  """
-  num_classes: int
-
-  @nn.compact
-  def __call__(self, x):
-    x = x.reshape(x.shape[:-self.feature_ndim] + (-1,)) if self.feature_ndim > 1 else x
-    return nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros)(x)
-
-  feature_ndim: int = 1
-
-
-ACTIVATIONS = ("relu", "leaky_relu")
+from fedsim.models import ACTIVATIONS  # noqa: F401 (declared without flax; fedsim.models.mlp.ACTIVATIONS)
 
 
 class MLP(nn.Module):

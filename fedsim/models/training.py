@@ -37,6 +37,8 @@ import optax
 from absl import logging
 from flax import traverse_util
 
+from fedsim.models.linear import Softmax
+
 PyTree = Any
 
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "fedsim", "classifiers")
@@ -57,7 +59,7 @@ class TrainConfig:
   learning_rate: float = 3e-3
 
 
-def train_classifier(model: nn.Module, x: np.ndarray, y: np.ndarray, seed: int,
+def train_classifier(model: nn.Module | Softmax, x: np.ndarray, y: np.ndarray, seed: int,
                      config: TrainConfig = TrainConfig()) -> PyTree:
   """Trains ``model`` on (x, y) with Adam, in one jitted ``lax.scan``.
 
@@ -185,7 +187,7 @@ def _exclusive(path: Path) -> Iterator[None]:
       fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def train_or_load(model: nn.Module, x: np.ndarray, y: np.ndarray, *, seed: int,
+def train_or_load(model: nn.Module | Softmax, x: np.ndarray, y: np.ndarray, *, seed: int,
                   config: TrainConfig, key: dict, cache_dir: str | os.PathLike | None = None,
                   prefix: str = "classifier") -> tuple[PyTree, str, bool]:
   """Loads the classifier cached under ``key``, or trains and caches it.

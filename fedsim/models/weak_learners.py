@@ -64,9 +64,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from fedsim import models
+
 PyTree = Any
-ORACLES = ("scaled", "rf_ridge", "mlp", "cnn", "wo_inf", "wo_lip")
-FAMILIES = ("linear", "rf", "mlp", "cnn")  # learner classes trained by wo_inf / wo_lip
+ORACLES = models.WEAK_ORACLES
+FAMILIES = models.WEAK_FAMILIES  # learner classes trained by wo_inf / wo_lip
 
 
 class WeakOracle(NamedTuple):

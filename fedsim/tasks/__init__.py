@@ -11,14 +11,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedsim.config import FieldError, check_type, check_value, did_you_mean, field_type, hparam, hparam_fields
-from fedsim.models.mlp import ACTIVATIONS
-from fedsim.tasks.attack import MODELS as ATTACK_CLASSIFIERS
-from fedsim.tasks.attack_cw import CLASSIFIERS as ATTACK_CW_CLASSIFIERS
+from fedsim.models import ACTIVATIONS
+from fedsim.tasks.choices import ATTACK_CW_CLASSIFIERS, FINETUNE_SHIFTS, OPT_METRICS
+from fedsim.tasks.choices import ATTACK_MODELS as ATTACK_CLASSIFIERS
 from fedsim.tasks.classification import make_classification_task
-from fedsim.tasks.finetune import SHIFTS as FINETUNE_SHIFTS
 from fedsim.tasks.functional import SHIFT_KINDS, TABULAR_LOSSES
 from fedsim.tasks.logistic_soft import FEATURE_MAPS
-from fedsim.tasks.metric_opt import METRICS as OPT_METRICS
 from fedsim.tasks.quadratic import make_quadratic_task
 
 TASKS: tuple[str, ...] = ("softmax", "mlp", "quadratic", "attack_cw", "illcond_quadratic", "cnn", "finetune")

@@ -48,9 +48,10 @@ from fedsim.core.errors import ConfigError
 from fedsim.core.types import Task
 from fedsim.data.dataset import Dataset
 from fedsim.models import MLP, training
+from fedsim.tasks import choices
 from fedsim.tasks.attack_cw import _data_digest
 
-MODELS = ("cnn", "mlp")
+MODELS = choices.ATTACK_MODELS
 TRAIN_CONFIG = training.TrainConfig(steps=400, batch_size=64, learning_rate=3e-3)
 DEFAULT_BOX = 0.3  # MNIST box of the authors' code (specs §3.2)
 CACHE_FORMAT = 1

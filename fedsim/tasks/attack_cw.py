@@ -36,9 +36,11 @@ from fedsim.core.reduce import pairwise_sum
 from fedsim.core.types import Task
 from fedsim.data import load_dataset, quantity, to_client_arrays
 from fedsim.data.dataset import Dataset
-from fedsim.models import MLP, Softmax, training
+from fedsim.models import MLP, training
+from fedsim.models.linear import Softmax
+from fedsim.tasks import choices
 
-CLASSIFIERS = ("mlp", "softmax")
+CLASSIFIERS = choices.ATTACK_CW_CLASSIFIERS
 HIDDEN_WIDTHS = (64,)
 TRAIN_CONFIG = training.TrainConfig(steps=500, batch_size=128, learning_rate=3e-3)
 PIXEL_EPS = 1e-6

@@ -18,7 +18,7 @@ import optax
 from fedsim.core.reduce import pairwise_sum
 from fedsim.core.types import Task
 from fedsim.data.dataset import Dataset
-from fedsim.models import MLP, Softmax
+from fedsim.models import linear
 
 
 def _ce(logits, y):
@@ -31,7 +31,8 @@ def make_model_task(name: str, model, dataset: Dataset, clients: dict, *, init_p
 
   Args:
     name: task name.
-    model: flax module mapping ``(B, *feature_shape)`` float32 to (B, C) logits.
+    model: a flax module (or a model with its ``init`` / ``apply``: ``fedsim.models.linear``) mapping
+      ``(B, *feature_shape)`` float32 to (B, C) logits.
     dataset: x in [0, 1], int labels; its test split is the evaluation set.
     clients: ``fedsim.data.to_client_arrays`` output (``x`` (N, n_max, ...),
       ``y``, ``mask``, ``n``).
@@ -43,11 +44,14 @@ def make_model_task(name: str, model, dataset: Dataset, clients: dict, *, init_p
     The Task (``has_accuracy``).
   """
   feature_shape = tuple(dataset.x_train.shape[1:])
+  def put(a, dtype):  # jnp.asarray(a, dtype), converted on the host: no XLA program (jnp stages a bool array)
+    return jax.device_put(np.asarray(a, dtype))
+
   data: dict[str, Any] = {
-      "clients": {"x": jnp.asarray(clients["x"], jnp.float32),
-                  "y": jnp.asarray(clients["y"], jnp.int32), "mask": jnp.asarray(clients["mask"])},
-      "sizes": jnp.asarray(clients["n"], jnp.int32),
-      "eval": {"x": jnp.asarray(dataset.x_test, jnp.float32), "y": jnp.asarray(dataset.y_test, jnp.int32)},
+      "clients": {"x": put(clients["x"], np.float32), "y": put(clients["y"], np.int32),
+                  "mask": put(clients["mask"], np.bool_)},
+      "sizes": put(clients["n"], np.int32),
+      "eval": {"x": put(dataset.x_test, np.float32), "y": put(dataset.y_test, np.int32)},
   }
 
   def init(key):
@@ -100,10 +104,10 @@ def make_classification_task(name: str, dataset, clients: dict, *, hidden_width:
     ValueError: unknown name.
   """
   fnd = len(dataset.x_train.shape[1:])
-  model: Softmax | MLP
-  if name == "softmax":
-    model = Softmax(dataset.num_classes, feature_ndim=fnd)
+  if name == "softmax":  # fedsim.models.linear: no flax
+    model: Any = linear.Softmax(dataset.num_classes, feature_ndim=fnd)
   elif name == "mlp":
+    from fedsim.models.mlp import MLP
     model = MLP(dataset.num_classes, (hidden_width,), feature_ndim=fnd)
   else:
     raise ValueError(f"unknown classification model {name!r}")

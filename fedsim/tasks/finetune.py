@@ -33,9 +33,10 @@ import numpy as np
 from fedsim.core.types import Task
 from fedsim.data.dataset import Dataset
 from fedsim.models import MLP, training
+from fedsim.tasks import choices
 from fedsim.tasks.classification import make_model_task
 
-SHIFTS = ("flip", "relabel", "none")
+SHIFTS = choices.FINETUNE_SHIFTS
 PRETRAIN = training.TrainConfig(steps=500, batch_size=128, learning_rate=3e-3)
 CACHE_FORMAT = 1
 

@@ -44,9 +44,10 @@ from fedsim.core.types import Task
 from fedsim.data.dataset import Dataset
 from fedsim.data.federated import to_client_arrays
 from fedsim.models import MLP, training
+from fedsim.tasks import choices
 from fedsim.tasks.attack_cw import _data_digest
 
-METRICS = ("precision", "recall", "f1", "jaccard")
+METRICS = choices.OPT_METRICS
 HIDDEN = (30, 14)
 TRAIN_CONFIG = training.TrainConfig(steps=2000, batch_size=128, learning_rate=3e-3)
 DEFAULT_BOX = 0.2
