@@ -125,9 +125,8 @@ def _outcome(p: float, p_other: float, n: int | None = None) -> str:
 
 
 def power(test, n: int, effect: float, sd: float) -> float:
-  """The fraction of :data:`POWER_DRAWS` simulated experiments (paired differences
-  N(``effect``, ``sd``), n seeds, a fixed generator) in which the test holds; ``test`` maps a
-  (draws, n) array to one boolean per draw."""
+  """The fraction of :data:`POWER_DRAWS` simulated experiments (paired differences N(``effect``, ``sd``), n seeds,
+  a fixed generator) in which the test holds; ``test`` maps a (draws, n) array to one boolean per draw."""
   if sd <= 0 or n < 1:
     return math.nan
   rng = np.random.default_rng(POWER_SEED)
@@ -206,8 +205,8 @@ def ordered(setting: str, table: Sequence[Sequence[float]], *, increasing: bool,
 
 
 def equivalent(setting: str, a: Sequence[float], b: Sequence[float], *, margin: float, unit: str) -> Result:
-  """``equivalent`` form: TOST on the paired differences a - b with margin ±``margin`` declared
-  before the runs; holds when the 90% interval lies inside; ``opposite`` when it lies outside."""
+  """``equivalent`` form: TOST on the paired differences a - b with margin ±``margin`` declared before the runs;
+  holds when the 90% interval lies inside; ``opposite`` when it lies outside; one seed is ``too few seeds``."""
   x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
   d = x - y
   if margin <= 0:
@@ -219,7 +218,8 @@ def equivalent(setting: str, a: Sequence[float], b: Sequence[float], *, margin: 
     p = float(tost(d, margin))
     half = stats.t.ppf(1 - ALPHA, len(d) - 1) * np.std(d, ddof=1) / math.sqrt(len(d))
     lo, hi = float(np.mean(d) - half), float(np.mean(d) + half)
-  outcome = "holds" if p < ALPHA else "opposite" if (lo > margin or hi < -margin) else "undecided"
+  outcome = ("too few seeds" if len(d) < 2 else "holds" if p < ALPHA  # one seed has no interval
+             else "opposite" if (lo > margin or hi < -margin) else "undecided")
   return Result(setting, "equivalent", outcome, p, float(np.mean(d)), unit, (lo, hi), per_seed=tuple(map(float, d)),
                 note=f"TOST, margin ±{margin:g} {unit}, 90% interval", p_other=0.0 if outcome == "opposite" else 1.0)
 

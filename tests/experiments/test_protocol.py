@@ -67,6 +67,7 @@ def test_equivalence_with_zero_true_effect_passes_at_the_planned_seeds():
   assert passes >= 0.75   # the plan's 80% (400 draws: standard error 0.02)
   shifted = P.equivalent("e", np.full(10, 3.0) + rng.normal(0, 0.1, 10), np.zeros(10), margin=margin, unit="F")
   assert shifted.outcome == "opposite"
+  assert P.equivalent("e", [0.1], [0.0], margin=margin, unit="F").outcome == "too few seeds"  # no interval from one
 
 
 @pytest.mark.slow  # 3,600 exact signed-rank tests (about a minute)
