@@ -193,8 +193,11 @@ class FZooSConfig:
       solve with rffm.float32_jitter's floor u tr(Phi Phi^T) on sigma^2), w cast back: the
       Gram products at twice the rate and the cache at half the memory; w is not the float64
       fit's to round-off (the jitter regularises the directions float32 cannot resolve; eq. 7's
-      gradient within a few % of float64's, tests/algorithms/test_fzoos.py), so its curves are
-      a change to be judged against the float64 ones before it could be a default.
+      gradient within a few % of float64's, tests/algorithms/test_fzoos.py). Judged against
+      float64 on Fig. 1 (10 seeds per C, TOST with margins declared before the runs,
+      docs/benchmarks/fzoos_float32/): not shown equivalent (7 of 12 comparisons; undecided at
+      C = 50 and at C = 5's round 10), so it stays opt-in; 0.79-0.83x float64's seconds a round
+      side by side in those runs.
     history_size: per-client history slots; 0 (default): the whole run,
       init_queries + rounds x queries_per_client_round (at least the windows);
       H > 0: a ring of the last H queries (module docstring, "History").
@@ -243,7 +246,8 @@ class FZooSConfig:
                           choices=(0, 1), source="implementation")
   rff_float32: int = hparam(0, help="1 fits the RFF weights (eq. 6: features, Gram, their cache, the solve) in "
                             "float32 in a float64 run, with the float32 jitter u tr(Phi Phi^T) (reduced precision, "
-                            "opt-in: not the float64 fit to round-off); 0 (default): the run's dtype",
+                            "opt-in: not the float64 fit to round-off; not shown equivalent on Fig. 1, "
+                            "docs/benchmarks/fzoos_float32); 0 (default): the run's dtype",
                             choices=(0, 1), source="implementation; fedsim.estimators.rff.float32_jitter")
   history_size: int = hparam(0, help="FZooS per-client history slots: 0 = the whole run (from rounds), "
                              "H > 0 = ring of the last H queries", low=0, source="Shu et al. 2023, Alg. 2")
