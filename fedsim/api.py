@@ -769,7 +769,6 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
   Raises:
     Interrupted: ``stop`` was requested (label, folder and checkpoint round filled in).
   """
-  import jax
 
   from fedsim import algorithms
   from fedsim.core.engine import simulate
@@ -795,7 +794,7 @@ def _run_algorithm(config: ExperimentConfig, task, label: str, r: Resolved, fold
     print(f"[{label}] resuming from round {resumed} ({ckpt_dir})", flush=True)
   watchdog.beat(f"{label} compiling")
   try:
-    simulate(alg, run_task, rounds, config.eval_every, jax.random.key(config.seed), on_eval=writer,
+    simulate(alg, run_task, rounds, config.eval_every, config.seed, on_eval=writer,
              checkpoint_dir=ckpt_dir, checkpoint_every=config.checkpoint_every, resume=config.resume,
              checkpoint_interval_s=config.checkpoint_interval_s,
              profile_dir=os.path.join(config.profile_dir, label) if config.profile_dir else None,

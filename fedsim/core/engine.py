@@ -177,6 +177,28 @@ def _compile_first_record(init, init_keys, solve, evaluate_task, abstract_state,
   evaluate_task.lower(params, data).compile()
 
 
+class _RunKeys:
+  """A run's key streams from its root key (or an int seed, root ``jax.random.key(seed)``): ``abstract``,
+  their shapes (``jax.eval_shape``: no program), and :meth:`concrete`, their values (``rng.init_keys`` and
+  ``rng.stream(root, "rounds")``), computed once by whichever thread asks first (the others wait for it)."""
+
+  def __init__(self, root: jax.Array | int):
+    self.root, self._lock, self._value = root, threading.Lock(), None
+    self.abstract = jax.eval_shape(self._derive, root)
+
+  @staticmethod
+  def _derive(root):
+    if isinstance(root, int) or not jax.dtypes.issubdtype(root.dtype, jax.dtypes.prng_key):
+      root = jax.random.key(root)
+    return rng.init_keys(root), rng.stream(root, "rounds")
+
+  def concrete(self):
+    with self._lock:
+      if self._value is None:
+        self._value = self._derive(self.root)
+      return self._value
+
+
 class _Beside(threading.Thread):
   """Runs ``fn`` in a daemon thread started now, under the caller's ``jax_enable_x64`` and
   ``jax_log_compiles`` (settings a context may scope to the caller's thread); an error is dropped:
@@ -233,7 +255,7 @@ def init_state(algorithm: FederatedAlgorithm, key: jax.Array):
 
 
 def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_every: int,
-             key: jax.Array, *, on_eval: Callable[[dict], None] | None = None,
+             key: jax.Array | int, *, on_eval: Callable[[dict], None] | None = None,
              state=None, start_round: int = 0, totals: dict | None = None,
              checkpoint_dir: str | None = None, checkpoint_every: int = 0, resume: bool = False,
              profile_dir: str | None = None, on_compile: Callable[[dict], None] | None = None,
@@ -246,7 +268,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     num_rounds: T >= 0.
     eval_every: rounds per compiled chunk (>= 1); a final shorter chunk runs the
       remainder.
-    key: the root key; ``init`` gets streams "init" and "shared"
+    key: the root key, or an int seed (the root ``jax.random.key(seed)``, made beside the chunk's
+      compilation: no program before it); ``init`` gets streams "init" and "shared"
       (``rng.init_keys``), rounds use stream "rounds" with ``fold_in(stream, r)``.
     on_eval: called with each record (a dict of Python scalars) as soon as it is
       measured; records have ``round``, cumulative ``queries``, ``bytes_up``,
@@ -316,9 +339,11 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
     from fedsim.core import checkpoint
     interval = checkpoint_interval_s if checkpoint_interval_s is not None else checkpoint.DEFAULT_INTERVAL_S
     mngr = checkpoint.manager(checkpoint_dir, interval_s=interval if by_time else None)
-  init_keys = rng.init_keys(key)                  # (stream "init", stream "shared")
+  # (stream "init", stream "shared"), stream "rounds": their shapes now; their values where first needed
+  # (a fresh run computes them beside the chunk's compilation, below).
+  keys = _RunKeys(key)
+  init_keys, rounds_key = keys.abstract
   saved = None                                    # the round of the newest checkpoint
-  rounds_key = rng.stream(key, "rounds")
   capacity = max(1, min(eval_every, num_rounds))    # the chunk's static size: the same for every cut of this run
   evaluate_task = task_evaluator(task.evaluate)     # one program per task, not per algorithm
   # The algorithm's part: its solution and its own metrics, one small program.
@@ -347,15 +372,19 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, num_rounds: int, eval_ev
       init = compile_options.jit(algorithm.init)
     if start_round < num_rounds:   # refuse a program that does not fit before allocating its state
       abstract = jax.eval_shape(init, *init_keys)
-      # The first record's programs (init, solution, evaluation) compile beside the round chunk:
-      # XLA compiles without the GIL, so another core hides them (the same programs, the same bits).
-      beside = _Beside(functools.partial(_compile_first_record, init, init_keys, solve, evaluate_task, abstract,
-                                         task.data))
+      # The run's keys and the first record's programs (init, solution, evaluation) are made beside the
+      # round chunk, which compiles from their shapes: XLA compiles without the GIL, so another core hides
+      # them (the same programs and keys, the same bits).
+      def beside_chunk():
+        keys.concrete()
+        _compile_first_record(init, init_keys, solve, evaluate_task, abstract, task.data)
+      beside = _Beside(beside_chunk)
       try:
         program.compile(abstract, task.data, rounds_key, start_round)
       finally:
         beside.join()
-    state = _apply_setup(algorithm, init(*init_keys))
+    state = _apply_setup(algorithm, init(*keys.concrete()[0]))
+  init_keys, rounds_key = keys.concrete()
   def evaluate(s, data):
     params, own = solve(s)
     return {**evaluate_task(params, data), **own}

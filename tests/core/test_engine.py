@@ -185,6 +185,48 @@ def test_every_chunk_of_a_run_is_one_program_that_keeps_its_round_loop(digits10)
   assert loops(1) == loops(2)
 
 
+SEED_THREAD_SCRIPT = textwrap.dedent("""
+    import json, logging, threading, jax
+    from fedsim import algorithms
+    from fedsim.core import simulate
+    from tests.conftest import digits_task
+    task = digits_task(4)
+    alg = algorithms.build("fedavg", task, clients_per_round=2, local_steps=1)
+    seen = []
+
+    class Catch(logging.Handler):
+      def emit(self, record):
+        if record.getMessage().startswith("Finished XLA compilation"):
+          seen.append([threading.current_thread() is threading.main_thread(), record.getMessage().split()[4]])
+    logging.getLogger("jax").addHandler(Catch())
+    with jax.log_compiles(True):
+      simulate(alg, task, 2, 2, 7)
+    print(json.dumps(seen))
+""")
+
+
+def test_an_int_seed_runs_as_its_root_key_with_the_keys_made_beside_the_chunk(digits10):
+  """``simulate(..., seed)`` is ``simulate(..., jax.random.key(seed))`` (records and final state bit for
+  bit), and in a fresh process the run's key programs (the root key, its fold-ins) compile beside
+  the chunk's compilation: on the caller's thread nothing of them compiles before the chunk (issue 49:
+  they took about 0.35 s of a first run's start there)."""
+  alg = algorithms.build("fedavg", digits10, lr=0.1, clients_per_round=3, local_steps=2)
+  s_int, by_int = simulate(alg, digits10, 4, 2, 7)
+  s_key, by_key = simulate(alg, digits10, 4, 2, jax.random.key(7))
+  _, other = simulate(alg, digits10, 4, 2, 8)
+  assert _strip(by_int) == _strip(by_key) != _strip(other)
+  for a, b in zip(jax.tree_util.tree_leaves(s_int), jax.tree_util.tree_leaves(s_key)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  proc = subprocess.run([sys.executable, "-c", SEED_THREAD_SCRIPT], cwd=REPO, capture_output=True, text=True,
+                        timeout=600, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  seen = json.loads(proc.stdout.strip().splitlines()[-1])
+  names = [name for _, name in seen]
+  assert "jit(chunk)" in names and any("fold_in" in n for n in names), seen
+  before_chunk = [name for main, name in seen[:names.index("jit(chunk)")] if main]
+  assert not [n for n in before_chunk if "threefry" in n or "fold_in" in n], seen
+
+
 def test_chunks_and_evaluations_compile_once_on_a_sharded_task(digits10):
   """After ``shard_task`` (as ``fedsim.run`` does), init's state has the sharding every
   chunk returns, so the 2nd..4th chunks and evaluations reuse the first compilation."""
