@@ -373,11 +373,17 @@ def test_project_keeps_the_iterates_in_the_papers_domain(name, kw):
   task = make_task("quadratic", num_clients=3, dim=8, heterogeneity=5.0, seed=0)
   free, _ = _run(algorithms.build(name, task, lr=0.5, local_steps=4, **kw), task, 2)
   boxed, _ = _run(algorithms.build(name, task, lr=0.5, local_steps=4, project=1, **kw), task, 2)
-  assert float(jnp.max(jnp.abs(free.x - 0.5))) > 0.5                # left the box without projection
   assert float(jnp.max(jnp.abs(boxed.x - 0.5))) <= 0.5              # stays in [0, 1]^d with it
-  if name == "fzoos":   # every queried local iterate too (the history's points of the local steps)
-    h = boxed.hist
-    assert bool(jnp.all(jnp.where(h.valid[..., None], (h.X >= -0.011) & (h.X <= 1.011), True)))
+  if name == "fzoos":
+    # FZooS's local iterates are in its history (with the active queries within 0.01 of them): the free
+    # run's leave the box (the server's average x_r may not: on an AVX2 CPU it stayed within 0.19 of the
+    # centre while the history reached 1.47 from it), the projected run's stay within 0.01 of it.
+    def left(state):
+      h = state.hist
+      return bool(jnp.any(jnp.where(h.valid[..., None], (h.X < -0.011) | (h.X > 1.011), False)))
+    assert left(free) and not left(boxed)
+  else:
+    assert float(jnp.max(jnp.abs(free.x - 0.5))) > 0.5              # left the box without projection
 
 
 def test_a_write_longer_than_the_ring_keeps_its_last_rows_in_distinct_slots():
