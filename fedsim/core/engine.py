@@ -188,8 +188,8 @@ class _RunKeys:
 
   @staticmethod
   def _derive(root):
-    if isinstance(root, int) or not jax.dtypes.issubdtype(root.dtype, jax.dtypes.prng_key):
-      root = jax.random.key(root)
+    if isinstance(root, int) or (root.ndim == 0 and jax.numpy.issubdtype(root.dtype, jax.numpy.integer)):
+      root = jax.random.key(root)   # a seed (a raw uint32 key, jax.random.PRNGKey, has shape (2,))
     return rng.init_keys(root), rng.stream(root, "rounds")
 
   def concrete(self):

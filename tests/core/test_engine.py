@@ -214,7 +214,8 @@ def test_an_int_seed_runs_as_its_root_key_with_the_keys_made_beside_the_chunk(di
   s_int, by_int = simulate(alg, digits10, 4, 2, 7)
   s_key, by_key = simulate(alg, digits10, 4, 2, jax.random.key(7))
   _, other = simulate(alg, digits10, 4, 2, 8)
-  assert _strip(by_int) == _strip(by_key) != _strip(other)
+  _, by_raw = simulate(alg, digits10, 4, 2, jax.random.PRNGKey(7))   # a raw uint32 key is a key, not seeds
+  assert _strip(by_int) == _strip(by_key) == _strip(by_raw) != _strip(other)
   for a, b in zip(jax.tree_util.tree_leaves(s_int), jax.tree_util.tree_leaves(s_key)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   proc = subprocess.run([sys.executable, "-c", SEED_THREAD_SCRIPT], cwd=REPO, capture_output=True, text=True,
