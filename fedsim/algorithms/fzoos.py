@@ -577,13 +577,20 @@ def _window(h: History, p, n, dist=None):
   return h.X[idx], h.y[idx], mask
 
 
-def _minmax(y, mask):
-  """(ymin, span) over the masked window; span = 1 where degenerate."""
+def _minmax_normalise(y, mask):
+  """([code] min-max normalised y, span) over the masked window; span = 1 (and ymin = 0) where degenerate.
+
+  The division is written as a product with the reciprocal of the span: XLA rewrites ``a / b`` with a
+  broadcast ``b`` into that product in some programs and not in others (measured on an AVX2 EPYC: the
+  one-device chunk had the product, the two-device replicated chunk the division), and the last-bit
+  difference was amplified by the top-k choices to 1e-2 (issue 46's placement invariance).
+  """
   lo = jnp.min(jnp.where(mask, y, jnp.inf))
   hi = jnp.max(jnp.where(mask, y, -jnp.inf))
   span = hi - lo
   ok = jnp.isfinite(span) & (span > 0)
-  return jnp.where(ok, lo, 0.0), jnp.where(ok, span, 1.0)
+  lo, span = jnp.where(ok, lo, 0.0), jnp.where(ok, span, 1.0)
+  return (y - lo) * (1.0 / span), span
 
 
 def cosine_metrics(cosine) -> dict:
@@ -650,8 +657,7 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
   def local_gp(h: History, x, dist):
     """The normalised GP on the gp_window points nearest to x (``dist``: _approx_distances(h, x)); (post, span)."""
     Xw, yw, mw = _window(h, x, cfg.gp_window, dist)
-    lo, span = _minmax(yw, mw)
-    yt = (yw - lo) / span
+    yt, span = _minmax_normalise(yw, mw)
     if cfg.gp_lengthscale == "auto":
       ls = gpm.select_lengthscale(kind, Xw, yt, mw, AUTO_GRID, noise=cfg.gp_noise)
     else:
@@ -723,8 +729,8 @@ def make_fzoos(task: Task, cfg: FZooSConfig, name: str = "fzoos") -> FederatedAl
     h, dist = active(h, client, x_r, rad, cfg.server_candidates, cfg.server_active, key)
     idx, mw = _window_slots(h, x_r, cfg.rff_window, dist)
     yw = h.y[idx]
-    lo, span = _minmax(yw, mw)
-    return h, (h.X[idx], (yw - lo) / span, mw, h.stamp[idx], span)
+    yt, span = _minmax_normalise(yw, mw)
+    return h, (h.X[idx], yt, mw, h.stamp[idx], span)
 
   # New rows per fit: about one round's queries (module docstring, "rff_cache" in FZooSConfig).
   fit_chunk = min(cfg.rff_window, -(-q_round // 8) * 8)

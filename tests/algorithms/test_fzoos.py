@@ -346,8 +346,8 @@ def test_cached_rff_fit_is_the_plain_fit_on_every_round_window_through_ring_wrap
     def plain(st):
       def one(h):
         idx, m = fzoos._window_slots(h, st.x, cfg.rff_window)
-        lo, span = fzoos._minmax(h.y[idx], m)
-        return span * rff.fit_weights(st.rff, h.X[idx], (h.y[idx] - lo) / span, m, cfg.rff_ridge)
+        yt, span = fzoos._minmax_normalise(h.y[idx], m)
+        return span * rff.fit_weights(st.rff, h.X[idx], yt, m, cfg.rff_ridge)
       return jax.vmap(one)(st.hist)
 
     reused = []
