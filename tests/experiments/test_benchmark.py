@@ -139,8 +139,14 @@ def test_binary_passes_the_flags_to_the_settings(tmp_path):
   s = doc["settings"]
   assert (s["compile_rounds"], s["compile_clients"], s["seed"], s["repeats"]) == ([1, 3], [4, 6], 3, 1)
   assert set(doc["suites"]) == {"compile"} and "## compile: compile time" in (tmp_path / "benchmark.md").read_text()
-  assert [(r["num_clients"], r["rounds_per_chunk"]) for r in doc["suites"]["compile"]["records"][:3]] == [
-      (6, 1), (6, 3), (4, 3)]
+  co = doc["suites"]["compile"]
+  fedavg = [r for r in co["records"] if r["algorithm"] == "fedavg"]
+  assert [(r["sweep"], r["num_clients"], r["rounds_per_chunk"]) for r in fedavg] == [
+      ("rounds", 6, 1), ("rounds", 6, 3), ("clients", 4, 3)]
+  # lax.scan: the program text does not grow with the rounds.
+  assert fedavg[0]["hlo_chars"] == fedavg[1]["hlo_chars"]
+  assert set(co["rounds_ratio"]) == set(co["rounds_ratio_cpu"]) == {"fedavg", "fedzo"}
+  assert all(r["compile_cpu_s"] > 0 for r in co["records"])
   cold, warm = doc["suites"]["compile"]["main_job"]  # the main job, empty then filled cache
   assert (cold["cache"], warm["cache"], cold["rounds"]) == ("cold", "warm", 2)
   assert warm["cache_hits"] > cold["cache_hits"]  # the second process loaded what the first stored
@@ -248,8 +254,8 @@ def test_quick_looped_algorithms():
 
 
 @pytest.mark.slow
-def test_quick_scaling_compile_roofline(tmp_path):
-  from experiments.bench import compile_time, roofline, scaling
+def test_quick_scaling_and_roofline(tmp_path):
+  from experiments.bench import roofline, scaling
   settings = benchmark.Settings.make(quick=True)
   sc = scaling.run(dataclasses.replace(settings, scaling_algorithms=("fedavg", "fedzo")), log=lambda _: None)
   assert [(r["algorithm"], r["num_clients"]) for r in sc["records"]] == [
@@ -264,15 +270,6 @@ def test_quick_scaling_compile_roofline(tmp_path):
   assert all(r["fits_24gib"] and r["memory"]["temp_bytes"] > 0 for r in sc["records"])
   # More clients, more compiled argument bytes (the client data).
   assert sc["records"][1]["memory"]["argument_bytes"] > sc["records"][0]["memory"]["argument_bytes"]
-
-  co = compile_time.run(settings, log=lambda _: None)
-  fedavg = [r for r in co["records"] if r["algorithm"] == "fedavg"]
-  assert [(r["sweep"], r["num_clients"], r["rounds_per_chunk"]) for r in fedavg] == [
-      ("rounds", 16, 1), ("rounds", 16, 4), ("clients", 8, 4)]
-  # lax.scan: the program text does not grow with the rounds.
-  assert fedavg[0]["hlo_chars"] == fedavg[1]["hlo_chars"]
-  assert set(co["rounds_ratio"]) == set(co["rounds_ratio_cpu"]) == {"fedavg", "fedzo"}
-  assert all(r["compile_cpu_s"] > 0 for r in co["records"])
 
   ro = roofline.run(settings, log=lambda _: None)
   assert ro["peak"]["flops"] == 2 * 256 ** 3 and _positive(ro["peak"]["flops_per_s"])
@@ -300,11 +297,11 @@ def test_quick_scaling_compile_roofline(tmp_path):
 
   env = benchmark.environment()
   benchmark.write_outputs(str(tmp_path), [], env, settings, "cmd",
-                          {"scaling": sc, "compile": co, "roofline": ro})
+                          {"scaling": sc, "roofline": ro})
   doc = json.loads((tmp_path / "benchmark.json").read_text())
-  assert set(doc["suites"]) == {"scaling", "compile", "roofline"}
+  assert set(doc["suites"]) == {"scaling", "roofline"}
   md = (tmp_path / "benchmark.md").read_text()
-  assert "## scaling" in md and "## roofline" in md and "## compile" in md and "log-log slope" in md
+  assert "## scaling" in md and "## roofline" in md and "log-log slope" in md
 
 
 def test_fzoos_suite_exports_a_git_revision(tmp_path):
@@ -386,26 +383,38 @@ def test_binding_roof_picks_the_larger_time_bound():
 
 
 @pytest.mark.slow
-def test_quick_gpu_table_rows_and_markdown():
+def test_quick_gpu_table_keeps_each_row_as_it_is_measured():
+  """A gpu_table run stopped part-way keeps its rows: one partial result per row, the scalable rows before the
+  roofs, then the roofed table, then the rows without a roofline (FZooS). Two scalable algorithms here; every
+  row of the script's table is checked in test_gpu_all_script_quick_writes_every_step."""
   from experiments.bench import gpu_table
-  settings = benchmark.Settings.make(quick=True)
+  settings = dataclasses.replace(benchmark.Settings.make(quick=True), gpu_table_algorithms=("fedavg", "hiso", "fzoos"))
   assert settings.gpu_table_clients == (4, 16) and settings.gpu_table_max_block == 8
   partials = []
   res = gpu_table.run(settings, log=lambda _: None, on_update=partials.append)
+  assert [len(p["records"]) for p in partials] == [1, 2, 3, 4, 4, 5]
+  assert all(p["peak"] is None and "bound" not in p["records"][-1] for p in partials[:4])
+  assert all(p["peak"] is not None and "bound" in p["records"][0] for p in partials[4:])
+  assert "not measured yet" in gpu_table.markdown(partials[2]) and "| hiso | 4 |" in gpu_table.markdown(partials[2])
+  assert [(r["algorithm"], r["num_clients"]) for r in res["records"]] == [
+      ("fedavg", 4), ("hiso", 4), ("fedavg", 16), ("hiso", 16), ("fzoos", 2)]
+  # A failed configuration is a row with its error, and the table goes on.
+  res["records"].append({"algorithm": "fzoos", "num_clients": 10 ** 4, "error": "XlaRuntimeError: out of memory"})
+  assert "failed: XlaRuntimeError" in gpu_table.markdown(res)
+
+
+def _check_gpu_table_rows(res, settings):
+  """Every row of the --quick gpu_table (the script's step 1, read back from its benchmark.json; ``settings``
+  the suite's settings as stored there)."""
+  from experiments.bench import gpu_table
   rows = res["records"]
-  # One partial result per row, the softmax rows before the roofs, then the roofed table, then FFGB
-  # and FZooS: a run stopped part-way keeps its rows (and, past the roofs, their roofline cells).
-  assert [len(p["records"]) for p in partials] == [*range(1, 11), 10, 11, 12]
-  assert all(p["peak"] is None and "bound" not in p["records"][-1] for p in partials[:10])
-  assert all(p["peak"] is not None and "bound" in p["records"][0] for p in partials[10:])
-  assert "not measured yet" in gpu_table.markdown(partials[2]) and "| decomfl | 4 |" in gpu_table.markdown(partials[4])
   softmax = [(a, n) for n in (4, 16) for a in gpu_table.SCALABLE]
   assert [(r["algorithm"], r["num_clients"]) for r in rows] == softmax + [("ffgb", 4), ("fzoos", 2)]
   for r in rows:
     assert "error" not in r and r["state_finite"], r
     assert _positive(r["speedup_vs_loop"]) and r["compiled_bytes"] > 0
   steps = {"fedavg": 5, "fedzo_materialised": 5, "fedzo_streamed": 5, "decomfl": 1, "hiso": 1,
-           "ffgb": settings.ffgb_local_steps, "fzoos": settings.fzoos_steps}
+           "ffgb": settings["ffgb_local_steps"], "fzoos": settings["fzoos_steps"]}
   for r in rows:
     assert r["client_steps_per_s"] == pytest.approx(r["num_clients"] * steps[r["algorithm"]] / r["seconds_per_round"])
   for r in rows[:10]:
@@ -415,16 +424,13 @@ def test_quick_gpu_table_rows_and_markdown():
       "fedavg": None, "fedzo_materialised": 0, "fedzo_streamed": 4, "decomfl": None, "hiso": None}
   assert "generator_fraction" in rows[1] and "generator_fraction" in rows[2] and "generator_fraction" not in rows[0]
   ffgb, fzoos = rows[10:]
-  assert ffgb["rate_unit"] == "learners" and ffgb["oracle_steps"] == settings.ffgb_vmap_oracle_steps
+  assert ffgb["rate_unit"] == "learners" and ffgb["oracle_steps"] == settings["ffgb_vmap_oracle_steps"]
   assert fzoos["num_rff"] == 64 and fzoos["dtype"] == "float64" and fzoos["sequential_clients_timed"] == 2
   assert "bound" not in ffgb and "bound" not in fzoos and ffgb["roofline"] == gpu_table.NO_ROOFLINE["ffgb"]
   md = gpu_table.markdown(res)
   assert md.count("| fedzo_streamed (direction_block 4) |") == 2 and "TFLOP/s" in md
   assert "| ffgb (mlp, 4 Adam steps x 8) | 4 |" in md and "learners/s" in md
   assert "| fzoos (d = 8, M = 64, float64) | 2 |" in md
-  # A failed configuration is a row with its error, and the table goes on.
-  res["records"].append({"algorithm": "fzoos", "num_clients": 10 ** 4, "error": "XlaRuntimeError: out of memory"})
-  assert "failed: XlaRuntimeError" in gpu_table.markdown(res)
 
 
 def test_gpu_table_rows_labels_and_flag():
@@ -559,6 +565,8 @@ def test_gpu_all_script_quick_writes_every_step(tmp_path):
               "| ffgb (mlp, 4 Adam steps x 8) | 4 |", "| fzoos (d = 8, M = 64, float64) | 2 |"):
     assert row in md, (row, md)
   assert "failed" not in md and "- fzoos: roofline not counted" in md
+  doc = json.loads((out / "gpu_table" / "benchmark.json").read_text())
+  _check_gpu_table_rows(doc["suites"]["gpu_table"], doc["settings"])
   steps = [line.split()[0] for line in (out / "timings.txt").read_text().splitlines()]
   assert steps == ["gpu_table", "sweep_table", "profile", "total"]
   assert str(out / "gpu_table" / "benchmark.md") in proc.stdout and "total" in proc.stdout
