@@ -22,7 +22,10 @@ rounds, checked at rounds 1 and 20, with its reason). FFGB also runs on a task w
 points repeat within and across clients (``ffgb_dup``: ties in the 1-NN oracle, broken
 by sample index). FZooS computes every client on every device (``replicated_on``,
 fedsim/algorithms/fzoos.py): split over devices, its vmapped batch changed XLA's
-rounding, which its top-k choices amplified to 1e-2 after one round (issue 46).
+rounding, which its top-k choices amplified to 1e-2 after one round (issue 46). Replicated, the
+1- and 2-device programs still differed on an AVX2 EPYC where XLA rewrote a division by a
+broadcast span into a product with its reciprocal in one of them only; FZooS now writes the
+product itself (``fzoos._minmax_normalise``).
 
 The quadratic task is deterministic (no sampled batches), so FedAvg's client keys are
 unused there; FedZO's directions exercise the client keys under ``client_block``.
