@@ -583,7 +583,7 @@ def _minmax_normalise(y, mask):
   The division is written as a product with the reciprocal of the span: XLA rewrites ``a / b`` with a
   broadcast ``b`` into that product in some programs and not in others (measured on an AVX2 EPYC: the
   one-device chunk had the product, the two-device replicated chunk the division), and the last-bit
-  difference was amplified by the top-k choices to 1e-2 (issue 46's placement invariance).
+  difference was amplified by the top-k choices to 1e-2 (the run then depended on the device count).
   """
   lo = jnp.min(jnp.where(mask, y, jnp.inf))
   hi = jnp.max(jnp.where(mask, y, -jnp.inf))
