@@ -346,6 +346,7 @@ def holm(results: Sequence[Result]) -> list[Result]:
   out = list(results)
   if not idx:
     return out
+
   def adjusted(ps):
     # statsmodels' Holm branch calls gc.collect(): about 1.5 s in a process holding a large heap (a test worker
     # after many compiled programs; 894 s for 300 families). Frozen, the heap is not walked; the p-values are the same.
