@@ -405,7 +405,7 @@ def test_quick_gpu_table_keeps_each_row_as_it_is_measured():
 
 def _check_gpu_table_rows(res, settings):
   """Every row of the --quick gpu_table (the script's step 1, read back from its benchmark.json; ``settings``
-  the suite's settings as stored there)."""
+  the suite's settings as stored there). The rows' markdown lines are checked by the caller, on the written file."""
   from experiments.bench import gpu_table
   rows = res["records"]
   softmax = [(a, n) for n in (4, 16) for a in gpu_table.SCALABLE]
@@ -428,9 +428,7 @@ def _check_gpu_table_rows(res, settings):
   assert fzoos["num_rff"] == 64 and fzoos["dtype"] == "float64" and fzoos["sequential_clients_timed"] == 2
   assert "bound" not in ffgb and "bound" not in fzoos and ffgb["roofline"] == gpu_table.NO_ROOFLINE["ffgb"]
   md = gpu_table.markdown(res)
-  assert md.count("| fedzo_streamed (direction_block 4) |") == 2 and "TFLOP/s" in md
-  assert "| ffgb (mlp, 4 Adam steps x 8) | 4 |" in md and "learners/s" in md
-  assert "| fzoos (d = 8, M = 64, float64) | 2 |" in md
+  assert md.count("| fedzo_streamed (direction_block 4) |") == 2 and "TFLOP/s" in md and "learners/s" in md
 
 
 def test_gpu_table_rows_labels_and_flag():
